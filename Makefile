@@ -1,0 +1,65 @@
+# tfdata-operator — `make help` lists every target.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+VENV ?= $(ROOT)/.venv
+PY := $(VENV)/bin/python
+PYTEST := $(VENV)/bin/pytest
+PYTHON_BOOTSTRAP ?= python3
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} \
+	  /^[a-zA-Z0-9_-]+:.*?##/ { printf "  \033[36m%-22s\033[0m %s\n", $$1, $$2 } \
+	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+
+$(VENV)/.installed: operator/pyproject.toml
+	@test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e "operator[dev,server]"
+	@touch $@
+
+.PHONY: venv
+venv: $(VENV)/.installed ## Create .venv with the operator, the server program (TensorFlow) and dev tools.
+
+.PHONY: binaries
+binaries: ## Provide pinned etcd, kube-apiserver, controller-manager, scheduler, kubectl, helm (cached outside the repo).
+	@hack/k8s-binaries.sh >/dev/null
+
+.PHONY: fmt
+fmt: venv ## Format the Python code.
+	$(VENV)/bin/ruff format operator tests hack
+	$(VENV)/bin/ruff check --fix operator tests hack
+
+.PHONY: lint
+lint: venv ## Lint: ruff (lint and format check) and mypy.
+	$(VENV)/bin/ruff check --config operator/pyproject.toml operator tests hack
+	$(VENV)/bin/ruff format --config operator/pyproject.toml --check operator tests hack
+	cd operator && $(VENV)/bin/mypy src/tfdata_operator
+
+.PHONY: render-examples
+render-examples: venv ## Render every example with `tfdata-operator render` (no cluster needed).
+	@for f in examples/*.yaml; do echo "# $$f"; $(VENV)/bin/tfdata-operator render -f $$f >/dev/null && echo ok; done
+
+##@ Tests
+
+.PHONY: test
+test: lint test-unit test-server test-integration ## The full test suite (what CI runs): lint, unit, server, integration.
+
+.PHONY: test-unit
+test-unit: venv ## Unit tests: pure, fast, no cluster.
+	$(PYTEST) -q tests/unit
+
+.PHONY: test-server
+test-server: venv ## The tf.data server program as real processes with real TensorFlow.
+	$(PYTEST) -q tests/server
+
+.PHONY: test-integration
+test-integration: venv binaries ## Integration tests against a real control plane built from source.
+	$(PYTEST) -q tests/integration

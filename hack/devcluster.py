@@ -1,0 +1,581 @@
+#!/usr/bin/env python3
+"""A real Kubernetes control plane on 127.0.0.1, for development and integration tests.
+
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler (the pinned
+versions hack/k8s-binaries.sh provides) run as plain background processes: no
+containers and no nodes, so Pods are created and stay Pending until a node
+agent joins. Everything lives in one state directory (default `.local/`):
+
+    kubeconfig          admin kubeconfig (user `admin`, group system:masters)
+    cluster.json        API server URL, ports and bin dir of the running cluster
+    pki/                CA, serving cert, service-account key, tokens, component kubeconfigs
+    etcd/               etcd data
+    run/<component>.pid
+    logs/<component>.log
+
+    python hack/devcluster.py up   [--state-dir DIR]   # start; a no-op if already healthy
+    python hack/devcluster.py down [--state-dir DIR]   # stop, delete all of the above but logs/
+    eval "$(python hack/devcluster.py env)"            # KUBECONFIG and PATH for this shell
+
+From Python (the integration-test fixtures): `up(state_dir) -> Cluster`, `down(state_dir)`.
+A further process (e.g. a node agent) joins by appending a `Component` to the
+list passed to `up`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_STATE_DIR = REPO / ".local"
+BINARIES_SCRIPT = REPO / "hack" / "k8s-binaries.sh"
+REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "helm")
+
+SERVICE_CIDR = "10.96.0.0/16"
+# The `kubernetes` Service gets the first address of SERVICE_CIDR; in-cluster
+# clients verify the serving cert against it.
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+# What `up` creates in the state dir and `down` deletes. Anything else there
+# (logs/, other clusters' state dirs such as test-cluster-*) is left alone.
+MANAGED = ("cluster.json", "kubeconfig", "pki", "etcd", "run")
+STOP_GRACE_SECONDS = 10.0
+
+# Popen objects of the components this process started, so that stopping them
+# reaps them (a zombie would look alive) and Python does not warn about them.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started; the message says which component and shows its log."""
+
+
+def _say(msg: str) -> None:
+    print(f"[devcluster] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """How to reach a running cluster."""
+
+    kubeconfig: Path
+    server: str
+    bin_dir: Path
+    state_dir: Path | None = None  # None: a cluster this module did not start (kind, ...)
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: Path, bin_dir: Path) -> Cluster:
+        """An existing cluster, reached through the current context of `kubeconfig`."""
+        config = yaml.safe_load(Path(kubeconfig).read_text())
+        context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
+        server = next(c["cluster"]["server"] for c in config["clusters"] if c["name"] == context["cluster"])
+        return cls(kubeconfig=Path(kubeconfig).resolve(), server=server, bin_dir=bin_dir)
+
+    def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Environment for subprocesses (kubectl, helm, the operator) that must use this cluster."""
+        env = dict(os.environ if base is None else base)
+        # kopf and the kubernetes client try in-cluster credentials first when these are set.
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        env.pop("KUBERNETES_SERVICE_PORT", None)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+
+@dataclass
+class Context:
+    """What a component needs to build its command line and to probe itself."""
+
+    state_dir: Path
+    bin_dir: Path
+    ports: dict[str, int] = field(default_factory=dict)
+
+    def port(self, name: str) -> int:
+        """A free port on 127.0.0.1 for `name`, the same one on every call."""
+        if name not in self.ports:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                self.ports[name] = s.getsockname()[1]
+        return self.ports[name]
+
+    def bin(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+    def pki(self, name: str) -> str:
+        return str(self.state_dir / "pki" / name)
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.port('kube-apiserver')}"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One process of the cluster: `up` starts them in order and waits until `ready`."""
+
+    name: str
+    command: Callable[[Context], list[str]]
+    ready: Callable[[Context], bool]  # one quick probe; polled until it passes
+    timeout: float = 60.0
+
+
+# --- Probes -----------------------------------------------------------------
+
+
+def _get(url: str, cafile: str | None = None, token: str | None = None) -> str | None:
+    """Body of a 200 response, else None: probes are polled, so any error means "not yet"."""
+    tls = ssl.create_default_context(cafile=cafile)
+    if cafile is None:  # controller-manager and scheduler serve self-signed certs
+        tls.check_hostname = False
+        tls.verify_mode = ssl.CERT_NONE
+    # No proxies: an http(s)_proxy from the environment must not see 127.0.0.1.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=tls))
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with opener.open(request, timeout=3) as response:
+            body: bytes = response.read()
+            return body.decode()
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+def _etcd_ready(ctx: Context) -> bool:
+    return '"health":"true"' in (_get(f"http://127.0.0.1:{ctx.port('etcd')}/health") or "")
+
+
+def _apiserver_ready(ctx: Context) -> bool:
+    # /readyz passes only after the post-start hooks (bootstrap RBAC, priority classes) ran.
+    return _get(f"{ctx.server}/readyz", ctx.pki("ca.crt")) == "ok"
+
+
+def _healthz(name: str) -> Callable[[Context], bool]:
+    return lambda ctx: _get(f"https://127.0.0.1:{ctx.port(name)}/healthz") == "ok"
+
+
+# --- Components ---------------------------------------------------------------
+
+
+def _etcd(ctx: Context) -> list[str]:
+    url = f"http://127.0.0.1:{ctx.port('etcd')}"
+    return [
+        ctx.bin("etcd"),
+        f"--data-dir={ctx.state_dir / 'etcd'}",
+        f"--listen-client-urls={url}",
+        f"--advertise-client-urls={url}",
+        "--listen-peer-urls=http://localhost:0",  # single member: no peers, any port
+        "--unsafe-no-fsync",  # throwaway data; fsync dominates etcd latency on slow disks
+        "--log-level=warn",
+    ]
+
+
+def _kube_apiserver(ctx: Context) -> list[str]:
+    return [
+        ctx.bin("kube-apiserver"),
+        f"--etcd-servers=http://127.0.0.1:{ctx.port('etcd')}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ctx.port('kube-apiserver')}",
+        # A loopback advertise address is rejected for the `kubernetes` Endpoints
+        # unless nothing reconciles them.
+        "--advertise-address=127.0.0.1",
+        "--endpoint-reconciler-type=none",
+        f"--tls-cert-file={ctx.pki('apiserver.crt')}",
+        f"--tls-private-key-file={ctx.pki('apiserver.key')}",
+        f"--cert-dir={ctx.pki('')}",  # unused with the files above; keeps it out of /var/run
+        # Tokens for admin and the components; client certs signed by ca.key also
+        # work (e.g. CN=system:node:<name>, O=system:nodes for a node agent).
+        f"--token-auth-file={ctx.pki('tokens.csv')}",
+        f"--client-ca-file={ctx.pki('ca.crt')}",
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction",  # on top of the defaults, as kubeadm does
+        "--allow-privileged=true",
+        f"--service-account-issuer={SA_ISSUER}",
+        f"--service-account-key-file={ctx.pki('sa.pub')}",
+        f"--service-account-signing-key-file={ctx.pki('sa.key')}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+    ]
+
+
+def _kube_controller_manager(ctx: Context) -> list[str]:
+    kubeconfig = ctx.pki("kube-controller-manager.kubeconfig")
+    return [
+        ctx.bin("kube-controller-manager"),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ctx.port('kube-controller-manager')}",
+        "--leader-elect=false",
+        "--controllers=*",
+        # Each controller acts as its own ServiceAccount, as on kubeadm clusters,
+        # so the bootstrap RBAC roles are what is exercised.
+        "--use-service-account-credentials=true",
+        f"--root-ca-file={ctx.pki('ca.crt')}",
+        f"--service-account-private-key-file={ctx.pki('sa.key')}",
+        f"--cluster-signing-cert-file={ctx.pki('ca.crt')}",  # CSRs get signed
+        f"--cluster-signing-key-file={ctx.pki('ca.key')}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+    ]
+
+
+def _kube_scheduler(ctx: Context) -> list[str]:
+    kubeconfig = ctx.pki("kube-scheduler.kubeconfig")
+    return [
+        ctx.bin("kube-scheduler"),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ctx.port('kube-scheduler')}",
+        "--leader-elect=false",
+    ]
+
+
+COMPONENTS: tuple[Component, ...] = (
+    Component("etcd", _etcd, _etcd_ready, timeout=30),
+    Component("kube-apiserver", _kube_apiserver, _apiserver_ready, timeout=120),
+    Component("kube-controller-manager", _kube_controller_manager, _healthz("kube-controller-manager")),
+    Component("kube-scheduler", _kube_scheduler, _healthz("kube-scheduler")),
+)
+
+
+# --- Binaries, certificates, credentials ----------------------------------------
+
+
+def missing_binaries() -> list[str]:
+    """The binaries hack/k8s-binaries.sh has yet to provide (it is not run to build them)."""
+    printed = subprocess.run([str(BINARIES_SCRIPT), "--print"], check=True, capture_output=True, text=True)
+    bin_dir = Path(printed.stdout.strip().splitlines()[-1])
+    return [b for b in REQUIRED_BINARIES if not (bin_dir / b).exists()]
+
+
+def ensure_binaries() -> Path:
+    """The bin dir of hack/k8s-binaries.sh, building the binaries first if needed."""
+    missing = missing_binaries()
+    if missing:
+        _say(f"{', '.join(missing)} not built yet: building from source.")
+        _say("A cold build takes 15-40 minutes on 2 cores and several GB of cache; progress follows.")
+    # stderr (the script's progress) goes straight to the user; stdout ends with the bin dir.
+    built = subprocess.run([str(BINARIES_SCRIPT)], check=False, stdout=subprocess.PIPE, text=True)
+    if built.returncode != 0:
+        raise ClusterError(f"hack/k8s-binaries.sh failed (exit {built.returncode}); see its output above")
+    return Path(built.stdout.strip().splitlines()[-1])
+
+
+def _openssl(*args: str) -> None:
+    result = subprocess.run(["openssl", *args], check=False, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ClusterError(f"openssl {' '.join(args[:2])} failed:\n{result.stderr}")
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def _kubeconfig(server: str, ca_file: str, user: str, token: str) -> str:
+    ca_data = base64.b64encode(Path(ca_file).read_bytes()).decode()
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "tfdata-dev", "cluster": {"server": server, "certificate-authority-data": ca_data}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "tfdata-dev", "context": {"cluster": "tfdata-dev", "user": user}}],
+            "current-context": "tfdata-dev",
+        }
+    )
+
+
+def _make_pki(ctx: Context) -> dict[str, str]:
+    """CA, serving cert, service-account key, and a token and kubeconfig per identity.
+
+    Returns the tokens by identity ("admin", "kube-controller-manager", "kube-scheduler").
+    """
+    pki = ctx.state_dir / "pki"
+    pki.mkdir(mode=0o700, parents=True, exist_ok=True)
+    p = ctx.pki
+    _openssl(
+        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "3650",
+        "-keyout", p("ca.key"), "-out", p("ca.crt"), "-subj", "/CN=tfdata-devcluster-ca",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+    )  # fmt: skip
+    _openssl(
+        "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", p("apiserver.key"), "-out", p("apiserver.csr"), "-subj", "/CN=kube-apiserver",
+    )  # fmt: skip
+    names = ["kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]
+    sans = ",".join(["IP:127.0.0.1", "DNS:localhost", f"IP:{KUBERNETES_SERVICE_IP}", *(f"DNS:{n}" for n in names)])
+    Path(p("apiserver.ext")).write_text(
+        f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\n"
+    )
+    _openssl(
+        "x509", "-req", "-in", p("apiserver.csr"), "-CA", p("ca.crt"), "-CAkey", p("ca.key"),
+        "-set_serial", str(secrets.randbits(63)), "-days", "3650",
+        "-extfile", p("apiserver.ext"), "-out", p("apiserver.crt"),
+    )  # fmt: skip
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", p("sa.key"))
+    _openssl("pkey", "-in", p("sa.key"), "-pubout", "-out", p("sa.pub"))
+
+    # The identities a kubeadm cluster uses, so the bootstrap RBAC bindings apply.
+    identities = {
+        "admin": ("admin", "system:masters"),
+        "kube-controller-manager": ("system:kube-controller-manager", ""),
+        "kube-scheduler": ("system:kube-scheduler", ""),
+    }
+    tokens = {name: secrets.token_hex(24) for name in identities}
+    # token,user,uid[,"group,..."]: an empty groups column would add the group "".
+    rows = [
+        f"{tokens[n]},{user},{user}" + (f',"{groups}"' if groups else "") for n, (user, groups) in identities.items()
+    ]
+    _write_private(pki / "tokens.csv", "\n".join(rows) + "\n")
+    for name, (user, _) in identities.items():
+        config = _kubeconfig(ctx.server, p("ca.crt"), user, tokens[name])
+        _write_private(ctx.state_dir / "kubeconfig" if name == "admin" else pki / f"{name}.kubeconfig", config)
+    return tokens
+
+
+# --- Processes ------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)  # readers never see half a file
+
+
+def _is_ours(pid: int, argv0: str) -> bool:
+    """Whether `pid` is alive and still runs `argv0`, i.e. was not reused by another program."""
+    child = _children.get(pid)
+    if child is not None and child.poll() is not None:  # reaps it
+        del _children[pid]
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return cmdline.split(b"\0")[0].decode(errors="replace") == argv0  # a zombie has an empty cmdline
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return f"(no log at {path})"
+    return f"--- last {len(text)} lines of {path} ---\n" + "\n".join(text)
+
+
+def _start(component: Component, ctx: Context) -> None:
+    argv = component.command(ctx)
+    log = ctx.state_dir / "logs" / f"{component.name}.log"
+    started = time.monotonic()
+    with open(log, "wb") as out:
+        # A new session: the cluster outlives `make dev-cluster`, and Ctrl-C in the
+        # terminal does not reach it.
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ctx.state_dir,
+            start_new_session=True,
+        )
+    _children[proc.pid] = proc
+    pidfile = ctx.state_dir / "run" / f"{component.name}.pid"
+    _write_json(pidfile, {"pid": proc.pid, "argv0": argv[0], "started": time.time()})
+    deadline = started + component.timeout
+    while not component.ready(ctx):
+        if proc.poll() is not None:
+            raise ClusterError(f"{component.name} exited with code {proc.returncode} during start\n{_tail(log)}")
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{component.name} not ready after {component.timeout:.0f}s\n{_tail(log)}")
+        time.sleep(0.2)
+    _say(f"{component.name} ready in {time.monotonic() - started:.1f}s (pid {proc.pid}, log {log})")
+
+
+def _stop(pidfile: Path) -> None:
+    info = _read_json(pidfile)
+    if info is None:
+        return
+    pid, argv0, name = info["pid"], info["argv0"], pidfile.stem
+    if not _is_ours(pid, argv0):
+        return  # gone already, or the pid now belongs to something else: never signal that
+    # The process leads its own group (start_new_session): signal the group, so
+    # anything it spawned (a node agent's pods) goes too.
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    while _is_ours(pid, argv0) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _is_ours(pid, argv0):
+        _say(f"{name} (pid {pid}) ignored SIGTERM for {STOP_GRACE_SECONDS:.0f}s; sending SIGKILL")
+        os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while _is_ours(pid, argv0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _is_ours(pid, argv0):
+            raise ClusterError(f"{name} (pid {pid}) survived SIGKILL; stop it by hand")
+    _say(f"stopped {name} (pid {pid})")
+
+
+# --- Public API -----------------------------------------------------------------
+
+
+def running(state_dir: Path = DEFAULT_STATE_DIR, components: Sequence[Component] = COMPONENTS) -> Cluster | None:
+    """The cluster in `state_dir` if every component runs and is healthy, else None."""
+    state_dir = Path(state_dir).resolve()
+    info = _read_json(state_dir / "cluster.json")
+    if info is None:
+        return None
+    ctx = Context(state_dir, Path(info["bin_dir"]), dict(info["ports"]))
+    for component in components:
+        pid = _read_json(state_dir / "run" / f"{component.name}.pid")
+        if pid is None or not _is_ours(pid["pid"], pid["argv0"]) or not component.ready(ctx):
+            return None
+    return Cluster(kubeconfig=state_dir / "kubeconfig", server=info["server"], bin_dir=ctx.bin_dir, state_dir=state_dir)
+
+
+def up(state_dir: Path = DEFAULT_STATE_DIR, components: Sequence[Component] = COMPONENTS) -> Cluster:
+    """Start a cluster in `state_dir` (or return the healthy one already there)."""
+    state_dir = Path(state_dir).resolve()
+    cluster = running(state_dir, components)
+    if cluster is not None:
+        _say(f"already running and healthy: {cluster.server}")
+        return cluster
+    if any((state_dir / name).exists() for name in MANAGED):
+        _say(f"replacing a stopped or unhealthy cluster in {state_dir}")
+        down(state_dir)
+
+    ctx = Context(state_dir, ensure_binaries())
+    started = time.monotonic()
+    for d in ("logs", "run"):
+        (state_dir / d).mkdir(parents=True, exist_ok=True)
+    try:
+        tokens = _make_pki(ctx)
+        for component in components:
+            _start(component, ctx)
+        cluster = Cluster(
+            kubeconfig=state_dir / "kubeconfig", server=ctx.server, bin_dir=ctx.bin_dir, state_dir=state_dir
+        )
+        _wait_for_default_service_account(ctx, tokens["admin"])
+        _check_with_kubectl(cluster)
+        _write_json(state_dir / "cluster.json", {"server": ctx.server, "bin_dir": str(ctx.bin_dir), "ports": ctx.ports})
+    except BaseException:  # Ctrl-C included: never leave half a cluster running
+        down(state_dir)
+        raise
+    _say(f"cluster up in {time.monotonic() - started:.1f}s: {ctx.server}")
+    return cluster
+
+
+def _wait_for_default_service_account(ctx: Context, admin_token: str, timeout: float = 60) -> None:
+    # Pods are refused in a namespace until the controller-manager created its
+    # `default` ServiceAccount, so a cluster without one is not usable yet.
+    url = f"{ctx.server}/api/v1/namespaces/default/serviceaccounts/default"
+    deadline = time.monotonic() + timeout
+    while _get(url, ctx.pki("ca.crt"), admin_token) is None:
+        if time.monotonic() > deadline:
+            log = ctx.state_dir / "logs" / "kube-controller-manager.log"
+            raise ClusterError(f"no ServiceAccount default/default after {timeout:.0f}s\n{_tail(log)}")
+        time.sleep(0.2)
+
+
+def _check_with_kubectl(cluster: Cluster) -> None:
+    """The admin kubeconfig works for the real client, not just for our probes."""
+    kubectl = [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), "get", "--raw", "/readyz"]
+    result = subprocess.run(kubectl, check=False, env=cluster.env(), capture_output=True, text=True, timeout=30)
+    if result.returncode != 0 or result.stdout.strip() != "ok":
+        raise ClusterError(f"`kubectl get --raw /readyz` said {result.stdout!r} {result.stderr!r}")
+
+
+def down(state_dir: Path = DEFAULT_STATE_DIR) -> None:
+    """Stop every process `up` started in `state_dir` and delete its state, except logs/."""
+    state_dir = Path(state_dir).resolve()
+    run = state_dir / "run"
+    pidfiles = list(run.glob("*.pid")) if run.is_dir() else []
+    # Reverse start order: the API server outlives its clients, etcd outlives it.
+    pidfiles.sort(key=lambda p: (_read_json(p) or {}).get("started", 0), reverse=True)
+    for pidfile in pidfiles:
+        _stop(pidfile)
+    for name in MANAGED:
+        path = state_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+# --- Command line ---------------------------------------------------------------
+
+
+def _usage(cluster: Cluster) -> str:
+    kubeconfig = shlex.quote(str(cluster.kubeconfig))
+    logs = cluster.state_dir / "logs" if cluster.state_dir else "?"
+    return f"""
+Kubernetes control plane running at {cluster.server} (no nodes: Pods stay Pending).
+
+  export KUBECONFIG={kubeconfig}
+  export PATH={shlex.quote(str(cluster.bin_dir))}:"$PATH"    # pinned kubectl and helm
+  kubectl get ns
+
+  (or: eval "$(python hack/devcluster.py env)")
+Logs: {logs}/<component>.log
+Stop it and delete its state: make dev-cluster-down
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("up", "down", "env"))
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="default: %(default)s")
+    args = parser.parse_args(argv)
+    if args.command == "up":
+        try:
+            cluster = up(args.state_dir)
+        except ClusterError as e:
+            _say(f"failed: {e}")
+            return 1
+        print(_usage(cluster))
+    elif args.command == "down":
+        down(args.state_dir)
+        _say(f"cluster in {args.state_dir.resolve()} stopped; logs kept in {args.state_dir.resolve() / 'logs'}")
+    else:
+        found = running(args.state_dir)
+        if found is None:
+            _say(f"no healthy cluster in {args.state_dir.resolve()}; start one with `make dev-cluster`")
+            return 1
+        print(f"export KUBECONFIG={shlex.quote(str(found.kubeconfig))}")
+        print(f'export PATH={shlex.quote(str(found.bin_dir))}:"$PATH"')
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

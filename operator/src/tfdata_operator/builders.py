@@ -1,0 +1,378 @@
+"""Pure builders: a ServiceSpec in, the manifests of the TFDataService's children out.
+
+No I/O and no Kubernetes client here. Names, labels, ports, the pods' server
+configuration and the static worker list are all decided in this module, so
+``tfdata-operator render`` and the running operator produce the same objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from . import serverconfig
+from .spec import PodSettings, ServiceSpec
+
+API_GROUP = "tfdata.dev"
+API_VERSION = f"{API_GROUP}/v1alpha1"
+KIND = "TFDataService"
+PLURAL = "tfdataservices"
+MANAGER = "tfdata-operator"
+
+CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"
+JOURNAL_VOLUME = "journal"
+JOURNAL_MOUNT = "/var/lib/tfdata"
+DEFAULT_WORK_DIR = f"{JOURNAL_MOUNT}/journal"
+SERVER_UID = 1000
+DISPATCHER = "dispatcher"
+WORKER = "worker"
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """Operator-wide settings the manifests depend on."""
+
+    cluster_domain: str = "cluster.local"
+
+
+Manifest = dict[str, Any]
+
+
+# --- Names and addresses -------------------------------------------------------------
+
+
+def dispatcher_name(svc: ServiceSpec) -> str:
+    return f"{svc.name}-dispatcher"
+
+
+def workers_name(svc: ServiceSpec) -> str:
+    return f"{svc.name}-worker"
+
+
+def dispatcher_host(svc: ServiceSpec, settings: BuildSettings) -> str:
+    return f"{dispatcher_name(svc)}.{svc.namespace}.svc.{settings.cluster_domain}"
+
+
+def dispatcher_address(svc: ServiceSpec, settings: BuildSettings) -> str:
+    """What trainers pass to ``distribute(service=...)``."""
+    return f"grpc://{dispatcher_host(svc, settings)}:{svc.dispatcher.port}"
+
+
+def worker_address_format(svc: ServiceSpec, settings: BuildSettings, port: int | str) -> str:
+    """A worker's stable DNS name behind the headless Service, with the pod name left open."""
+    host = f"{serverconfig.POD_NAME_PLACEHOLDER}.{workers_name(svc)}.{svc.namespace}.svc.{settings.cluster_domain}"
+    return f"{host}:{port}"
+
+
+def worker_addresses(svc: ServiceSpec, settings: BuildSettings, count: int) -> list[str]:
+    """The static worker list: exactly what workers 0..count-1 announce."""
+    fmt = worker_address_format(svc, settings, svc.workers.port)
+    return [serverconfig.worker_address(fmt, f"{workers_name(svc)}-{i}") for i in range(count)]
+
+
+# --- Labels and ownership ------------------------------------------------------------
+
+
+def selector_labels(svc: ServiceSpec, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "tfdata-service",
+        "app.kubernetes.io/instance": svc.name,
+        "app.kubernetes.io/component": component,
+    }
+
+
+def labels(svc: ServiceSpec, component: str) -> dict[str, str]:
+    return {**selector_labels(svc, component), "app.kubernetes.io/managed-by": MANAGER}
+
+
+def worker_selector(svc: ServiceSpec) -> str:
+    """The label selector of the worker pods, as the scale subresource reports it."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(svc, WORKER).items()))
+
+
+def owner_reference(svc: ServiceSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": svc.name,
+        "uid": svc.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(svc: ServiceSpec, name: str, component: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": svc.namespace,
+        "labels": labels(svc, component),
+        "ownerReferences": [owner_reference(svc)],
+    }
+
+
+# --- Server configuration ------------------------------------------------------------
+
+
+def dispatcher_config(svc: ServiceSpec, settings: BuildSettings, worker_count: int) -> serverconfig.DispatcherServerConfig:
+    """The dispatcher's configuration; ``worker_count`` sizes the static worker list."""
+    d = svc.dispatcher
+    work_dir = d.work_dir or (DEFAULT_WORK_DIR if d.storage.enabled else None)
+    return serverconfig.DispatcherServerConfig(
+        port=d.port,
+        health_port=d.health_port,
+        work_dir=work_dir,
+        fault_tolerant_mode=d.fault_tolerant_mode,
+        worker_addresses=tuple(worker_addresses(svc, settings, worker_count)) if svc.is_static else None,
+        job_gc_check_interval_ms=d.job_gc_check_interval_ms,
+        job_gc_timeout_ms=d.job_gc_timeout_ms,
+        client_timeout_ms=d.client_timeout_ms,
+        worker_timeout_ms=d.worker_timeout_ms,
+        worker_max_concurrent_snapshots=d.worker_max_concurrent_snapshots,
+    )
+
+
+def worker_config(svc: ServiceSpec, settings: BuildSettings) -> serverconfig.WorkerServerConfig:
+    w = svc.workers
+    transfer_format = None
+    if w.data_transfer_protocol is not None:
+        # TensorFlow fills in %dts_port% with the data transfer server's port.
+        transfer_format = worker_address_format(svc, settings, "%dts_port%")
+    return serverconfig.WorkerServerConfig(
+        port=w.port,
+        health_port=w.health_port,
+        dispatcher_address=f"{dispatcher_host(svc, settings)}:{svc.dispatcher.port}",
+        worker_address_format=worker_address_format(svc, settings, w.port),
+        heartbeat_interval_ms=w.heartbeat_interval_ms,
+        dispatcher_timeout_ms=w.dispatcher_timeout_ms,
+        data_transfer_protocol=w.data_transfer_protocol,
+        data_transfer_port=w.data_transfer_port,
+        data_transfer_address_format=transfer_format,
+    )
+
+
+def config_hash(config_json: str) -> str:
+    return hashlib.sha256(config_json.encode()).hexdigest()[:16]
+
+
+def read_config(statefulset: Manifest | None) -> dict[str, Any] | None:
+    """The server configuration inside a (live) StatefulSet, or None if it has none."""
+    if not statefulset:
+        return None
+    containers = statefulset.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or []
+    for container in containers:
+        for env in container.get("env") or []:
+            if env.get("name") == serverconfig.CONFIG_ENV and env.get("value"):
+                try:
+                    parsed = json.loads(env["value"])
+                except json.JSONDecodeError:
+                    return None
+                return parsed if isinstance(parsed, dict) else None
+    return None
+
+
+# --- Children --------------------------------------------------------------------------
+
+
+def build_dispatcher_service(svc: ServiceSpec, settings: BuildSettings) -> Manifest:
+    """The ClusterIP Service trainers connect to (status.dispatcherAddress)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(svc, dispatcher_name(svc), DISPATCHER),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(svc, DISPATCHER),
+            "ports": [{"name": "grpc", "port": svc.dispatcher.port, "targetPort": "grpc", "protocol": "TCP"}],
+        },
+    }
+
+
+def build_worker_service(svc: ServiceSpec, settings: BuildSettings) -> Manifest:
+    """The headless Service that gives every worker its stable DNS name."""
+    ports = [{"name": "grpc", "port": svc.workers.port, "targetPort": "grpc", "protocol": "TCP"}]
+    if svc.workers.data_transfer_port is not None:
+        port = svc.workers.data_transfer_port
+        ports.append({"name": "data-transfer", "port": port, "targetPort": "data-transfer", "protocol": "TCP"})
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(svc, workers_name(svc), WORKER),
+        "spec": {
+            "clusterIP": "None",
+            # Names resolve before a worker is ready: clients and the dispatcher need them while it registers.
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(svc, WORKER),
+            "ports": ports,
+        },
+    }
+
+
+def build_dispatcher_statefulset(svc: ServiceSpec, settings: BuildSettings, worker_count: int) -> Manifest:
+    """One dispatcher pod; its journal claim comes from volumeClaimTemplates."""
+    config = dispatcher_config(svc, settings, worker_count)
+    d = svc.dispatcher
+    mounts = [{"name": JOURNAL_VOLUME, "mountPath": JOURNAL_MOUNT}] if d.storage.enabled else []
+    sts: Manifest = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _metadata(svc, dispatcher_name(svc), DISPATCHER),
+        "spec": {
+            "replicas": 1,
+            "serviceName": dispatcher_name(svc),
+            "selector": {"matchLabels": selector_labels(svc, DISPATCHER)},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": _pod_template(
+                svc, DISPATCHER, d.pod, serverconfig.to_json(config), {"grpc": d.port}, d.health_port, mounts
+            ),
+        },
+    }
+    if d.storage.enabled:
+        claim_spec: dict[str, Any] = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": d.storage.size}},
+        }
+        if d.storage.storage_class_name:
+            claim_spec["storageClassName"] = d.storage.storage_class_name
+        sts["spec"]["volumeClaimTemplates"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": JOURNAL_VOLUME, "labels": labels(svc, DISPATCHER)},
+                "spec": claim_spec,
+            }
+        ]
+        sts["spec"]["persistentVolumeClaimRetentionPolicy"] = {
+            "whenDeleted": d.storage.when_deleted,
+            "whenScaled": "Retain",
+        }
+    return sts
+
+
+def build_worker_statefulset(svc: ServiceSpec, settings: BuildSettings, replicas: int) -> Manifest:
+    """The workers; ``replicas`` is decided by the scaling plan, not always the spec's count."""
+    w = svc.workers
+    ports = {"grpc": w.port}
+    if w.data_transfer_port is not None:
+        ports["data-transfer"] = w.data_transfer_port
+    config_json = serverconfig.to_json(worker_config(svc, settings))
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _metadata(svc, workers_name(svc), WORKER),
+        "spec": {
+            "replicas": replicas,
+            "serviceName": workers_name(svc),
+            # Workers are independent: start and stop them together, not one by one.
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": selector_labels(svc, WORKER)},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": _pod_template(svc, WORKER, w.pod, config_json, ports, w.health_port, []),
+        },
+    }
+
+
+def build_hpa(svc: ServiceSpec) -> Manifest | None:
+    """A HorizontalPodAutoscaler on this TFDataService's scale subresource, if autoscaling is on."""
+    a = svc.autoscaling
+    if a is None:
+        return None
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _metadata(svc, workers_name(svc), WORKER),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": API_VERSION, "kind": KIND, "name": svc.name},
+            "minReplicas": a.min_replicas,
+            "maxReplicas": a.max_replicas,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {"type": "Utilization", "averageUtilization": a.target_cpu_utilization_percentage},
+                    },
+                }
+            ],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": a.scale_down_stabilization_window_seconds}},
+        },
+    }
+
+
+def _pod_template(
+    svc: ServiceSpec,
+    component: str,
+    pod: PodSettings,
+    config_json: str,
+    ports: dict[str, int],
+    health_port: int,
+    mounts: list[dict[str, Any]],
+) -> Manifest:
+    container: dict[str, Any] = {
+        "name": component,
+        "image": svc.image,
+        "command": ["tfdata-server"],
+        "args": [component],
+        "env": [
+            {"name": serverconfig.POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": serverconfig.CONFIG_ENV, "value": config_json},
+        ],
+        "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports.items()]
+        + [{"name": "health", "containerPort": health_port, "protocol": "TCP"}],
+        # A dispatcher replaying a long journal is alive (healthz) long before it is ready.
+        "startupProbe": _probe("/healthz", period=2, failures=150),
+        "livenessProbe": _probe("/healthz", period=10, failures=6),
+        "readinessProbe": _probe("/readyz", period=2, failures=3),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *mounts],
+    }
+    if svc.image_pull_policy:
+        container["imagePullPolicy"] = svc.image_pull_policy
+    if pod.resources:
+        container["resources"] = {k: dict(v) for k, v in pod.resources.items()}
+
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        # Without a service account of the user's choosing the servers need no API access at all.
+        "automountServiceAccountToken": pod.service_account_name is not None,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SERVER_UID,
+            "runAsGroup": SERVER_UID,
+            "fsGroup": SERVER_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "terminationGracePeriodSeconds": 30,
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+    optional = {
+        "serviceAccountName": pod.service_account_name,
+        "priorityClassName": pod.priority_class_name,
+        "nodeSelector": dict(pod.node_selector) or None,
+        "tolerations": [dict(t) for t in pod.tolerations] or None,
+        "affinity": dict(pod.affinity) if pod.affinity else None,
+        "imagePullSecrets": [{"name": s} for s in svc.image_pull_secrets] or None,
+    }
+    pod_spec.update({k: v for k, v in optional.items() if v is not None})
+    return {
+        "metadata": {
+            "labels": {**pod.labels, **labels(svc, component)},
+            "annotations": {**pod.annotations, CONFIG_HASH_ANNOTATION: config_hash(config_json)},
+        },
+        "spec": pod_spec,
+    }
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "health"},
+        "periodSeconds": period,
+        "timeoutSeconds": 2,
+        "failureThreshold": failures,
+    }

@@ -1,0 +1,124 @@
+"""The ``tfdata-operator`` command: ``run`` the operator, or ``render`` a TFDataService offline."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import click
+import yaml
+
+from . import __version__, reconcile, spec
+from .builders import API_VERSION, KIND, BuildSettings
+
+DEFAULT_SERVER_IMAGE = f"tfdata-server:{__version__}"
+RENDER_UID = "00000000-0000-0000-0000-000000000000"
+
+
+@click.group()
+@click.version_option(__version__, prog_name="tfdata-operator")
+def main() -> None:
+    """Runs TensorFlow's tf.data service on Kubernetes from TFDataService resources."""
+
+
+@main.command()
+@click.option(
+    "--namespace", "namespaces", multiple=True, envvar="TFDATA_NAMESPACES",
+    help="Watch only this namespace (repeatable; env TFDATA_NAMESPACES, space-separated). Default: all.",
+)  # fmt: skip
+@click.option(
+    "--server-image", default=DEFAULT_SERVER_IMAGE, envvar="TFDATA_SERVER_IMAGE", show_default=True,
+    help="The image of dispatcher and worker pods whose TFDataService sets no spec.image.",
+)  # fmt: skip
+@click.option(
+    "--cluster-domain", default="cluster.local", envvar="TFDATA_CLUSTER_DOMAIN", show_default=True,
+    help="The cluster's DNS domain, used in dispatcher and worker addresses.",
+)  # fmt: skip
+@click.option(
+    "--liveness", default=None, envvar="TFDATA_LIVENESS",
+    help="Serve kopf's liveness probe at this URL, e.g. http://0.0.0.0:8080/healthz.",
+)  # fmt: skip
+@click.option(
+    "--log-format", type=click.Choice(["plain", "full", "json"]), default="full", envvar="TFDATA_LOG_FORMAT",
+    show_default=True, help="Log line format.",
+)  # fmt: skip
+@click.option("--verbose", is_flag=True, envvar="TFDATA_VERBOSE", help="Log debug messages.")
+def run(
+    namespaces: tuple[str, ...],
+    server_image: str,
+    cluster_domain: str,
+    liveness: str | None,
+    log_format: str,
+    verbose: bool,
+) -> None:
+    """Runs the operator until SIGTERM or SIGINT."""
+    import asyncio
+
+    import kopf
+
+    from . import handlers
+
+    watched = [n for item in namespaces for n in item.split() if n]
+    config = reconcile.OperatorConfig(server_image=server_image, build=BuildSettings(cluster_domain=cluster_domain))
+    kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
+    asyncio.run(
+        kopf.operator(
+            clusterwide=not watched,
+            namespaces=watched,
+            liveness_endpoint=liveness,
+            # One replica with a Recreate strategy: no peering objects to install or to clean up.
+            standalone=True,
+            memo=handlers.new_memo(config),
+        )
+    )
+
+
+@main.command()
+@click.option("-f", "--filename", "path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="A YAML file with one or more TFDataServices ('-' reads stdin).")  # fmt: skip
+@click.option("--server-image", default=DEFAULT_SERVER_IMAGE, envvar="TFDATA_SERVER_IMAGE", show_default=True,
+              help="The default server image, as the operator would be configured.")  # fmt: skip
+@click.option("--cluster-domain", default="cluster.local", envvar="TFDATA_CLUSTER_DOMAIN", show_default=True,
+              help="The cluster's DNS domain.")  # fmt: skip
+def render(path: Path, server_image: str, cluster_domain: str) -> None:
+    """Prints the objects the operator would create for a new TFDataService, without a cluster.
+
+    The output is built by the operator's own builder code. Owner references carry a
+    placeholder uid, since only the API server assigns the real one.
+    """
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise click.ClickException(f"{path} is not valid YAML: {exc}") from exc
+    if not documents:
+        raise click.ClickException(f"{path} holds no TFDataService")
+    rendered = []
+    for index, doc in enumerate(documents):
+        where = f"{path} (document {index + 1})" if len(documents) > 1 else str(path)
+        rendered.extend(render_document(doc, where, server_image, BuildSettings(cluster_domain=cluster_domain)))
+    dump(rendered, sys.stdout)
+
+
+def render_document(doc: Any, where: str, server_image: str, settings: BuildSettings) -> list[dict[str, Any]]:
+    if not isinstance(doc, dict) or doc.get("kind") != KIND or doc.get("apiVersion") != API_VERSION:
+        found = f"{doc.get('apiVersion')}/{doc.get('kind')}" if isinstance(doc, dict) else type(doc).__name__
+        raise click.ClickException(f"{where}: expected apiVersion {API_VERSION}, kind {KIND}; found {found}")
+    body = {**doc, "metadata": {"namespace": "default", "uid": RENDER_UID, **(doc.get("metadata") or {})}}
+    try:
+        svc = spec.parse(body, server_image)
+    except spec.SpecError as exc:
+        raise click.ClickException(f"{where}: invalid spec: {exc}") from exc
+    empty = reconcile.Children(None, None, None, None, None, [])
+    return reconcile.desired_children(svc, settings, empty).apply
+
+
+def dump(objects: list[dict[str, Any]], out: TextIO) -> None:
+    out.write(yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False, width=120))
+
+
+__all__ = ["main", "render_document"]

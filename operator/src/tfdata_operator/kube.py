@@ -1,0 +1,167 @@
+"""A small typed door to the Kubernetes API for the kinds the operator reads and writes.
+
+Built on the official client's ApiClient (auth, TLS, retries of connections) with
+server-side apply for children, so a repeated apply of the same manifest is a no-op
+that leaves resourceVersion alone, and fields the operator stopped setting are removed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+from .builders import API_GROUP, MANAGER, PLURAL
+
+log = logging.getLogger(__name__)
+Manifest = dict[str, Any]
+
+# api version, kind -> plural; every kind the operator touches.
+_PLURALS: dict[tuple[str, str], str] = {
+    ("v1", "Service"): "services",
+    ("v1", "Pod"): "pods",
+    ("v1", "Event"): "events",
+    ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
+    ("apps/v1", "StatefulSet"): "statefulsets",
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): "horizontalpodautoscalers",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
+    (f"{API_GROUP}/v1alpha1", "TFDataService"): PLURAL,
+}
+
+
+def load_client_config() -> kubernetes.client.ApiClient:
+    """In-cluster credentials inside a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config)."""
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+    return kubernetes.client.ApiClient()
+
+
+def path(api_version: str, kind: str, namespace: str, name: str | None = None, subresource: str = "") -> str:
+    plural = _PLURALS[(api_version, kind)]
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    result = f"{prefix}/namespaces/{namespace}/{plural}"
+    if name:
+        result += f"/{name}"
+    if subresource:
+        result += f"/{subresource}"
+    return result
+
+
+def describe_api_error(exc: ApiException) -> str:
+    """The API server's own message (it says what is wrong), not the HTTP wrapper."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    return str(body.get("message") or exc.reason or exc)
+
+
+class Kube:
+    def __init__(self, api: kubernetes.client.ApiClient) -> None:
+        self.api = api
+
+    def _call(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> Manifest:
+        response = self.api.call_api(
+            url,
+            method,
+            query_params=query or [],
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=30,
+        )
+        data = response.data
+        return json.loads(data) if data else {}
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
+        try:
+            return self._call("GET", path(api_version, kind, namespace, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list_names(self, api_version: str, kind: str, namespace: str, selector: Mapping[str, str]) -> list[str]:
+        label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        result = self._call("GET", path(api_version, kind, namespace), query=[("labelSelector", label_selector)])
+        return [item["metadata"]["name"] for item in result.get("items", [])]
+
+    def apply(self, manifest: Manifest, dry_run: bool = False) -> Manifest:
+        """Server-side apply as the operator's field manager, taking over conflicting fields."""
+        meta = manifest["metadata"]
+        query = [("fieldManager", MANAGER), ("force", "true")]
+        if dry_run:
+            query.append(("dryRun", "All"))
+        return self._call(
+            "PATCH",
+            path(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"]),
+            body=manifest,
+            query=query,
+            content_type="application/apply-patch+yaml",
+        )
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str | None = None) -> bool:
+        """Deletes in the background; ``uid`` guards against deleting a newer object of that name."""
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self._call("DELETE", path(api_version, kind, namespace, name), body=body)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
+    def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: Manifest) -> Manifest:
+        return self._call(
+            "PATCH",
+            path(api_version, kind, namespace, name, "status"),
+            body={"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    def event(self, owner: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        """Records an Event on the TFDataService; failing to record one never fails a reconcile."""
+        meta = owner["metadata"]
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": owner.get("apiVersion"),
+                "kind": owner.get("kind"),
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": MANAGER},
+            "reportingComponent": MANAGER,
+        }
+        try:
+            self._call("POST", path("v1", "Event", meta["namespace"]), body=event)
+        except ApiException as exc:
+            log.warning("Could not record event %s on %s: %s", reason, meta["name"], describe_api_error(exc))

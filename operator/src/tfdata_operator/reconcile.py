@@ -1,0 +1,235 @@
+"""One level-based reconcile of a TFDataService: observe, plan, apply what differs, report.
+
+Every entry point (create, update, resume, a child's event, the periodic resync) runs
+the same ``reconcile``: it reads the resource and its children fresh, so it converges
+from any starting point, repairs drift, and writes nothing when nothing differs. An
+invalid spec changes no child: it only sets ``Ready=False``/``InvalidSpec`` and records
+a Warning event once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from kubernetes.client.exceptions import ApiException
+
+from . import builders, scaling, spec, status
+from .builders import API_VERSION, KIND, BuildSettings
+from .kube import Kube, describe_api_error
+
+log = logging.getLogger(__name__)
+Manifest = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Settings of one operator process."""
+
+    server_image: str | None = None
+    build: BuildSettings = BuildSettings()
+
+
+@dataclass(frozen=True)
+class Children:
+    dispatcher_service: Manifest | None
+    dispatcher: Manifest | None
+    worker_service: Manifest | None
+    workers: Manifest | None
+    hpa: Manifest | None
+    worker_pods: list[str]
+
+
+@dataclass(frozen=True)
+class Desired:
+    """The children this reconcile should converge to, in the order they are applied."""
+
+    apply: list[Manifest]
+    delete: list[tuple[str, str, str]]  # api version, kind, name
+    waiting: str | None
+
+
+_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+_locks_guard = threading.Lock()
+
+
+def _lock_for(namespace: str, name: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks[(namespace, name)]
+
+
+def observe(kube: Kube, namespace: str, name: str) -> Children:
+    stub = spec.ServiceSpec(name=name, namespace=namespace, uid="", image="")
+    return Children(
+        dispatcher_service=kube.get("v1", "Service", namespace, builders.dispatcher_name(stub)),
+        dispatcher=kube.get("apps/v1", "StatefulSet", namespace, builders.dispatcher_name(stub)),
+        worker_service=kube.get("v1", "Service", namespace, builders.workers_name(stub)),
+        workers=kube.get("apps/v1", "StatefulSet", namespace, builders.workers_name(stub)),
+        hpa=kube.get("autoscaling/v2", "HorizontalPodAutoscaler", namespace, builders.workers_name(stub)),
+        worker_pods=kube.list_names("v1", "Pod", namespace, builders.selector_labels(stub, builders.WORKER)),
+    )
+
+
+def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: Children) -> Desired:
+    """The pure part of a reconcile: what the children should be now, given what they are."""
+    live_list = scaling.live_worker_list(builders.read_config(children.dispatcher))
+    step = scaling.plan(
+        svc,
+        children.workers,
+        children.dispatcher,
+        live_list,
+        lambda n: builders.worker_addresses(svc, settings, n),
+        scaling.highest_ordinal_plus_one(children.worker_pods, builders.workers_name(svc)),
+    )
+    apply = [
+        builders.build_dispatcher_service(svc, settings),
+        builders.build_worker_service(svc, settings),
+        builders.build_dispatcher_statefulset(svc, settings, step.dispatcher_workers),
+        builders.build_worker_statefulset(svc, settings, step.worker_replicas),
+    ]
+    delete = []
+    hpa = builders.build_hpa(svc)
+    if hpa is not None:
+        apply.append(hpa)
+    elif children.hpa is not None and _owned_by(children.hpa, svc.uid):
+        delete.append(("autoscaling/v2", "HorizontalPodAutoscaler", builders.workers_name(svc)))
+    return Desired(apply=apply, delete=delete, waiting=step.waiting)
+
+
+def needs_apply(desired: Any, live: Any) -> bool:
+    """Whether ``live`` lacks any part of ``desired`` (fields the server adds are ignored)."""
+    if isinstance(desired, dict):
+        if not isinstance(live, dict):
+            return True
+        return any(needs_apply(v, live.get(k)) for k, v in desired.items())
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(desired) != len(live):
+            return True
+        return any(needs_apply(d, lv) for d, lv in zip(desired, live))
+    return bool(desired != live)
+
+
+def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str) -> None:
+    """Converges one TFDataService; safe to call at any time from any thread."""
+    with _lock_for(namespace, name):
+        body = kube.get(API_VERSION, KIND, namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return  # ownerReferences let the garbage collector remove the children
+        _reconcile_locked(kube, config, body)
+
+
+def _reconcile_locked(kube: Kube, config: OperatorConfig, body: Manifest) -> None:
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    children = observe(kube, namespace, name)
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    observed = status.Observed(dispatcher=children.dispatcher, workers=children.workers)
+
+    try:
+        svc = spec.parse(body, config.server_image)
+    except spec.SpecError as exc:
+        _report_invalid(kube, config, body, None, observed, now, f"Invalid spec: {exc}")
+        return
+
+    desired = desired_children(svc, config.build, children)
+    live = _live_by_key(children)
+    changed = [m for m in desired.apply if needs_apply(m, live.get(_key(m)))]
+
+    # Dry-run every change first: if the API server refuses any of them (a pod template it rejects,
+    # say), nothing is changed at all and the user is told why.
+    for manifest in changed:
+        try:
+            kube.apply(manifest, dry_run=True)
+        except ApiException as exc:
+            if exc.status in (400, 422):
+                if _is_immutable_statefulset_change(manifest, exc):
+                    _recreate(kube, body, manifest, live)
+                    return
+                message = f"The API server rejected the {manifest['kind']} {manifest['metadata']['name']}: "
+                _report_invalid(kube, config, body, svc, observed, now, message + describe_api_error(exc))
+                return
+            raise
+
+    for manifest in changed:
+        existed = _key(manifest) in live
+        live[_key(manifest)] = kube.apply(manifest)
+        verb = "Updated" if existed else "Created"
+        log.info("%s %s %s/%s", verb, manifest["kind"], namespace, manifest["metadata"]["name"])
+        if not existed:
+            kube.event(body, "Normal", verb, f"{verb} {manifest['kind']} {manifest['metadata']['name']}")
+    for api_version, kind, child in desired.delete:
+        if kube.delete(api_version, kind, namespace, child):
+            log.info("Deleted %s %s/%s", kind, namespace, child)
+            kube.event(body, "Normal", "Deleted", f"Deleted {kind} {child}")
+
+    observed = status.Observed(
+        dispatcher=live.get(("StatefulSet", builders.dispatcher_name(svc))),
+        workers=live.get(("StatefulSet", builders.workers_name(svc))),
+    )
+    new_status = status.compute_status(svc, body, observed, config.build, now, waiting=desired.waiting)
+    _write_status(kube, body, new_status)
+
+
+def _live_by_key(children: Children) -> dict[tuple[str, str], Manifest]:
+    objects = [
+        children.dispatcher_service,
+        children.dispatcher,
+        children.worker_service,
+        children.workers,
+        children.hpa,
+    ]
+    return {_key(o): o for o in objects if o}
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
+
+
+def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    return any(ref.get("uid") == uid for ref in obj.get("metadata", {}).get("ownerReferences") or [])
+
+
+def _is_immutable_statefulset_change(manifest: Manifest, exc: ApiException) -> bool:
+    return manifest["kind"] == "StatefulSet" and "updates to statefulset spec for fields other than" in (
+        describe_api_error(exc)
+    )
+
+
+def _recreate(kube: Kube, body: Manifest, manifest: Manifest, live: dict[tuple[str, str], Manifest]) -> None:
+    """A StatefulSet field that cannot be updated changed: delete it; the next reconcile creates it anew."""
+    name = manifest["metadata"]["name"]
+    current = live.get(("StatefulSet", name))
+    uid = current["metadata"]["uid"] if current else None
+    if kube.delete("apps/v1", "StatefulSet", manifest["metadata"]["namespace"], name, uid=uid):
+        message = f"Recreating StatefulSet {name}: a field Kubernetes cannot update in place changed"
+        log.info(message)
+        kube.event(body, "Normal", "Recreating", message)
+
+
+def _report_invalid(
+    kube: Kube,
+    config: OperatorConfig,
+    body: Manifest,
+    svc: spec.ServiceSpec | None,
+    observed: status.Observed,
+    now: str,
+    message: str,
+) -> None:
+    new_status = status.compute_status(svc, body, observed, config.build, now, invalid=message)
+    old_ready = next((c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    if old_ready.get("reason") != status.INVALID_SPEC or old_ready.get("message") != message:
+        log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], message)
+        kube.event(body, "Warning", status.INVALID_SPEC, message)
+    _write_status(kube, body, new_status)
+
+
+def _write_status(kube: Kube, body: Manifest, new_status: Manifest) -> None:
+    if not status.status_differs(body.get("status"), new_status):
+        return
+    meta = body["metadata"]
+    kube.patch_status(API_VERSION, KIND, meta["namespace"], meta["name"], new_status)
+

@@ -1,0 +1,98 @@
+"""The order of a worker-count change: who moves first, the dispatcher or the workers.
+
+For the static sharding policies the dispatcher reads its worker list only when it
+starts, and TensorFlow kills a worker whose address is missing from that list. So no
+worker may ever run while missing from the running dispatcher's list:
+
+- scaling up, the dispatcher restarts with the longer list first, and the workers are
+  added only once it serves requests with that list;
+- scaling down, the workers go first, and the dispatcher restarts with the shorter
+  list only once their pods are gone.
+
+DYNAMIC and "OFF" have no worker list: the workers follow the spec at once.
+Pure functions of the live objects, so the plan is the same whoever computes it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from .spec import ServiceSpec
+
+Manifest = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ScalePlan:
+    """What to apply in this reconcile: the dispatcher's list length and the worker replicas."""
+
+    dispatcher_workers: int
+    worker_replicas: int
+    waiting: str | None = None
+
+
+def statefulset_settled(sts: Manifest | None) -> bool:
+    """True when every pod of the StatefulSet runs its current template and is ready."""
+    if not sts:
+        return False
+    spec, status = sts.get("spec", {}), sts.get("status") or {}
+    replicas = spec.get("replicas", 1)
+    return (
+        status.get("observedGeneration", 0) >= sts.get("metadata", {}).get("generation", 1)
+        and status.get("updatedReplicas", 0) == replicas
+        and status.get("readyReplicas", 0) == replicas
+        and status.get("replicas", 0) == replicas
+        and status.get("currentRevision") == status.get("updateRevision")
+    )
+
+
+def live_worker_list(dispatcher_config: dict[str, Any] | None) -> list[str] | None:
+    if dispatcher_config is None:
+        return None
+    addresses = dispatcher_config.get("worker_addresses")
+    return list(addresses) if isinstance(addresses, list) else None
+
+
+def highest_ordinal_plus_one(pod_names: Iterable[str], statefulset_name: str) -> int:
+    """How many worker slots are taken by pods that still exist (terminating ones included)."""
+    pattern = re.compile(rf"^{re.escape(statefulset_name)}-(\d+)$")
+    ordinals = [int(m.group(1)) for name in pod_names if (m := pattern.match(name))]
+    return max(ordinals, default=-1) + 1
+
+
+def plan(
+    svc: ServiceSpec,
+    live_workers: Manifest | None,
+    live_dispatcher: Manifest | None,
+    live_dispatcher_list: list[str] | None,
+    list_for: Callable[[int], list[str]],
+    worker_pods_present: int,
+) -> ScalePlan:
+    """Decides this step of a scale change; ``list_for(n)`` is the static list for n workers."""
+    desired = svc.workers.replicas
+    if not svc.is_static or live_workers is None:
+        # No worker list to respect, or a new service: the dispatcher's list covers every worker from the start.
+        return ScalePlan(desired, desired)
+
+    current = int(live_workers.get("spec", {}).get("replicas", 0))
+    # The list always covers every worker pod that still exists, even one that is stopping.
+    dispatcher_workers = max(desired, worker_pods_present)
+    if desired > current:
+        if live_dispatcher_list == list_for(dispatcher_workers) and statefulset_settled(live_dispatcher):
+            return ScalePlan(dispatcher_workers, desired)
+        return ScalePlan(
+            dispatcher_workers,
+            current,
+            f"Scaling up from {current} to {desired} workers: waiting for the dispatcher to restart "
+            f"with the {dispatcher_workers}-worker list before adding workers",
+        )
+    if dispatcher_workers > desired:
+        return ScalePlan(
+            dispatcher_workers,
+            desired,
+            f"Scaling down to {desired} workers: waiting for {dispatcher_workers - desired} worker pod(s) "
+            "to stop before the dispatcher restarts with the shorter list",
+        )
+    return ScalePlan(desired, desired)

@@ -1,0 +1,201 @@
+"""The configuration a dispatcher or worker pod runs with: one typed model for both sides.
+
+The operator's builders write it (as JSON in the pod template) and ``tfdata-server``
+reads it, so the writer and the reader cannot drift apart. This module must stay free
+of TensorFlow and of the Kubernetes client: it is imported by both processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+# The environment variable holding the JSON configuration in the pod template.
+CONFIG_ENV = "TFDATA_SERVER_CONFIG"
+# The environment variable holding the pod's own name (a fieldRef to metadata.name).
+POD_NAME_ENV = "POD_NAME"
+# The placeholder in ``WorkerServerConfig.worker_address_format`` replaced by the pod name.
+POD_NAME_PLACEHOLDER = "{pod_name}"
+
+
+class ConfigError(ValueError):
+    """A server configuration that cannot be used; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class DispatcherServerConfig:
+    """What ``tfdata-server dispatcher`` needs: TensorFlow's DispatcherConfig plus the probes."""
+
+    port: int
+    health_port: int
+    protocol: str = "grpc"
+    work_dir: str | None = None
+    fault_tolerant_mode: bool = False
+    # Set for the static sharding policies only: the exact worker addresses, in index order.
+    worker_addresses: tuple[str, ...] | None = None
+    job_gc_check_interval_ms: int | None = None
+    job_gc_timeout_ms: int | None = None
+    client_timeout_ms: int | None = None
+    worker_timeout_ms: int | None = None
+    worker_max_concurrent_snapshots: int | None = None
+
+    def validate(self) -> None:
+        _check_port("port", self.port)
+        _check_port("health_port", self.health_port)
+        if self.port == self.health_port:
+            raise ConfigError(f"port and health_port must differ (both are {self.port})")
+        if self.fault_tolerant_mode and not self.work_dir:
+            raise ConfigError("fault_tolerant_mode needs work_dir: set work_dir to a journal location")
+        if self.worker_addresses is not None:
+            if not self.worker_addresses:
+                raise ConfigError("worker_addresses, when set, must list at least one worker")
+            if len(set(self.worker_addresses)) != len(self.worker_addresses):
+                raise ConfigError(f"worker_addresses has duplicates: {list(self.worker_addresses)}")
+        for name in (
+            "job_gc_check_interval_ms",
+            "job_gc_timeout_ms",
+            "client_timeout_ms",
+            "worker_timeout_ms",
+            "worker_max_concurrent_snapshots",
+        ):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class WorkerServerConfig:
+    """What ``tfdata-server worker`` needs: TensorFlow's WorkerConfig plus the probes.
+
+    ``worker_address_format`` holds ``{pod_name}``, which the server replaces with its own
+    pod name, so each worker announces its stable DNS name, never ``localhost``.
+    """
+
+    port: int
+    health_port: int
+    dispatcher_address: str
+    worker_address_format: str
+    protocol: str = "grpc"
+    heartbeat_interval_ms: int | None = None
+    dispatcher_timeout_ms: int | None = None
+    data_transfer_protocol: str | None = None
+    data_transfer_port: int | None = None
+    # Like worker_address_format, and may also hold TensorFlow's own ``%dts_port%``.
+    data_transfer_address_format: str | None = None
+
+    def validate(self) -> None:
+        _check_port("port", self.port)
+        _check_port("health_port", self.health_port)
+        if self.port == self.health_port:
+            raise ConfigError(f"port and health_port must differ (both are {self.port})")
+        if not self.dispatcher_address or "://" in self.dispatcher_address:
+            raise ConfigError(
+                f"dispatcher_address must be host:port without a scheme, got {self.dispatcher_address!r}"
+            )
+        if POD_NAME_PLACEHOLDER not in self.worker_address_format:
+            raise ConfigError(
+                f"worker_address_format must contain {POD_NAME_PLACEHOLDER}, "
+                f"got {self.worker_address_format!r}"
+            )
+        if self.data_transfer_port is not None:
+            _check_port("data_transfer_port", self.data_transfer_port)
+        for name in ("heartbeat_interval_ms", "dispatcher_timeout_ms"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+    def worker_address(self, pod_name: str) -> str:
+        return worker_address(self.worker_address_format, pod_name)
+
+    def data_transfer_address(self, pod_name: str) -> str | None:
+        if self.data_transfer_address_format is None:
+            return None
+        return worker_address(self.data_transfer_address_format, pod_name)
+
+
+ServerConfig = DispatcherServerConfig | WorkerServerConfig
+_KINDS: dict[str, type[DispatcherServerConfig] | type[WorkerServerConfig]] = {
+    "dispatcher": DispatcherServerConfig,
+    "worker": WorkerServerConfig,
+}
+
+
+def worker_address(address_format: str, pod_name: str) -> str:
+    """The address a worker announces; the dispatcher's static list is built with this too."""
+    return address_format.replace(POD_NAME_PLACEHOLDER, pod_name)
+
+
+def to_json(config: ServerConfig) -> str:
+    """Serialises a config deterministically (sorted keys), so equal configs give equal text."""
+    kind = "dispatcher" if isinstance(config, DispatcherServerConfig) else "worker"
+    body = {k: v for k, v in dataclasses.asdict(config).items() if v is not None}
+    if "worker_addresses" in body:
+        body["worker_addresses"] = list(body["worker_addresses"])
+    return json.dumps({"kind": kind, **body}, sort_keys=True, separators=(",", ":"))
+
+
+def from_json(text: str, expected_kind: str) -> ServerConfig:
+    """Parses and validates a config for ``expected_kind`` ("dispatcher" or "worker")."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"configuration is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError("configuration must be a JSON object")
+    kind = raw.pop("kind", None)
+    if kind != expected_kind:
+        raise ConfigError(f"configuration is for a {kind!r}, but this server runs as a {expected_kind!r}")
+    return _from_mapping(_KINDS[expected_kind], raw)
+
+
+def _from_mapping(cls: type[DispatcherServerConfig] | type[WorkerServerConfig], raw: Mapping[str, Any]) -> ServerConfig:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"unknown configuration keys {unknown}; known keys are {sorted(known)}")
+    values = dict(raw)
+    if isinstance(values.get("worker_addresses"), list):
+        values["worker_addresses"] = tuple(values["worker_addresses"])
+    try:
+        config = cls(**values)
+    except TypeError as exc:
+        raise ConfigError(f"incomplete configuration: {exc}") from exc
+    config.validate()
+    return config
+
+
+def load(expected_kind: str, path: str | None = None, environ: Mapping[str, str] = os.environ) -> ServerConfig:
+    """Reads the config from ``path`` if given, else from the ``TFDATA_SERVER_CONFIG`` variable."""
+    if path:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from exc
+    else:
+        text = environ.get(CONFIG_ENV, "")
+        if not text:
+            raise ConfigError(f"no configuration: pass --config FILE or set {CONFIG_ENV}")
+    return from_json(text, expected_kind)
+
+
+def _check_port(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
+        raise ConfigError(f"{name} must be an integer port in 1..65535, got {value!r}")
+
+
+__all__ = [
+    "CONFIG_ENV",
+    "POD_NAME_ENV",
+    "ConfigError",
+    "DispatcherServerConfig",
+    "ServerConfig",
+    "WorkerServerConfig",
+    "from_json",
+    "load",
+    "to_json",
+    "worker_address",
+]

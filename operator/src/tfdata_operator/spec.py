@@ -1,0 +1,495 @@
+"""Parses, defaults and validates a TFDataService's ``spec`` into typed, immutable values.
+
+The CRD's schema and CEL rules reject most bad input at ``kubectl apply`` time; this
+module re-checks all of it (``tfdata-operator render`` sees files the API server never
+saw) and adds what the schema cannot express, such as requests above limits. Defaults
+here equal the CRD's (a unit test compares them).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+SHARDING_POLICIES = ("OFF", "DYNAMIC", "FILE", "DATA", "FILE_OR_DATA", "HINT")
+# These need the dispatcher to know the exact worker list, fixed when it starts.
+STATIC_POLICIES = frozenset({"FILE", "DATA", "FILE_OR_DATA", "HINT"})
+AUTOSCALING_POLICIES = frozenset({"OFF", "DYNAMIC"})
+MAX_NAME_LENGTH = 40
+RESERVED_LABELS = frozenset(
+    {
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/component",
+        "app.kubernetes.io/managed-by",
+    }
+)
+_QUANTITY = re.compile(
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+_WORK_DIR = re.compile(r"^(/|[a-zA-Z][a-zA-Z0-9+.-]*://)\S*$")
+_PROTOCOL = re.compile(r"^[a-z][a-z0-9_-]*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_MAX_MS = 604_800_000
+
+
+class SpecError(ValueError):
+    """A TFDataService that cannot be run as written; ``problems`` say what to fix."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """Resources, placement and metadata for the dispatcher's or the workers' pods."""
+
+    resources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] | None = None
+    priority_class_name: str | None = None
+    service_account_name: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    enabled: bool = True
+    size: str = "1Gi"
+    storage_class_name: str | None = None
+    when_deleted: str = "Retain"
+
+
+@dataclass(frozen=True)
+class DispatcherSpec:
+    port: int = 5050
+    health_port: int = 8080
+    fault_tolerant_mode: bool = True
+    work_dir: str | None = None
+    storage: StorageSpec = StorageSpec()
+    job_gc_check_interval_ms: int | None = None
+    job_gc_timeout_ms: int | None = None
+    client_timeout_ms: int | None = None
+    worker_timeout_ms: int | None = None
+    worker_max_concurrent_snapshots: int | None = None
+    pod: PodSettings = PodSettings()
+
+    @property
+    def has_journal_volume(self) -> bool:
+        return self.storage.enabled
+
+
+@dataclass(frozen=True)
+class WorkersSpec:
+    replicas: int = 2
+    port: int = 5051
+    health_port: int = 8080
+    heartbeat_interval_ms: int | None = None
+    dispatcher_timeout_ms: int | None = None
+    data_transfer_protocol: str | None = None
+    data_transfer_port: int | None = None
+    pod: PodSettings = PodSettings()
+
+
+@dataclass(frozen=True)
+class AutoscalingSpec:
+    max_replicas: int
+    min_replicas: int = 1
+    target_cpu_utilization_percentage: int = 80
+    scale_down_stabilization_window_seconds: int = 300
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One TFDataService, fully defaulted: everything the builders need."""
+
+    name: str
+    namespace: str
+    uid: str
+    image: str
+    sharding_policy: str = "OFF"
+    image_pull_policy: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    dispatcher: DispatcherSpec = DispatcherSpec()
+    workers: WorkersSpec = WorkersSpec()
+    autoscaling: AutoscalingSpec | None = None
+
+    @property
+    def is_static(self) -> bool:
+        return self.sharding_policy in STATIC_POLICIES
+
+
+class _Reader:
+    """Reads typed fields from one object of the spec, collecting problems with their paths."""
+
+    def __init__(self, data: Any, path: str, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            problems.append(f"{path} must be an object, got {_describe(data)}")
+            data = {}
+        self.data: Mapping[str, Any] = data
+        self.seen: set[str] = set()
+
+    def _get(self, key: str) -> Any:
+        self.seen.add(key)
+        return self.data.get(key)
+
+    def _fail(self, key: str, message: str) -> None:
+        self.problems.append(f"{self.path}.{key} {message}")
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def integer(self, key: str, default: int | None, lo: int, hi: int) -> int | None:
+        value = self._get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            self._fail(key, f"must be an integer, got {_describe(value)}")
+            return default
+        if not lo <= value <= hi:
+            self._fail(key, f"must be between {lo} and {hi}, got {value}")
+            return default
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self._get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self._fail(key, f"must be true or false, got {_describe(value)}")
+            return default
+        return value
+
+    def string(
+        self, key: str, default: str | None = None, max_length: int = 253, pattern: re.Pattern[str] | None = None
+    ) -> str | None:
+        value = self._get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            self._fail(key, f"must be a string, got {_describe(value)}")
+            return default
+        if not value or len(value) > max_length:
+            self._fail(key, f"must be 1 to {max_length} characters long, got {len(value)}")
+            return default
+        if pattern is not None and not pattern.match(value):
+            self._fail(key, f"has an invalid value {value!r}")
+            return default
+        return value
+
+    def enum(self, key: str, choices: tuple[str, ...], default: str | None) -> str | None:
+        value = self._get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool):
+            hint = ' (YAML turns a bare OFF, ON, yes or no into a boolean: write "OFF" in quotes)'
+            self._fail(key, f"must be one of {_choices(choices)}, got the boolean {str(value).lower()}{hint}")
+            return default
+        if value not in choices:
+            self._fail(key, f"must be one of {_choices(choices)}, got {value!r}")
+            return default
+        assert isinstance(value, str)
+        return value
+
+    def quantity(self, key: str, default: str) -> str:
+        value = self._get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or not _QUANTITY.match(str(value)):
+            self._fail(key, f"must be a quantity such as 1Gi or 500m, got {_describe(value)}")
+            return default
+        return str(value)
+
+    def string_map(self, key: str, max_items: int, max_value: int) -> dict[str, str]:
+        value = self._get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self._fail(key, f"must be a map of strings, got {_describe(value)}")
+            return {}
+        if len(value) > max_items:
+            self._fail(key, f"must have at most {max_items} entries, got {len(value)}")
+        bad = sorted(str(k) for k, v in value.items() if not isinstance(v, str) or len(v) > max_value)
+        if bad:
+            self._fail(key, f"values must be strings of at most {max_value} characters (check {', '.join(bad)})")
+            return {}
+        return {str(k): v for k, v in value.items()}
+
+    def child(self, key: str) -> _Reader:
+        return _Reader(self._get(key), f"{self.path}.{key}", self.problems)
+
+    def raw(self, key: str) -> Any:
+        return self._get(key)
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.data) - self.seen)
+        if unknown:
+            self.problems.append(f"{self.path} has unknown fields: {', '.join(unknown)}")
+
+
+def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
+    """Turns a TFDataService object into a ServiceSpec, or raises SpecError listing every problem."""
+    problems: list[str] = []
+    metadata = body.get("metadata") or {}
+    name = str(metadata.get("name") or "")
+    namespace = str(metadata.get("namespace") or "default")
+    if not name:
+        problems.append("metadata.name is required")
+    elif len(name) > MAX_NAME_LENGTH or not _DNS_LABEL.match(name):
+        problems.append(
+            f"metadata.name must be a DNS label of at most {MAX_NAME_LENGTH} characters "
+            f"(lowercase letters, digits, '-'), got {name!r}"
+        )
+
+    if body.get("spec") is None:
+        problems.append("spec is required")
+    spec = _Reader(body.get("spec"), "spec", problems)
+    policy = spec.enum("shardingPolicy", SHARDING_POLICIES, "OFF")
+    image = spec.string("image", default_image, max_length=512)
+    pull_policy = spec.enum("imagePullPolicy", ("Always", "IfNotPresent", "Never"), None)
+    pull_secrets = _pull_secrets(spec.raw("imagePullSecrets"), problems)
+    dispatcher = _dispatcher(spec.child("dispatcher"))
+    workers = _workers(spec.child("workers"))
+    autoscaling = _autoscaling(spec.child("autoscaling")) if spec.has("autoscaling") else None
+    spec.finish()
+
+    if not image:
+        problems.append(
+            "spec.image is not set and the operator has no default server image: "
+            "set spec.image, or start the operator with --server-image"
+        )
+    if autoscaling is not None:
+        if policy not in AUTOSCALING_POLICIES:
+            problems.append(
+                f"spec.autoscaling is allowed only with shardingPolicy DYNAMIC or \"OFF\", not {policy}: "
+                "the static policies need a fixed list of workers"
+            )
+        if "cpu" not in workers.pod.resources.get("requests", {}):
+            problems.append(
+                "spec.autoscaling scales on CPU utilization, which needs a CPU request: "
+                "set spec.workers.resources.requests.cpu"
+            )
+    if problems:
+        raise SpecError(problems)
+    assert policy is not None and image is not None
+    return ServiceSpec(
+        name=name,
+        namespace=namespace,
+        uid=str(metadata.get("uid") or ""),
+        image=image,
+        sharding_policy=policy,
+        image_pull_policy=pull_policy,
+        image_pull_secrets=pull_secrets,
+        dispatcher=dispatcher,
+        workers=workers,
+        autoscaling=autoscaling,
+    )
+
+
+def _dispatcher(r: _Reader) -> DispatcherSpec:
+    d = DispatcherSpec()
+    port = r.integer("port", d.port, 1, 65535)
+    health_port = r.integer("healthPort", d.health_port, 1, 65535)
+    fault_tolerant = r.boolean("faultTolerantMode", d.fault_tolerant_mode)
+    work_dir = r.string("workDir", None, max_length=1024, pattern=_WORK_DIR)
+    storage = _storage(r.child("storage"))
+    ms = {
+        key: r.integer(key, None, 1, _MAX_MS)
+        for key in ("jobGcCheckIntervalMs", "jobGcTimeoutMs", "clientTimeoutMs", "workerTimeoutMs")
+    }
+    snapshots = r.integer("workerMaxConcurrentSnapshots", None, 0, 1000)
+    pod = _pod_settings(r)
+    r.finish()
+    if port == health_port:
+        r.problems.append(f"spec.dispatcher.port and spec.dispatcher.healthPort must differ (both are {port})")
+    if fault_tolerant and work_dir is None and not storage.enabled:
+        r.problems.append(
+            "spec.dispatcher.faultTolerantMode needs somewhere to journal: keep "
+            "spec.dispatcher.storage.enabled true, or set spec.dispatcher.workDir"
+        )
+    assert port is not None and health_port is not None
+    return DispatcherSpec(
+        port=port,
+        health_port=health_port,
+        fault_tolerant_mode=fault_tolerant,
+        work_dir=work_dir,
+        storage=storage,
+        job_gc_check_interval_ms=ms["jobGcCheckIntervalMs"],
+        job_gc_timeout_ms=ms["jobGcTimeoutMs"],
+        client_timeout_ms=ms["clientTimeoutMs"],
+        worker_timeout_ms=ms["workerTimeoutMs"],
+        worker_max_concurrent_snapshots=snapshots,
+        pod=pod,
+    )
+
+
+def _storage(r: _Reader) -> StorageSpec:
+    d = StorageSpec()
+    storage = StorageSpec(
+        enabled=r.boolean("enabled", d.enabled),
+        size=r.quantity("size", d.size),
+        storage_class_name=r.string("storageClassName"),
+        when_deleted=r.enum("whenDeleted", ("Retain", "Delete"), d.when_deleted) or d.when_deleted,
+    )
+    r.finish()
+    return storage
+
+
+def _workers(r: _Reader) -> WorkersSpec:
+    d = WorkersSpec()
+    replicas = r.integer("replicas", d.replicas, 1, 1000)
+    port = r.integer("port", d.port, 1, 65535)
+    health_port = r.integer("healthPort", d.health_port, 1, 65535)
+    heartbeat = r.integer("heartbeatIntervalMs", None, 1, 3_600_000)
+    dispatcher_timeout = r.integer("dispatcherTimeoutMs", None, 1, _MAX_MS)
+    protocol = r.string("dataTransferProtocol", None, max_length=32, pattern=_PROTOCOL)
+    transfer_port = r.integer("dataTransferPort", None, 1, 65535)
+    pod = _pod_settings(r)
+    r.finish()
+    if port == health_port:
+        r.problems.append(f"spec.workers.port and spec.workers.healthPort must differ (both are {port})")
+    if transfer_port is not None and transfer_port in (port, health_port):
+        r.problems.append("spec.workers.dataTransferPort must differ from spec.workers.port and healthPort")
+    if transfer_port is not None and protocol is None:
+        r.problems.append("spec.workers.dataTransferPort needs spec.workers.dataTransferProtocol")
+    assert replicas is not None and port is not None and health_port is not None
+    return WorkersSpec(
+        replicas=replicas,
+        port=port,
+        health_port=health_port,
+        heartbeat_interval_ms=heartbeat,
+        dispatcher_timeout_ms=dispatcher_timeout,
+        data_transfer_protocol=protocol,
+        data_transfer_port=transfer_port,
+        pod=pod,
+    )
+
+
+def _autoscaling(r: _Reader) -> AutoscalingSpec:
+    if not r.has("maxReplicas"):
+        r.problems.append("spec.autoscaling.maxReplicas is required")
+    max_replicas = r.integer("maxReplicas", 1, 1, 1000)
+    min_replicas = r.integer("minReplicas", 1, 1, 1000)
+    target = r.integer("targetCPUUtilizationPercentage", 80, 1, 100)
+    window = r.integer("scaleDownStabilizationWindowSeconds", 300, 0, 3600)
+    r.finish()
+    assert max_replicas is not None and min_replicas is not None and target is not None and window is not None
+    if min_replicas > max_replicas:
+        r.problems.append(
+            f"spec.autoscaling.minReplicas ({min_replicas}) must not exceed maxReplicas ({max_replicas})"
+        )
+    return AutoscalingSpec(
+        max_replicas=max_replicas,
+        min_replicas=min_replicas,
+        target_cpu_utilization_percentage=target,
+        scale_down_stabilization_window_seconds=window,
+    )
+
+
+def _pod_settings(r: _Reader) -> PodSettings:
+    resources = _resources(r.child("resources"))
+    labels = r.string_map("labels", 64, 63)
+    reserved = sorted(RESERVED_LABELS & set(labels))
+    if reserved:
+        r.problems.append(
+            f"{r.path}.labels must not set {', '.join(reserved)}: the operator uses them to select its pods"
+        )
+    tolerations = r.raw("tolerations")
+    if tolerations is not None and (not isinstance(tolerations, list) or len(tolerations) > 32):
+        r.problems.append(f"{r.path}.tolerations must be a list of at most 32 tolerations")
+        tolerations = None
+    affinity = r.raw("affinity")
+    if affinity is not None and not isinstance(affinity, Mapping):
+        r.problems.append(f"{r.path}.affinity must be an object")
+        affinity = None
+    return PodSettings(
+        resources=resources,
+        node_selector=r.string_map("nodeSelector", 32, 253),
+        tolerations=tuple(tolerations or ()),
+        affinity=affinity,
+        priority_class_name=r.string("priorityClassName"),
+        service_account_name=r.string("serviceAccountName"),
+        labels=labels,
+        annotations=r.string_map("annotations", 64, 4096),
+    )
+
+
+def _resources(r: _Reader) -> dict[str, dict[str, str]]:
+    result: dict[str, dict[str, str]] = {}
+    for kind in ("requests", "limits"):
+        values = r.raw(kind)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            r.problems.append(f"{r.path}.{kind} must be a map such as {{cpu: 500m, memory: 1Gi}}")
+            continue
+        parsed: dict[str, str] = {}
+        for resource, amount in values.items():
+            if isinstance(amount, bool) or not isinstance(amount, (int, str)) or not _QUANTITY.match(str(amount)):
+                r.problems.append(
+                    f"{r.path}.{kind}.{resource} must be a quantity such as 500m or 1Gi, got {_describe(amount)}"
+                )
+                continue
+            parsed[str(resource)] = str(amount)
+        result[kind] = parsed
+    r.finish()
+    for resource, request in result.get("requests", {}).items():
+        limit = result.get("limits", {}).get(resource)
+        if limit is not None and parse_quantity(request) > parse_quantity(limit):
+            r.problems.append(
+                f"{r.path}.requests.{resource} ({request}) exceeds {r.path}.limits.{resource} ({limit}): "
+                "a request must not be larger than its limit"
+            )
+    return result
+
+
+def _pull_secrets(value: Any, problems: list[str]) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > 16:
+        problems.append("spec.imagePullSecrets must be a list of at most 16 {name: ...} entries")
+        return ()
+    names = []
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str) or not item["name"]:
+            problems.append(f"spec.imagePullSecrets[{i}] must be an object with a non-empty name")
+            continue
+        names.append(item["name"])
+    return tuple(names)
+
+
+_SUFFIXES = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "n": 10**-9, "u": 10**-6, "m": 10**-3, "": 1,
+    "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}  # fmt: skip
+
+
+def parse_quantity(value: str) -> float:
+    """The numeric value of a Kubernetes quantity (only to compare requests with limits)."""
+    match = re.fullmatch(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)", value)
+    if not match or match.group(2) not in _SUFFIXES:
+        raise ValueError(f"not a quantity: {value!r}")
+    return float(match.group(1)) * _SUFFIXES[match.group(2)]
+
+
+def _choices(choices: tuple[str, ...]) -> str:
+    return ", ".join(f'"{c}"' if c == "OFF" else c for c in choices)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return repr(value)
+    return type(value).__name__

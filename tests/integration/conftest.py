@@ -1,0 +1,166 @@
+"""Fixtures for tests against a real Kubernetes control plane.
+
+By default the session starts its own cluster (hack/devcluster.py) in
+`.local/test-cluster-<pid>` and stops it at the end; the state dir (with the
+components' logs) is kept when a test failed. To run against an existing
+cluster instead (kind, or `make dev-cluster`), name its kubeconfig:
+
+    TFDATA_TEST_KUBECONFIG=.local/kubeconfig pytest tests/integration
+
+Every test under tests/integration is marked `integration`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "hack"))
+import devcluster  # noqa: E402
+
+EXISTING_KUBECONFIG_ENV = "TFDATA_TEST_KUBECONFIG"
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"integration: needs a real Kubernetes control plane (started by the tests unless ${EXISTING_KUBECONFIG_ENV} "
+        "names an existing cluster's kubeconfig)",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def _stop_abandoned_test_clusters() -> None:
+    """Clusters of test sessions that died without teardown (SIGKILL, a crash) would run forever."""
+    for state_dir in (REPO / ".local").glob("test-cluster-*"):
+        pid = state_dir.name.removeprefix("test-cluster-")
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            devcluster.down(state_dir)
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[devcluster.Cluster]:
+    """A running cluster: the one named by $TFDATA_TEST_KUBECONFIG, else a fresh one for this session."""
+    existing = os.environ.get(EXISTING_KUBECONFIG_ENV)
+    if existing:
+        yield devcluster.Cluster.from_kubeconfig(Path(existing), devcluster.ensure_binaries())
+        return
+    _stop_abandoned_test_clusters()
+    state_dir = REPO / ".local" / f"test-cluster-{os.getpid()}"
+    try:
+        if devcluster.missing_binaries():
+            # A cold build takes long: show its progress rather than a silent pause.
+            capture = request.config.pluginmanager.getplugin("capturemanager")
+            with capture.global_and_fixture_disabled():
+                devcluster.ensure_binaries()
+        yield devcluster.up(state_dir)
+    finally:
+        devcluster.down(state_dir)
+        if request.session.testsfailed:
+            print(f"\ncluster logs kept in {state_dir / 'logs'}", file=sys.stderr)
+        else:
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kube_env(cluster: devcluster.Cluster) -> dict[str, str]:
+    """Environment for subprocesses (helm, kubectl, the operator): KUBECONFIG set, in-cluster
+    variables removed, the pinned kubectl and helm first on PATH."""
+    return cluster.env()
+
+
+class KubectlError(AssertionError):
+    pass
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    """The real kubectl binary against the test cluster."""
+
+    binary: Path
+    env: dict[str, str]
+
+    def run(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(self.binary), *args],
+            input=input,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            # CalledProcessError would hide stderr, which is what explains the failure.
+            raise KubectlError(
+                f"kubectl {' '.join(args)} exited with {result.returncode}\n"
+                f"stdout: {result.stdout}\nstderr: {result.stderr}"
+            )
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "-o", "json").stdout)
+
+    def apply(self, manifest: dict[str, Any], *args: str) -> Any:
+        """`kubectl apply` one object; returns it as the API server stored it."""
+        return json.loads(self.run("apply", "-f", "-", "-o", "json", *args, input=json.dumps(manifest)).stdout)
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: devcluster.Cluster, kube_env: dict[str, str]) -> Kubectl:
+    return Kubectl(binary=cluster.bin_dir / "kubectl", env=kube_env)
+
+
+NAMESPACE_DELETE_TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
+    """A fresh namespace for the test module, deleted afterwards."""
+    module = re.sub(r"[^a-z0-9]+", "-", request.module.__name__.rsplit(".", 1)[-1].lower()).strip("-")
+    name = f"t-{module[:40]}-{secrets.token_hex(3)}"
+    kubectl.run("create", "namespace", name)
+    # The ServiceAccount admission plugin refuses Pods until the namespace's
+    # `default` ServiceAccount exists, which the controller-manager adds shortly after.
+    deadline = time.monotonic() + 30
+    while kubectl.run("get", "serviceaccount", "default", "-n", name, check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            pytest.fail(f"no ServiceAccount 'default' in new namespace {name} after 30s")
+        time.sleep(0.2)
+    yield name
+    kubectl.run("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+    # Waiting surfaces stuck finalizers (e.g. an operator that stopped first),
+    # but a stuck namespace must not hang the session.
+    deadline = time.monotonic() + NAMESPACE_DELETE_TIMEOUT
+    while True:
+        result = kubectl.run("get", "namespace", name, "-o", "json", check=False)
+        if "NotFound" in result.stderr:
+            return
+        if time.monotonic() > deadline:
+            status = json.loads(result.stdout).get("status", {}) if result.returncode == 0 else result.stderr
+            warnings.warn(f"namespace {name} still terminating after {NAMESPACE_DELETE_TIMEOUT:.0f}s: {status}")
+            return
+        time.sleep(0.5)
