@@ -1,0 +1,222 @@
+"""The pure builders: names, labels, ownership, ports, the pods' configuration, the HPA."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import parse
+
+from tfdata_operator import builders, serverconfig
+from tfdata_operator.builders import BuildSettings
+
+
+def container(sts: dict[str, Any]) -> dict[str, Any]:
+    return sts["spec"]["template"]["spec"]["containers"][0]
+
+
+def pod_config(sts: dict[str, Any], kind: str, pod_name: str) -> serverconfig.ServerConfig:
+    env = {e["name"]: e for e in container(sts)["env"]}
+    return serverconfig.load(kind, environ={serverconfig.CONFIG_ENV: env[serverconfig.CONFIG_ENV]["value"]})
+
+
+def test_names_labels_and_owner(settings: BuildSettings) -> None:
+    svc = parse(shardingPolicy="DYNAMIC")
+    sts = builders.build_worker_statefulset(svc, settings, 2)
+    assert sts["metadata"]["name"] == "demo-worker"
+    assert sts["metadata"]["namespace"] == "ml"
+    assert sts["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tfdata-operator"
+    assert sts["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "tfdata.dev/v1alpha1",
+            "kind": "TFDataService",
+            "name": "demo",
+            "uid": "uid-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    selector = sts["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+    assert builders.worker_selector(svc) == ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+
+
+def test_dispatcher_address_is_the_client_service(settings: BuildSettings) -> None:
+    svc = parse(dispatcher={"port": 6000})
+    assert builders.dispatcher_address(svc, settings) == "grpc://demo-dispatcher.ml.svc.cluster.local:6000"
+    service = builders.build_dispatcher_service(svc, settings)
+    assert service["spec"]["ports"][0]["port"] == 6000
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "dispatcher"
+
+
+def test_workers_are_a_parallel_statefulset_behind_a_headless_service(settings: BuildSettings) -> None:
+    svc = parse(workers={"replicas": 3})
+    sts = builders.build_worker_statefulset(svc, settings, 3)
+    headless = builders.build_worker_service(svc, settings)
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    assert sts["spec"]["replicas"] == 3
+    assert sts["spec"]["serviceName"] == headless["metadata"]["name"]
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+
+
+@pytest.mark.parametrize("policy", ["FILE", "DATA", "FILE_OR_DATA", "HINT"])
+def test_static_worker_list_is_exactly_what_each_worker_announces(policy: str, settings: BuildSettings) -> None:
+    svc = parse(shardingPolicy=policy, workers={"replicas": 3})
+    dispatcher = pod_config(builders.build_dispatcher_statefulset(svc, settings, 3), "dispatcher", "demo-dispatcher-0")
+    workers = builders.build_worker_statefulset(svc, settings, 3)
+    announced = []
+    for i in range(3):
+        cfg = pod_config(workers, "worker", f"demo-worker-{i}")
+        assert isinstance(cfg, serverconfig.WorkerServerConfig)
+        announced.append(cfg.worker_address(f"demo-worker-{i}"))
+    assert isinstance(dispatcher, serverconfig.DispatcherServerConfig)
+    assert list(dispatcher.worker_addresses or ()) == announced
+    assert announced[0] == "demo-worker-0.demo-worker.ml.svc.cluster.local:5051"
+    assert "localhost" not in "".join(announced)
+
+
+@pytest.mark.parametrize("policy", ["OFF", "DYNAMIC"])
+def test_dynamic_policies_give_the_dispatcher_no_worker_list(policy: str, settings: BuildSettings) -> None:
+    svc = parse(shardingPolicy=policy)
+    a = builders.build_dispatcher_statefulset(svc, settings, 2)
+    b = builders.build_dispatcher_statefulset(svc, settings, 5)
+    assert a == b, "the worker count must not restart a dispatcher that has no worker list"
+    assert "worker_addresses" not in builders.read_config(a)  # type: ignore[operator]
+
+
+def test_static_count_change_rolls_the_dispatcher_through_its_config_hash(settings: BuildSettings) -> None:
+    svc = parse(shardingPolicy="FILE")
+    hashes = {
+        builders.build_dispatcher_statefulset(svc, settings, n)["spec"]["template"]["metadata"]["annotations"][
+            builders.CONFIG_HASH_ANNOTATION
+        ]
+        for n in (2, 3)
+    }
+    assert len(hashes) == 2
+
+
+def test_every_dispatcher_setting_reaches_the_pod(settings: BuildSettings) -> None:
+    svc = parse(
+        dispatcher={
+            "port": 7000,
+            "healthPort": 7001,
+            "workDir": "gs://bucket/journal",
+            "jobGcCheckIntervalMs": 1000,
+            "jobGcTimeoutMs": 2000,
+            "clientTimeoutMs": 3000,
+            "workerTimeoutMs": 4000,
+            "workerMaxConcurrentSnapshots": 2,
+        }
+    )
+    cfg = pod_config(builders.build_dispatcher_statefulset(svc, settings, 2), "dispatcher", "x")
+    assert cfg == serverconfig.DispatcherServerConfig(
+        port=7000,
+        health_port=7001,
+        work_dir="gs://bucket/journal",
+        fault_tolerant_mode=True,
+        job_gc_check_interval_ms=1000,
+        job_gc_timeout_ms=2000,
+        client_timeout_ms=3000,
+        worker_timeout_ms=4000,
+        worker_max_concurrent_snapshots=2,
+    )
+
+
+def test_every_worker_setting_reaches_the_pod(settings: BuildSettings) -> None:
+    svc = parse(
+        workers={
+            "port": 7100,
+            "healthPort": 7101,
+            "heartbeatIntervalMs": 500,
+            "dispatcherTimeoutMs": 60000,
+            "dataTransferProtocol": "grpc",
+            "dataTransferPort": 7102,
+        }
+    )
+    sts = builders.build_worker_statefulset(svc, settings, 2)
+    cfg = pod_config(sts, "worker", "demo-worker-1")
+    assert isinstance(cfg, serverconfig.WorkerServerConfig)
+    assert cfg.dispatcher_address == "demo-dispatcher.ml.svc.cluster.local:5050"
+    assert (cfg.port, cfg.health_port, cfg.heartbeat_interval_ms, cfg.dispatcher_timeout_ms) == (7100, 7101, 500, 60000)
+    assert (cfg.data_transfer_protocol, cfg.data_transfer_port) == ("grpc", 7102)
+    assert cfg.data_transfer_address("demo-worker-1") == "demo-worker-1.demo-worker.ml.svc.cluster.local:%dts_port%"
+    ports = {p["name"]: p["containerPort"] for p in container(sts)["ports"]}
+    assert ports == {"grpc": 7100, "data-transfer": 7102, "health": 7101}
+
+
+def test_journal_claim_and_its_retention(settings: BuildSettings) -> None:
+    svc = parse(dispatcher={"storage": {"size": "5Gi", "storageClassName": "fast", "whenDeleted": "Delete"}})
+    sts = builders.build_dispatcher_statefulset(svc, settings, 2)
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    assert claim["spec"]["storageClassName"] == "fast"
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+    mounts = {m["name"]: m["mountPath"] for m in container(sts)["volumeMounts"]}
+    assert mounts[builders.JOURNAL_VOLUME] == builders.JOURNAL_MOUNT
+    cfg = pod_config(sts, "dispatcher", "x")
+    assert cfg.work_dir == builders.DEFAULT_WORK_DIR  # type: ignore[union-attr]
+
+
+def test_no_claim_when_journal_lives_elsewhere(settings: BuildSettings) -> None:
+    svc = parse(dispatcher={"workDir": "gs://b/j", "storage": {"enabled": False}})
+    sts = builders.build_dispatcher_statefulset(svc, settings, 2)
+    assert "volumeClaimTemplates" not in sts["spec"]
+    assert [m["name"] for m in container(sts)["volumeMounts"]] == ["tmp"]
+
+
+def test_pods_are_locked_down_by_default(settings: BuildSettings) -> None:
+    sts = builders.build_worker_statefulset(parse(), settings, 2)
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container(sts)["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert container(sts)["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+
+
+def test_placement_and_metadata_reach_the_pod(settings: BuildSettings) -> None:
+    svc = parse(
+        image="registry.example/tfdata:1",
+        imagePullPolicy="Always",
+        imagePullSecrets=[{"name": "pull"}],
+        workers={
+            "nodeSelector": {"pool": "cpu"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            "affinity": {"nodeAffinity": {}},
+            "priorityClassName": "high",
+            "serviceAccountName": "reader",
+            "labels": {"team": "ml"},
+            "annotations": {"note": "x"},
+            "resources": {"requests": {"cpu": 1}},
+        },
+    )
+    sts = builders.build_worker_statefulset(svc, settings, 2)
+    template = sts["spec"]["template"]
+    pod = template["spec"]
+    assert pod["nodeSelector"] == {"pool": "cpu"}
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    assert pod["priorityClassName"] == "high"
+    assert pod["serviceAccountName"] == "reader" and pod["automountServiceAccountToken"] is True
+    assert pod["imagePullSecrets"] == [{"name": "pull"}]
+    assert template["metadata"]["labels"]["team"] == "ml"
+    assert template["metadata"]["annotations"]["note"] == "x"
+    assert container(sts)["image"] == "registry.example/tfdata:1"
+    assert container(sts)["imagePullPolicy"] == "Always"
+    assert container(sts)["resources"] == {"requests": {"cpu": "1"}}
+
+
+def test_hpa_targets_the_scale_subresource() -> None:
+    svc = parse(
+        shardingPolicy="DYNAMIC",
+        workers={"resources": {"requests": {"cpu": "500m"}}},
+        autoscaling={"minReplicas": 2, "maxReplicas": 6, "targetCPUUtilizationPercentage": 70},
+    )
+    hpa = builders.build_hpa(svc)
+    assert hpa is not None
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "tfdata.dev/v1alpha1", "kind": "TFDataService", "name": "demo"}
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
+    assert hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 70
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
+    assert builders.build_hpa(parse()) is None

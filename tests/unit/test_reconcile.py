@@ -1,0 +1,53 @@
+"""The pure parts of a reconcile: deciding what to apply and what to delete."""
+
+from __future__ import annotations
+
+from conftest import parse
+
+from tfdata_operator import builders, reconcile
+from tfdata_operator.builders import BuildSettings
+
+NONE = reconcile.Children(None, None, None, None, None, [])
+
+
+def test_new_service_gets_every_child_in_order() -> None:
+    desired = reconcile.desired_children(parse(shardingPolicy="FILE"), BuildSettings(), NONE)
+    kinds = [(m["kind"], m["metadata"]["name"]) for m in desired.apply]
+    assert kinds == [
+        ("Service", "demo-dispatcher"),
+        ("Service", "demo-worker"),
+        ("StatefulSet", "demo-dispatcher"),
+        ("StatefulSet", "demo-worker"),
+    ]
+    assert desired.delete == [] and desired.waiting is None
+
+
+def test_autoscaling_adds_and_removes_the_hpa() -> None:
+    auto = parse(
+        shardingPolicy="DYNAMIC", workers={"resources": {"requests": {"cpu": "1"}}}, autoscaling={"maxReplicas": 4}
+    )
+    desired = reconcile.desired_children(auto, BuildSettings(), NONE)
+    assert desired.apply[-1]["kind"] == "HorizontalPodAutoscaler"
+    live_hpa = {**desired.apply[-1]}
+    children = reconcile.Children(None, None, None, None, live_hpa, [])
+    removed = reconcile.desired_children(parse(shardingPolicy="DYNAMIC"), BuildSettings(), children)
+    assert removed.delete == [("autoscaling/v2", "HorizontalPodAutoscaler", "demo-worker")]
+
+
+def test_an_hpa_the_operator_does_not_own_is_left_alone() -> None:
+    foreign = {"kind": "HorizontalPodAutoscaler", "metadata": {"name": "demo-worker", "ownerReferences": []}}
+    children = reconcile.Children(None, None, None, None, foreign, [])
+    assert reconcile.desired_children(parse(), BuildSettings(), children).delete == []
+
+
+def test_needs_apply_ignores_what_the_server_adds() -> None:
+    desired = builders.build_worker_service(parse(), BuildSettings())
+    live = {
+        **desired,
+        "metadata": {**desired["metadata"], "uid": "u", "resourceVersion": "7"},
+        "spec": {**desired["spec"], "sessionAffinity": "None", "clusterIPs": ["None"]},
+    }
+    assert not reconcile.needs_apply(desired, live)
+    edited = {**live, "spec": {**live["spec"], "publishNotReadyAddresses": False}}
+    assert reconcile.needs_apply(desired, edited)
+    assert reconcile.needs_apply(desired, None)

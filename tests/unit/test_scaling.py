@@ -1,0 +1,117 @@
+"""The scaling order: no worker ever runs while missing from the dispatcher's list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import parse
+
+from tfdata_operator import builders, reconcile, scaling, spec
+from tfdata_operator.builders import BuildSettings
+
+SETTINGS = BuildSettings()
+
+
+class FakeCluster:
+    """Just enough StatefulSet behaviour to replay reconcile steps: pods follow replicas one step later."""
+
+    def __init__(self) -> None:
+        self.dispatcher: dict[str, Any] | None = None
+        self.workers: dict[str, Any] | None = None
+        self.worker_pods: list[str] = []
+        self.dispatcher_ready = False
+
+    def children(self) -> reconcile.Children:
+        return reconcile.Children(None, self.dispatcher, None, self.workers, None, list(self.worker_pods))
+
+    def apply(self, svc: spec.ServiceSpec) -> scaling.ScalePlan | None:
+        desired = reconcile.desired_children(svc, SETTINGS, self.children())
+        by_name = {m["metadata"]["name"]: m for m in desired.apply if m["kind"] == "StatefulSet"}
+        new_dispatcher = by_name[builders.dispatcher_name(svc)]
+        if self.dispatcher is None or builders.read_config(self.dispatcher) != builders.read_config(new_dispatcher):
+            self.dispatcher_ready = False  # the dispatcher pod restarts with the new template
+        self.dispatcher = self._with_status(new_dispatcher, self.dispatcher_ready)
+        self.workers = self._with_status(by_name[builders.workers_name(svc)], True)
+        return desired.waiting  # type: ignore[return-value]
+
+    def settle(self) -> None:
+        """The controllers act: the dispatcher becomes ready, worker pods match replicas."""
+        self.dispatcher_ready = True
+        assert self.dispatcher is not None and self.workers is not None
+        self.dispatcher = self._with_status(self.dispatcher, True)
+        n = self.workers["spec"]["replicas"]
+        self.worker_pods = [f"{self.workers['metadata']['name']}-{i}" for i in range(n)]
+
+    @staticmethod
+    def _with_status(sts: dict[str, Any], ready: bool) -> dict[str, Any]:
+        n = sts["spec"]["replicas"]
+        status = {"observedGeneration": 1, "replicas": n, "updatedReplicas": n, "readyReplicas": n if ready else 0}
+        status.update(currentRevision="r", updateRevision="r")
+        return {**sts, "metadata": {**sts["metadata"], "generation": 1}, "status": status}
+
+    def check_invariant(self, svc: spec.ServiceSpec) -> None:
+        config = builders.read_config(self.dispatcher)
+        listed = set((config or {}).get("worker_addresses") or [])
+        fmt = builders.worker_address_format(svc, SETTINGS, svc.workers.port)
+        for pod in self.worker_pods:
+            address = fmt.replace("{pod_name}", pod)
+            assert address in listed, f"worker {pod} runs but the dispatcher's list is {sorted(listed)}"
+
+
+@pytest.mark.parametrize(("start", "end"), [(2, 3), (2, 5), (4, 2), (3, 1), (1, 4)])
+def test_static_scaling_never_leaves_a_worker_out_of_the_list(start: int, end: int) -> None:
+    cluster = FakeCluster()
+    svc = parse(shardingPolicy="FILE", workers={"replicas": start})
+    cluster.apply(svc)
+    cluster.settle()
+    cluster.check_invariant(svc)
+
+    svc = parse(shardingPolicy="FILE", workers={"replicas": end})
+    for _ in range(6):
+        cluster.apply(svc)
+        cluster.check_invariant(svc)
+        cluster.settle()
+        cluster.check_invariant(svc)
+    config = builders.read_config(cluster.dispatcher)
+    assert len(config["worker_addresses"]) == end  # type: ignore[index]
+    assert len(cluster.worker_pods) == end
+
+
+def test_scale_up_moves_the_dispatcher_first() -> None:
+    cluster = FakeCluster()
+    cluster.apply(parse(shardingPolicy="DATA", workers={"replicas": 2}))
+    cluster.settle()
+    waiting = cluster.apply(parse(shardingPolicy="DATA", workers={"replicas": 3}))
+    assert waiting and "waiting for the dispatcher" in waiting
+    assert len(builders.read_config(cluster.dispatcher)["worker_addresses"]) == 3  # type: ignore[index]
+    assert cluster.workers["spec"]["replicas"] == 2  # type: ignore[index]
+    cluster.settle()
+    assert cluster.apply(parse(shardingPolicy="DATA", workers={"replicas": 3})) is None
+    assert cluster.workers["spec"]["replicas"] == 3  # type: ignore[index]
+
+
+def test_scale_down_moves_the_workers_first() -> None:
+    cluster = FakeCluster()
+    cluster.apply(parse(shardingPolicy="HINT", workers={"replicas": 3}))
+    cluster.settle()
+    waiting = cluster.apply(parse(shardingPolicy="HINT", workers={"replicas": 2}))
+    assert waiting and "waiting for 1 worker pod(s) to stop" in waiting
+    assert cluster.workers["spec"]["replicas"] == 2  # type: ignore[index]
+    assert len(builders.read_config(cluster.dispatcher)["worker_addresses"]) == 3  # type: ignore[index]
+    cluster.settle()
+    assert cluster.apply(parse(shardingPolicy="HINT", workers={"replicas": 2})) is None
+    assert len(builders.read_config(cluster.dispatcher)["worker_addresses"]) == 2  # type: ignore[index]
+
+
+def test_dynamic_scaling_follows_the_spec_at_once() -> None:
+    cluster = FakeCluster()
+    cluster.apply(parse(shardingPolicy="DYNAMIC", workers={"replicas": 2}))
+    cluster.settle()
+    assert cluster.apply(parse(shardingPolicy="DYNAMIC", workers={"replicas": 7})) is None
+    assert cluster.workers["spec"]["replicas"] == 7  # type: ignore[index]
+
+
+def test_ordinals_count_pods_that_still_exist() -> None:
+    assert scaling.highest_ordinal_plus_one(["x-worker-0", "x-worker-3", "other-1"], "x-worker") == 4
+    assert scaling.highest_ordinal_plus_one([], "x-worker") == 0
