@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import parse
 
 from tfdata_operator import builders, serverconfig
 from tfdata_operator.builders import BuildSettings
+
+from conftest import parse
 
 
 def container(sts: dict[str, Any]) -> dict[str, Any]:
@@ -215,7 +216,11 @@ def test_hpa_targets_the_scale_subresource() -> None:
     )
     hpa = builders.build_hpa(svc)
     assert hpa is not None
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "tfdata.dev/v1alpha1", "kind": "TFDataService", "name": "demo"}
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "tfdata.dev/v1alpha1",
+        "kind": "TFDataService",
+        "name": "demo",
+    }
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
     assert hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 70
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from conftest import parse
-
 from tfdata_operator import builders, reconcile
 from tfdata_operator.builders import BuildSettings
+
+from conftest import parse
 
 NONE = reconcile.Children(None, None, None, None, None, [])
 

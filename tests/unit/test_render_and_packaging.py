@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 import yaml
-from cases import BAD_SPECS, CRD_PATH, EXAMPLES, manifest
 from click.testing import CliRunner
 
 from tfdata_operator import cli, reconcile, spec
 from tfdata_operator.builders import BuildSettings
+
+from cases import BAD_SPECS, CRD_PATH, EXAMPLES, manifest
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import parse
 
 from tfdata_operator import builders, reconcile, scaling, spec
 from tfdata_operator.builders import BuildSettings
+
+from conftest import parse
 
 SETTINGS = BuildSettings()
 
@@ -23,7 +24,10 @@ class FakeCluster:
         self.dispatcher_ready = False
 
     def children(self) -> reconcile.Children:
-        return reconcile.Children(None, self.dispatcher, None, self.workers, None, list(self.worker_pods))
+        pods = [
+            {"metadata": {"name": n, "labels": {"app.kubernetes.io/component": "worker"}}} for n in self.worker_pods
+        ]
+        return reconcile.Children(None, self.dispatcher, None, self.workers, None, pods)
 
     def apply(self, svc: spec.ServiceSpec) -> scaling.ScalePlan | None:
         desired = reconcile.desired_children(svc, SETTINGS, self.children())
@@ -115,3 +119,24 @@ def test_dynamic_scaling_follows_the_spec_at_once() -> None:
 def test_ordinals_count_pods_that_still_exist() -> None:
     assert scaling.highest_ordinal_plus_one(["x-worker-0", "x-worker-3", "other-1"], "x-worker") == 4
     assert scaling.highest_ordinal_plus_one([], "x-worker") == 0
+
+
+def test_a_pod_stuck_on_an_old_revision_is_replaced_but_a_ready_one_is_not() -> None:
+    sts = {
+        "metadata": {"name": "x-dispatcher"},
+        "status": {"currentRevision": "old", "updateRevision": "new", "replicas": 1, "updatedReplicas": 0},
+    }
+
+    def pod(name: str, revision: str, ready: bool) -> dict[str, Any]:
+        condition = {"type": "Ready", "status": "True" if ready else "False"}
+        labels = {"controller-revision-hash": revision}
+        return {"metadata": {"name": name, "labels": labels}, "status": {"conditions": [condition]}}
+
+    pods = [pod("x-dispatcher-0", "old", False), pod("x-dispatcher-1", "old", True), pod("x-other-0", "old", False)]
+    assert [p["metadata"]["name"] for p in scaling.stuck_pods(sts, pods)] == ["x-dispatcher-0"]
+    assert scaling.stuck_pods(sts, [pod("x-dispatcher-0", "new", False)]) == []
+    settled = {
+        **sts,
+        "status": {"currentRevision": "new", "updateRevision": "new", "replicas": 1, "updatedReplicas": 1},
+    }
+    assert scaling.stuck_pods(settled, pods[:1]) == []

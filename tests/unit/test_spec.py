@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from cases import BAD_SPECS, CRD_PATH, REQUESTS_ABOVE_LIMITS, BadSpec, manifest
-from conftest import IMAGE, body, parse
 
 from tfdata_operator import spec
+
+from cases import BAD_SPECS, CRD_PATH, REQUESTS_ABOVE_LIMITS, BadSpec, manifest
+from conftest import IMAGE, body, parse
 
 
 def test_empty_spec_gets_the_documented_defaults() -> None:

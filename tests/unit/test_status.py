@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import body, parse
-
 from tfdata_operator import builders, status
 from tfdata_operator.builders import BuildSettings
+
+from conftest import body, parse
 
 SETTINGS = BuildSettings()
 

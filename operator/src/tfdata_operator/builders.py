@@ -83,8 +83,11 @@ def selector_labels(svc: ServiceSpec, component: str) -> dict[str, str]:
     }
 
 
+MANAGED_BY = {"app.kubernetes.io/managed-by": MANAGER}
+
+
 def labels(svc: ServiceSpec, component: str) -> dict[str, str]:
-    return {**selector_labels(svc, component), "app.kubernetes.io/managed-by": MANAGER}
+    return {**selector_labels(svc, component), **MANAGED_BY}
 
 
 def worker_selector(svc: ServiceSpec) -> str:
@@ -115,7 +118,9 @@ def _metadata(svc: ServiceSpec, name: str, component: str) -> dict[str, Any]:
 # --- Server configuration ------------------------------------------------------------
 
 
-def dispatcher_config(svc: ServiceSpec, settings: BuildSettings, worker_count: int) -> serverconfig.DispatcherServerConfig:
+def dispatcher_config(
+    svc: ServiceSpec, settings: BuildSettings, worker_count: int
+) -> serverconfig.DispatcherServerConfig:
     """The dispatcher's configuration; ``worker_count`` sizes the static worker list."""
     d = svc.dispatcher
     work_dir = d.work_dir or (DEFAULT_WORK_DIR if d.storage.enabled else None)

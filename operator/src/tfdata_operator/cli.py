@@ -43,6 +43,10 @@ def main() -> None:
     "--log-format", type=click.Choice(["plain", "full", "json"]), default="full", envvar="TFDATA_LOG_FORMAT",
     show_default=True, help="Log line format.",
 )  # fmt: skip
+@click.option(
+    "--resync-seconds", type=click.FloatRange(min=1), default=60.0, envvar="TFDATA_RESYNC_SECONDS",
+    show_default=True, help="Reconcile every TFDataService this often even when nothing changed.",
+)  # fmt: skip
 @click.option("--verbose", is_flag=True, envvar="TFDATA_VERBOSE", help="Log debug messages.")
 def run(
     namespaces: tuple[str, ...],
@@ -50,18 +54,28 @@ def run(
     cluster_domain: str,
     liveness: str | None,
     log_format: str,
+    resync_seconds: float,
     verbose: bool,
 ) -> None:
     """Runs the operator until SIGTERM or SIGINT."""
     import asyncio
+    import logging
 
     import kopf
 
     from . import handlers
 
     watched = [n for item in namespaces for n in item.split() if n]
-    config = reconcile.OperatorConfig(server_image=server_image, build=BuildSettings(cluster_domain=cluster_domain))
+    config = reconcile.OperatorConfig(
+        server_image=server_image,
+        build=BuildSettings(cluster_domain=cluster_domain),
+        namespaces=tuple(watched),
+        resync_seconds=resync_seconds,
+    )
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
+    if not verbose:
+        # kopf logs every handler run; the operator logs what it changed.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     asyncio.run(
         kopf.operator(
             clusterwide=not watched,

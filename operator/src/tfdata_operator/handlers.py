@@ -7,6 +7,7 @@ all call ``reconcile.reconcile``, which reads everything fresh and converges.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -18,12 +19,11 @@ from .kube import Kube, load_client_config
 
 VERSION = "v1alpha1"
 MANAGED = {"app.kubernetes.io/managed-by": MANAGER}
-# How often every TFDataService is reconciled even when nothing signals a change.
-RESYNC_SECONDS = 60.0
+log = logging.getLogger(__name__)
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Keep kopf's bookkeeping in annotations: the CRD's structural schema has no status.kopf.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -36,18 +36,40 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 8
     memo.kube = Kube(load_client_config())
+    memo.resync = asyncio.create_task(_resync_forever(memo))
+
+
+@kopf.on.cleanup()
+async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
+    memo.resync.cancel()
 
 
 @kopf.on.resume(API_GROUP, VERSION, PLURAL)
 @kopf.on.create(API_GROUP, VERSION, PLURAL)
 @kopf.on.update(API_GROUP, VERSION, PLURAL)
-def reconcile_service(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    reconcile.reconcile(memo.kube, memo.config, namespace, name)
+def reconcile_service(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    reconcile.reconcile(memo.kube, memo.config, namespace or "default", name)
 
 
-@kopf.timer(API_GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
-def resync(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    reconcile.reconcile(memo.kube, memo.config, namespace, name)
+async def _resync_forever(memo: kopf.Memo) -> None:
+    """Reconciles every TFDataService periodically, whether or not anything signalled a change.
+
+    A plain task rather than a kopf timer: kopf puts a finalizer on every object with a
+    timer, and a TFDataService must stay deletable while the operator is not running.
+    """
+    config: reconcile.OperatorConfig = memo.config
+    while True:
+        await asyncio.sleep(config.resync_seconds)
+        try:
+            names = await asyncio.to_thread(memo.kube.list_services, config.namespaces)
+        except Exception as exc:  # the next round tries again; a resync must never stop
+            log.warning("Resync could not list TFDataServices: %s", exc)
+            continue
+        for namespace, name in names:
+            try:
+                await asyncio.to_thread(reconcile.reconcile, memo.kube, config, namespace, name)
+            except Exception:
+                log.exception("Resync of %s/%s failed", namespace, name)
 
 
 def _reconcile_owner(body: kopf.Body, memo: kopf.Memo) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -75,17 +76,21 @@ class Kube:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> Manifest:
-        response = self.api.call_api(
-            url,
+        if body is not None and "json" not in content_type:
+            body = json.dumps(body)  # JSON is YAML: what apply-patch+yaml needs, already serialised
+        method, full_url, headers, payload, _ = self.api.param_serialize(
             method,
+            url,
             query_params=query or [],
             header_params={"Accept": "application/json", "Content-Type": content_type},
             body=body,
             auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=30,
         )
-        data = response.data
+        response = self.api.call_api(method, full_url, header_params=headers, body=payload, _request_timeout=30)
+        data = response.read()
+        if not 200 <= response.status < 300:
+            text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+            raise ApiException(status=response.status, reason=response.reason, body=text)
         return json.loads(data) if data else {}
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
@@ -96,10 +101,21 @@ class Kube:
                 return None
             raise
 
-    def list_names(self, api_version: str, kind: str, namespace: str, selector: Mapping[str, str]) -> list[str]:
+    def list_objects(self, api_version: str, kind: str, namespace: str, selector: Mapping[str, str]) -> list[Manifest]:
         label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         result = self._call("GET", path(api_version, kind, namespace), query=[("labelSelector", label_selector)])
-        return [item["metadata"]["name"] for item in result.get("items", [])]
+        items: list[Manifest] = result.get("items", [])
+        return items
+
+    def list_services(self, namespaces: tuple[str, ...]) -> list[tuple[str, str]]:
+        """(namespace, name) of every TFDataService in ``namespaces``, or everywhere if empty."""
+        urls = [path(f"{API_GROUP}/v1alpha1", "TFDataService", ns) for ns in namespaces]
+        urls = urls or [f"/apis/{API_GROUP}/v1alpha1/{PLURAL}"]
+        found = []
+        for url in urls:
+            for item in self._call("GET", url).get("items", []):
+                found.append((item["metadata"]["namespace"], item["metadata"]["name"]))
+        return found
 
     def apply(self, manifest: Manifest, dry_run: bool = False) -> Manifest:
         """Server-side apply as the operator's field manager, taking over conflicting fields."""

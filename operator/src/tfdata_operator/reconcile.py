@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
@@ -31,7 +32,11 @@ class OperatorConfig:
     """Settings of one operator process."""
 
     server_image: str | None = None
-    build: BuildSettings = BuildSettings()
+    build: BuildSettings = field(default_factory=BuildSettings)
+    # Empty means every namespace.
+    namespaces: tuple[str, ...] = ()
+    # How often every TFDataService is reconciled even when nothing signals a change.
+    resync_seconds: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,14 @@ class Children:
     worker_service: Manifest | None
     workers: Manifest | None
     hpa: Manifest | None
-    worker_pods: list[str]
+    pods: list[Manifest]  # every pod of this TFDataService, dispatcher and workers
+
+    def pod_names(self, component: str) -> list[str]:
+        return [
+            p["metadata"]["name"]
+            for p in self.pods
+            if p["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
+        ]
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,7 @@ def observe(kube: Kube, namespace: str, name: str) -> Children:
         worker_service=kube.get("v1", "Service", namespace, builders.workers_name(stub)),
         workers=kube.get("apps/v1", "StatefulSet", namespace, builders.workers_name(stub)),
         hpa=kube.get("autoscaling/v2", "HorizontalPodAutoscaler", namespace, builders.workers_name(stub)),
-        worker_pods=kube.list_names("v1", "Pod", namespace, builders.selector_labels(stub, builders.WORKER)),
+        pods=kube.list_objects("v1", "Pod", namespace, {"app.kubernetes.io/instance": name, **builders.MANAGED_BY}),
     )
 
 
@@ -83,7 +95,7 @@ def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: C
         children.dispatcher,
         live_list,
         lambda n: builders.worker_addresses(svc, settings, n),
-        scaling.highest_ordinal_plus_one(children.worker_pods, builders.workers_name(svc)),
+        scaling.highest_ordinal_plus_one(children.pod_names(builders.WORKER), builders.workers_name(svc)),
     )
     apply = [
         builders.build_dispatcher_service(svc, settings),
@@ -109,7 +121,7 @@ def needs_apply(desired: Any, live: Any) -> bool:
     if isinstance(desired, list):
         if not isinstance(live, list) or len(desired) != len(live):
             return True
-        return any(needs_apply(d, lv) for d, lv in zip(desired, live))
+        return any(needs_apply(d, lv) for d, lv in zip(desired, live, strict=True))
     return bool(desired != live)
 
 
@@ -161,6 +173,16 @@ def _reconcile_locked(kube: Kube, config: OperatorConfig, body: Manifest) -> Non
         log.info("%s %s %s/%s", verb, manifest["kind"], namespace, manifest["metadata"]["name"])
         if not existed:
             kube.event(body, "Normal", verb, f"{verb} {manifest['kind']} {manifest['metadata']['name']}")
+    for sts in (
+        live.get(("StatefulSet", builders.dispatcher_name(svc))),
+        live.get(("StatefulSet", builders.workers_name(svc))),
+    ):
+        for pod in scaling.stuck_pods(sts, children.pods):
+            meta_pod = pod["metadata"]
+            if kube.delete("v1", "Pod", namespace, meta_pod["name"], uid=meta_pod.get("uid")):
+                message = f"Deleted pod {meta_pod['name']}: it is not ready and runs an old configuration"
+                log.info(message)
+                kube.event(body, "Normal", "RestartedStuckPod", message)
     for api_version, kind, child in desired.delete:
         if kube.delete(api_version, kind, namespace, child):
             log.info("Deleted %s %s/%s", kind, namespace, child)
@@ -220,7 +242,9 @@ def _report_invalid(
     message: str,
 ) -> None:
     new_status = status.compute_status(svc, body, observed, config.build, now, invalid=message)
-    old_ready = next((c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    old_ready: Mapping[str, Any] = next(
+        (c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {}
+    )
     if old_ready.get("reason") != status.INVALID_SPEC or old_ready.get("message") != message:
         log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], message)
         kube.event(body, "Warning", status.INVALID_SPEC, message)
@@ -232,4 +256,3 @@ def _write_status(kube: Kube, body: Manifest, new_status: Manifest) -> None:
         return
     meta = body["metadata"]
     kube.patch_status(API_VERSION, KIND, meta["namespace"], meta["name"], new_status)
-

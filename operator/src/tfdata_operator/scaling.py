@@ -16,8 +16,9 @@ Pure functions of the live objects, so the plan is the same whoever computes it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .spec import ServiceSpec
 
@@ -96,3 +97,35 @@ def plan(
             "to stop before the dispatcher restarts with the shorter list",
         )
     return ScalePlan(desired, desired)
+
+
+def _pod_ready(pod: Manifest) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def stuck_pods(sts: Manifest | None, pods: list[Manifest]) -> list[Manifest]:
+    """Pods of ``sts`` that are not ready and still run an old revision.
+
+    The StatefulSet controller's rolling update waits for an unhealthy pod to become
+    healthy before replacing it, which never happens when the old template is what
+    keeps it from starting (a bad image, a dispatcher that cannot start). Such a pod
+    serves nothing, so deleting it lets the controller recreate it from the new template.
+    """
+    if not sts:
+        return []
+    status = sts.get("status") or {}
+    update = status.get("updateRevision")
+    rolled_out = update == status.get("currentRevision") and status.get("updatedReplicas") == status.get("replicas")
+    if not update or rolled_out:
+        return []
+    prefix = sts["metadata"]["name"] + "-"
+    return [
+        p
+        for p in pods
+        if p["metadata"]["name"].startswith(prefix)
+        and p["metadata"]["name"][len(prefix) :].isdigit()
+        and p["metadata"].get("labels", {}).get("controller-revision-hash") not in (None, update)
+        and not p["metadata"].get("deletionTimestamp")
+        and not _pod_ready(p)
+    ]

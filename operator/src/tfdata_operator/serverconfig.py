@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 # The environment variable holding the JSON configuration in the pod template.
 CONFIG_ENV = "TFDATA_SERVER_CONFIG"
@@ -92,13 +93,10 @@ class WorkerServerConfig:
         if self.port == self.health_port:
             raise ConfigError(f"port and health_port must differ (both are {self.port})")
         if not self.dispatcher_address or "://" in self.dispatcher_address:
-            raise ConfigError(
-                f"dispatcher_address must be host:port without a scheme, got {self.dispatcher_address!r}"
-            )
+            raise ConfigError(f"dispatcher_address must be host:port without a scheme, got {self.dispatcher_address!r}")
         if POD_NAME_PLACEHOLDER not in self.worker_address_format:
             raise ConfigError(
-                f"worker_address_format must contain {POD_NAME_PLACEHOLDER}, "
-                f"got {self.worker_address_format!r}"
+                f"worker_address_format must contain {POD_NAME_PLACEHOLDER}, got {self.worker_address_format!r}"
             )
         if self.data_transfer_port is not None:
             _check_port("data_transfer_port", self.data_transfer_port)

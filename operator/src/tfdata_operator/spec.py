@@ -9,8 +9,9 @@ here equal the CRD's (a unit test compares them).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 SHARDING_POLICIES = ("OFF", "DYNAMIC", "FILE", "DATA", "FILE_OR_DATA", "HINT")
 # These need the dispatcher to know the exact worker list, fixed when it starts.
@@ -269,7 +270,7 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
     if autoscaling is not None:
         if policy not in AUTOSCALING_POLICIES:
             problems.append(
-                f"spec.autoscaling is allowed only with shardingPolicy DYNAMIC or \"OFF\", not {policy}: "
+                f'spec.autoscaling is allowed only with shardingPolicy DYNAMIC or "OFF", not {policy}: '
                 "the static policies need a fixed list of workers"
             )
         if "cpu" not in workers.pod.resources.get("requests", {}):
@@ -383,9 +384,7 @@ def _autoscaling(r: _Reader) -> AutoscalingSpec:
     r.finish()
     assert max_replicas is not None and min_replicas is not None and target is not None and window is not None
     if min_replicas > max_replicas:
-        r.problems.append(
-            f"spec.autoscaling.minReplicas ({min_replicas}) must not exceed maxReplicas ({max_replicas})"
-        )
+        r.problems.append(f"spec.autoscaling.minReplicas ({min_replicas}) must not exceed maxReplicas ({max_replicas})")
     return AutoscalingSpec(
         max_replicas=max_replicas,
         min_replicas=min_replicas,

@@ -7,8 +7,9 @@ so recomputing an unchanged status gives an identical one and nothing is written
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from . import builders, scaling
 from .builders import BuildSettings
@@ -69,9 +70,7 @@ def workers_condition(svc: ServiceSpec, observed: Observed, waiting: str | None)
         return Condition(WORKERS_READY, False, "WorkersMissing", "The worker StatefulSet does not exist yet.")
     if sts.get("spec", {}).get("replicas") == desired and scaling.statefulset_settled(sts):
         return Condition(WORKERS_READY, True, "WorkersReady", f"{ready}/{desired} workers are ready.")
-    return Condition(
-        WORKERS_READY, False, "WorkersNotReady", f"{ready}/{desired} workers are ready and up to date."
-    )
+    return Condition(WORKERS_READY, False, "WorkersNotReady", f"{ready}/{desired} workers are ready and up to date.")
 
 
 def summary_condition(dispatcher: Condition, workers: Condition, invalid: str | None) -> Condition:

@@ -1,0 +1,172 @@
+"""``tfdata-server dispatcher|worker``: the supervisor process of a dispatcher or worker pod.
+
+It reads and checks the configuration (exit 2 when it is unusable), serves the probes,
+runs TensorFlow's server in a child process (``tfserver``) and turns SIGTERM/SIGINT into
+a clean stop (exit 0). A server that fails to start exits 1 with TensorFlow's message.
+It never imports TensorFlow: see ``tfdata_operator.server`` for why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from types import FrameType
+
+import click
+
+from .. import serverconfig
+from . import configure_logging
+from .health import FAILED, HealthServer, ProbeState
+
+# Below Kubernetes' default terminationGracePeriodSeconds (30s), so we, not the kubelet, end it.
+STOP_GRACE_SECONDS = 20.0
+EXIT_OK, EXIT_FAILED, EXIT_INVALID_CONFIG = 0, 1, 2
+
+
+def pod_name_for(kind: str, environ: Mapping[str, str] = os.environ) -> str | None:
+    """A worker's own pod name, from which it announces its address; a dispatcher needs none."""
+    if kind != "worker":
+        return None
+    name = environ.get(serverconfig.POD_NAME_ENV, "").strip()
+    if not name:
+        raise serverconfig.ConfigError(
+            f"{serverconfig.POD_NAME_ENV} is not set: a worker announces its address from its pod name "
+            "(set it from the pod's metadata.name)"
+        )
+    return name
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        return f"signal {signal.Signals(-returncode).name}"
+    return f"code {returncode}"
+
+
+class Supervisor:
+    """Runs one TensorFlow server process and answers for it."""
+
+    def __init__(self, kind: str, config: serverconfig.ServerConfig, pod_name: str | None) -> None:
+        self.kind = kind
+        self.config = config
+        self.pod_name = pod_name
+        self.log = configure_logging()
+        self.state = ProbeState(f"{kind} starting")
+        self._wake = threading.Event()
+        self._signals: list[int] = []
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        try:
+            health = HealthServer(self.state, self.config.health_port)
+        except OSError as exc:
+            self.log.error("cannot serve the probes on port %d: %s", self.config.health_port, exc.strerror)
+            return EXIT_FAILED
+        health.start()
+        self.log.info("health probes listening on 0.0.0.0:%d (/healthz, /readyz)", health.port)
+        try:
+            child = self._start_child()
+            while not self._wake.wait(0.5):
+                pass
+            if self._signals:
+                return self._stop(child)
+            return self._child_ended(child)
+        finally:
+            health.stop()
+            self.log.info("health probes stopped")
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals.append(signum)
+        self._wake.set()
+
+    def _start_child(self) -> subprocess.Popen[bytes]:
+        read_fd, write_fd = os.pipe()
+        env = dict(os.environ)
+        env[serverconfig.CONFIG_ENV] = serverconfig.to_json(self.config)  # also when it came from --config
+        if self.pod_name is not None:
+            env[serverconfig.POD_NAME_ENV] = self.pod_name
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "tfdata_operator.server.tfserver", self.kind, "--status-fd", str(write_fd)],
+                env=env,
+                pass_fds=(write_fd,),
+            )
+        finally:
+            os.close(write_fd)
+        self.log.info("started the TensorFlow %s process (pid %d)", self.kind, child.pid)
+        threading.Thread(target=self._read_status, args=(read_fd,), name="status", daemon=True).start()
+        return child
+
+    def _read_status(self, read_fd: int) -> None:
+        was_ready = False
+        with open(read_fd, "rb") as pipe:
+            for line in pipe:
+                try:
+                    self.state.apply(line)
+                except ValueError as exc:
+                    self.log.warning("ignored a status report: %s", exc)
+                    continue
+                ready, detail = self.state.readiness()
+                if ready != was_ready:
+                    self.log.log(
+                        logging.INFO if ready else logging.WARNING, "%s", "ready: " + detail if ready else detail
+                    )
+                    was_ready = ready
+        self._wake.set()  # end of the pipe: the TensorFlow process has ended
+
+    def _stop(self, child: subprocess.Popen[bytes]) -> int:
+        self.log.info("received %s; stopping the %s", signal.Signals(self._signals[0]).name, self.kind)
+        self.state.stopping()
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.log.warning("the %s did not stop within %.0fs; killing it", self.kind, STOP_GRACE_SECONDS)
+                child.kill()
+                child.wait()
+        self.log.info("the TensorFlow %s process exited (%s)", self.kind, _describe_exit(child.returncode))
+        return EXIT_OK
+
+    def _child_ended(self, child: subprocess.Popen[bytes]) -> int:
+        try:
+            child.wait(STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:  # it closed the pipe but lives on: end it
+            child.kill()
+            child.wait()
+        if self.state.phase != FAILED:
+            self.state.failed(
+                f"the TensorFlow {self.kind} process exited unexpectedly ({_describe_exit(child.returncode)})"
+            )
+        self.log.error("%s", self.state.detail)
+        return EXIT_FAILED
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("kind", type=click.Choice(["dispatcher", "worker"]))
+@click.option(
+    "--config",
+    "config_path",
+    metavar="FILE",
+    help=f"The server configuration (JSON). Default: the {serverconfig.CONFIG_ENV} environment variable.",
+)
+def main(kind: str, config_path: str | None) -> None:
+    """Run a tf.data service dispatcher or worker, with /healthz and /readyz probes.
+
+    A worker announces the address made from its pod name (the POD_NAME environment
+    variable). SIGTERM or SIGINT stops the server cleanly.
+
+    Exit codes: 0 stopped by a signal, 1 the server failed, 2 invalid configuration.
+    """
+    try:
+        config = serverconfig.load(kind, config_path)
+        pod_name = pod_name_for(kind)
+    except serverconfig.ConfigError as exc:
+        click.echo(f"tfdata-server: invalid configuration: {exc}", err=True)
+        sys.exit(EXIT_INVALID_CONFIG)
+    sys.exit(Supervisor(kind, config, pod_name).run())

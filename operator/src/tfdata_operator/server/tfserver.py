@@ -1,0 +1,226 @@
+"""The TensorFlow side of ``tfdata-server``: the only module that imports TensorFlow.
+
+It maps a ``serverconfig`` model onto TensorFlow's own ``DispatcherConfig`` /
+``WorkerConfig`` protos, starts the server and reports readiness to the supervisor
+(``main``), which starts it as ``python -m tfdata_operator.server.tfserver KIND --status-fd N``
+with the validated configuration in ``TFDATA_SERVER_CONFIG``.
+
+Readiness, as TensorFlow 2.21 behaves:
+
+- a worker's ``start()`` returns only once the dispatcher has accepted its heartbeat
+  (it retries for as long as the dispatcher is unreachable, and fails at once when the
+  dispatcher refuses it, e.g. an address missing from the static worker list), so a
+  worker is ready once ``start()`` has returned;
+- a dispatcher's ``start()`` returns once its journal is replayed; it is ready while
+  ``_num_workers()`` answers, which goes through the gRPC service implementation.
+  (Calling ``_num_workers()`` before ``start()`` has returned crashes the process with a
+  segmentation fault, so it is never called earlier.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .. import serverconfig
+from ..serverconfig import DispatcherServerConfig, WorkerServerConfig
+from . import configure_logging
+from .health import FAILED, RUNNING, STARTING, status_line
+
+REPORT_INTERVAL_SECONDS = 1.0
+
+Report = Callable[[str, bool, str], None]
+
+
+def _time_or_placeholder(value: int | None) -> int:
+    """Mirrors TensorFlow's namedtuple configs: unset is 0 ("runtime default"), 0 is 1 ms."""
+    if value is None:
+        return 0
+    if value == 0:
+        return 1
+    return value
+
+
+def dispatcher_config_proto(config: DispatcherServerConfig) -> Any:
+    """TensorFlow's DispatcherConfig proto; the namedtuple cannot carry client_timeout_ms."""
+    from tensorflow.core.protobuf import service_config_pb2  # type: ignore[import-untyped]
+
+    proto = service_config_pb2.DispatcherConfig(
+        port=config.port,
+        protocol=config.protocol,
+        fault_tolerant_mode=config.fault_tolerant_mode,
+        job_gc_check_interval_ms=_time_or_placeholder(config.job_gc_check_interval_ms),
+        job_gc_timeout_ms=_time_or_placeholder(config.job_gc_timeout_ms),
+    )
+    if config.work_dir is not None:
+        proto.work_dir = config.work_dir
+    if config.worker_addresses is not None:
+        proto.worker_addresses.extend(config.worker_addresses)
+    # Passed as they are, like TensorFlow's DispatcherConfig does for worker_timeout_ms:
+    # unset (0 in the proto) leaves them to the runtime.
+    for name in ("client_timeout_ms", "worker_timeout_ms", "worker_max_concurrent_snapshots"):
+        value = getattr(config, name)
+        if value is not None:
+            setattr(proto, name, value)
+    return proto
+
+
+def worker_config_proto(config: WorkerServerConfig, pod_name: str) -> Any:
+    """TensorFlow's WorkerConfig proto, announcing this pod's address (never localhost)."""
+    from tensorflow.core.protobuf import service_config_pb2
+
+    proto = service_config_pb2.WorkerConfig(
+        port=config.port,
+        protocol=config.protocol,
+        dispatcher_address=config.dispatcher_address,
+        worker_address=config.worker_address(pod_name),
+        heartbeat_interval_ms=_time_or_placeholder(config.heartbeat_interval_ms),
+        dispatcher_timeout_ms=_time_or_placeholder(config.dispatcher_timeout_ms),
+    )
+    if config.data_transfer_protocol is not None:
+        proto.data_transfer_protocol = config.data_transfer_protocol
+    if config.data_transfer_port is not None:
+        proto.data_transfer_port = config.data_transfer_port
+    transfer_address = config.data_transfer_address(pod_name)
+    if transfer_address is not None:
+        proto.data_transfer_address = transfer_address
+    return proto
+
+
+def _dispatcher_summary(config: DispatcherServerConfig) -> str:
+    workers = (
+        f"{len(config.worker_addresses)} static workers"
+        if config.worker_addresses is not None
+        else "workers register dynamically"
+    )
+    return f"port {config.port} (work_dir={config.work_dir or '-'}, fault_tolerant_mode={config.fault_tolerant_mode}, {workers})"
+
+
+class _Server:
+    """A started-or-starting TensorFlow server and how to tell whether it serves."""
+
+    def __init__(self, kind: str, config: serverconfig.ServerConfig, pod_name: str | None) -> None:
+        import tensorflow as tf  # type: ignore[import-untyped]
+
+        service = tf.data.experimental.service
+        self.kind = kind
+        if isinstance(config, DispatcherServerConfig):
+            self.server = service.DispatchServer(dispatcher_config_proto(config), start=False)
+            summary = _dispatcher_summary(config)
+            self.starting = f"dispatcher starting on {summary}" + (
+                f", replaying the journal in {config.work_dir}" if config.fault_tolerant_mode else ""
+            )
+            self.started = f"dispatcher listening on {summary}"
+            expected = len(config.worker_addresses) if config.worker_addresses is not None else None
+            self._check: Callable[[], str] = lambda: self._dispatcher_status(config.port, expected)
+        else:
+            assert pod_name is not None, "main() checks that a worker has a pod name"
+            address = config.worker_address(pod_name)
+            self.server = service.WorkerServer(worker_config_proto(config, pod_name), start=False)
+            self.starting = (
+                f"worker registering with dispatcher at {config.dispatcher_address} as {address} "
+                "(waits until the dispatcher accepts this worker)"
+            )
+            self.started = (
+                f"worker listening on port {config.port}, "
+                f"registered with dispatcher at {config.dispatcher_address} as {address}"
+            )
+            self._check = lambda: (
+                f"registered with dispatcher at {config.dispatcher_address} as {address}; "
+                + (f"{self.server._num_tasks()} tasks")
+            )
+
+    def _dispatcher_status(self, port: int, expected: int | None) -> str:
+        registered = self.server._num_workers()
+        of = f" of {expected}" if expected is not None else ""
+        return f"dispatcher serving on port {port}; {registered}{of} workers registered"
+
+    def status(self) -> tuple[bool, str]:
+        try:
+            return True, self._check()
+        except Exception as exc:  # TensorFlow raises plain RuntimeError and OpError alike
+            return False, f"{self.kind} not answering: {exc}"
+
+
+def run(kind: str, config: serverconfig.ServerConfig, pod_name: str | None, report: Report) -> int:
+    """Starts the server, reports until SIGTERM, stops it; returns the exit code."""
+    log = configure_logging()
+    # Until start() returns, SIGTERM keeps its default action: start() holds the GIL, so a
+    # Python handler could not run, and there is nothing to stop cleanly yet. SIGINT (a
+    # terminal's ^C reaches both processes) is the supervisor's to handle.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    report(STARTING, False, "importing TensorFlow")
+    try:
+        server = _Server(kind, config, pod_name)
+    except ImportError as exc:
+        report(FAILED, False, f"TensorFlow is not installed (install tfdata-operator[server]): {exc}")
+        return 1
+    except Exception as exc:  # TensorFlow rejecting its configuration
+        report(FAILED, False, f"{kind} failed to start: {exc}")
+        return 1
+    log.info("%s", server.starting)
+    report(STARTING, False, server.starting)
+    try:
+        server.server.start()
+    except Exception as exc:
+        report(FAILED, False, f"{kind} failed to start: {exc}")
+        return 1
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    log.info("%s", server.started)
+    while not stop.is_set():
+        try:
+            report(RUNNING, *server.status())
+        except BrokenPipeError:
+            log.warning("the supervisor is gone; stopping the %s", kind)
+            break
+        stop.wait(REPORT_INTERVAL_SECONDS)
+    log.info("stopping the %s", kind)
+    server.server.stop()
+    log.info("%s stopped", kind)
+    return 0
+
+
+def _die_with_parent() -> None:
+    """Linux: get SIGTERM when the supervisor dies, even while start() blocks."""
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: the status pipe still ends the server once it runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tfdata_operator.server.tfserver")
+    parser.add_argument("kind", choices=["dispatcher", "worker"])
+    parser.add_argument("--status-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    _die_with_parent()
+    with open(args.status_fd, "wb", buffering=0) as pipe:
+
+        def report(phase: str, ready: bool, detail: str) -> None:
+            pipe.write(status_line(phase, ready, detail))
+
+        # The supervisor validated both already: these fail only when started by hand.
+        try:
+            config = serverconfig.load(args.kind)
+        except serverconfig.ConfigError as exc:
+            report(FAILED, False, f"invalid configuration: {exc}")
+            return 2
+        pod_name = os.environ.get(serverconfig.POD_NAME_ENV)
+        if isinstance(config, WorkerServerConfig) and not pod_name:
+            report(FAILED, False, f"invalid configuration: {serverconfig.POD_NAME_ENV} is not set")
+            return 2
+        return run(args.kind, config, pod_name, report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
