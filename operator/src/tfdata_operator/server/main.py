@@ -92,7 +92,14 @@ class Supervisor:
             env[serverconfig.POD_NAME_ENV] = self.pod_name
         try:
             child = subprocess.Popen(
-                [sys.executable, "-m", "tfdata_operator.server.tfserver", self.kind, "--status-fd", str(write_fd)],
+                [
+                    sys.executable,
+                    "-m",
+                    "tfdata_operator.server.tfserver",
+                    self.kind,
+                    "--status-fd",
+                    str(write_fd),
+                ],
                 env=env,
                 pass_fds=(write_fd,),
             )
@@ -114,7 +121,9 @@ class Supervisor:
                 ready, detail = self.state.readiness()
                 if ready != was_ready:
                     self.log.log(
-                        logging.INFO if ready else logging.WARNING, "%s", "ready: " + detail if ready else detail
+                        logging.INFO if ready else logging.WARNING,
+                        "%s",
+                        "ready: " + detail if ready else detail,
                     )
                     was_ready = ready
         self._wake.set()  # end of the pipe: the TensorFlow process has ended

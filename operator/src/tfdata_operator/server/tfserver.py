@@ -20,6 +20,7 @@ Readiness, as TensorFlow 2.21 behaves:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import signal
@@ -94,12 +95,13 @@ def worker_config_proto(config: WorkerServerConfig, pod_name: str) -> Any:
 
 
 def _dispatcher_summary(config: DispatcherServerConfig) -> str:
-    workers = (
-        f"{len(config.worker_addresses)} static workers"
-        if config.worker_addresses is not None
-        else "workers register dynamically"
-    )
-    return f"port {config.port} (work_dir={config.work_dir or '-'}, fault_tolerant_mode={config.fault_tolerant_mode}, {workers})"
+    if config.worker_addresses is None:
+        workers = "workers register dynamically"
+    else:
+        count = len(config.worker_addresses)
+        workers = f"{count} static worker{'' if count == 1 else 's'}"
+    mode = f"work_dir={config.work_dir or '-'}, fault_tolerant_mode={config.fault_tolerant_mode}"
+    return f"port {config.port} ({mode}, {workers})"
 
 
 class _Server:
@@ -192,10 +194,9 @@ def run(kind: str, config: serverconfig.ServerConfig, pod_name: str | None, repo
 def _die_with_parent() -> None:
     """Linux: get SIGTERM when the supervisor dies, even while start() blocks."""
     pr_set_pdeathsig = 1
-    try:
+    # Elsewhere there is no prctl: the status pipe still ends the server once it runs.
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass  # not Linux: the status pipe still ends the server once it runs
 
 
 def main(argv: list[str] | None = None) -> int:

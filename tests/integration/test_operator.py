@@ -1,0 +1,473 @@
+"""The operator as a real process against a real control plane, driven with kubectl like a user.
+
+There is no node in this cluster, so Pods stay Pending; where a test needs a ready Pod,
+it writes the Pod's status itself, as a kubelet would.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from support import CRD_DIR, OperatorProcess, wait_for
+
+from cases import BAD_SPECS, EXAMPLES, REQUESTS_ABOVE_LIMITS, BadSpec, manifest
+from conftest import Kubectl
+
+CHILD_KINDS = "statefulsets,services,horizontalpodautoscalers"
+
+
+@pytest.fixture(scope="module")
+def crd(kubectl: Kubectl) -> None:
+    kubectl.run("apply", "--server-side", "-f", str(CRD_DIR))
+    kubectl.run("wait", "--for=condition=Established", "crd/tfdataservices.tfdata.dev", "--timeout=60s")
+
+
+@pytest.fixture(scope="module")
+def operator(
+    crd: None, namespace: str, kube_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    process = OperatorProcess(kube_env, log, f"--namespace={namespace}").start()
+    yield process
+    process.stop()
+    assert "Traceback" not in process.log(), process.tail(80)
+
+
+class Cluster:
+    """What the tests read and do in their namespace."""
+
+    def __init__(self, kubectl: Kubectl, namespace: str) -> None:
+        self.kubectl = kubectl
+        self.ns = namespace
+
+    def run(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return self.kubectl.run(*args, "-n", self.ns, **kwargs)
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        result = self.run("get", kind, name, "-o", "json", check=False)
+        return json.loads(result.stdout) if result.returncode == 0 else None
+
+    def apply_text(self, text: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run("apply", "-f", "-", input=text, check=check)
+
+    def service(self, name: str) -> dict[str, Any]:
+        obj = self.get("tfdataservice", name)
+        assert obj is not None, f"TFDataService {name} does not exist"
+        return obj
+
+    def condition(self, name: str, kind: str) -> dict[str, Any]:
+        conditions = (self.service(name).get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == kind), {})
+
+    def children(self, instance: str) -> list[dict[str, Any]]:
+        items = json.loads(
+            self.run("get", CHILD_KINDS, "-l", f"app.kubernetes.io/instance={instance}", "-o", "json").stdout
+        )["items"]
+        return sorted(items, key=lambda o: (o["kind"], o["metadata"]["name"]))
+
+    def worker_list(self, name: str) -> list[str] | None:
+        sts = self.get("statefulset", f"{name}-dispatcher")
+        if sts is None:
+            return None
+        env = {e["name"]: e.get("value") for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+        return json.loads(env["TFDATA_SERVER_CONFIG"]).get("worker_addresses")
+
+    def replicas(self, sts_name: str) -> int | None:
+        sts = self.get("statefulset", sts_name)
+        return sts["spec"]["replicas"] if sts else None
+
+    def mark_pod_ready(self, pod: str) -> None:
+        """Acts as the kubelet would for a pod whose server came up."""
+        status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        self.run("patch", "pod", pod, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
+
+    def resource_versions(self, instance: str) -> dict[str, str]:
+        versions = {
+            f"{o['kind']}/{o['metadata']['name']}": o["metadata"]["resourceVersion"] for o in self.children(instance)
+        }
+        versions["TFDataService"] = self.service(instance)["metadata"]["resourceVersion"]
+        return versions
+
+
+@pytest.fixture(scope="module")
+def k8s(kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> Cluster:
+    return Cluster(kubectl, namespace)
+
+
+def example_names() -> list[str]:
+    return [yaml.safe_load(p.read_text())["metadata"]["name"] for p in EXAMPLES]
+
+
+def wait_reconciled(k8s: Cluster, name: str, timeout: float = 60) -> dict[str, Any]:
+    def observed() -> dict[str, Any] | None:
+        obj = k8s.service(name)
+        status = obj.get("status") or {}
+        current = status.get("observedGeneration") == obj["metadata"]["generation"]
+        return obj if current and status.get("conditions") else None
+
+    return wait_for(observed, timeout, f"{name} to be reconciled", show=lambda: k8s.service(name).get("status"))
+
+
+def wait_children(k8s: Cluster, name: str, expected: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    def exactly_expected() -> list[dict[str, Any]] | None:
+        children = k8s.children(name)
+        return children if {(o["kind"], o["metadata"]["name"]) for o in children} == expected else None
+
+    return wait_for(
+        exactly_expected,
+        30,
+        f"the children of {name}",
+        show=lambda: [(o["kind"], o["metadata"]["name"]) for o in k8s.children(name)],
+    )
+
+
+# --- Examples, status, printer columns, explain, wait ------------------------------------------
+
+
+def test_every_example_gets_its_children_and_status(k8s: Cluster) -> None:
+    for path in EXAMPLES:
+        k8s.run("apply", "-f", str(path))
+    for path in EXAMPLES:
+        doc = yaml.safe_load(path.read_text())
+        name = doc["metadata"]["name"]
+        obj = wait_reconciled(k8s, name)
+        uid = obj["metadata"]["uid"]
+        expected = {
+            ("Service", f"{name}-dispatcher"),
+            ("Service", f"{name}-worker"),
+            ("StatefulSet", f"{name}-dispatcher"),
+            ("StatefulSet", f"{name}-worker"),
+        }
+        if "autoscaling" in doc["spec"]:
+            expected.add(("HorizontalPodAutoscaler", f"{name}-worker"))
+        children = wait_children(k8s, name, expected)
+        for child in children:
+            (ref,) = child["metadata"]["ownerReferences"]
+            assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == ("TFDataService", name, uid, True)
+        status = obj["status"]
+        assert status["dispatcherAddress"] == f"grpc://{name}-dispatcher.{k8s.ns}.svc.cluster.local:5050"
+        assert {c["type"] for c in status["conditions"]} == {"Ready", "DispatcherReady", "WorkersReady"}
+        assert all(c["observedGeneration"] == obj["metadata"]["generation"] for c in status["conditions"])
+        assert k8s.condition(name, "Ready")["status"] == "False"  # no node: nothing can be ready yet
+        workers = k8s.get("statefulset", f"{name}-worker")
+        assert workers is not None and workers["spec"]["podManagementPolicy"] == "Parallel"
+        if doc["spec"]["shardingPolicy"] in ("FILE", "DATA", "FILE_OR_DATA", "HINT"):
+            assert status["workerAddresses"] == [
+                f"{name}-worker-{i}.{name}-worker.{k8s.ns}.svc.cluster.local:5051" for i in range(2)
+            ]
+        else:
+            assert "workerAddresses" not in status
+
+
+def test_kubectl_get_shows_the_printer_columns(k8s: Cluster) -> None:
+    for name in example_names():
+        wait_reconciled(k8s, name)
+    table = k8s.run("get", "tfdata").stdout.splitlines()
+    assert table[0].split() == ["NAME", "POLICY", "WORKERS", "READY", "AGE"]
+    rows = {line.split()[0]: line.split() for line in table[1:]}
+    assert rows["shards"][1:4] == ["FILE", "0/2", "False"]
+    assert rows["augment"][1] == "OFF"
+    wide = k8s.run("get", "tfdata", "shards", "-o", "wide").stdout
+    assert "ADDRESS" in wide and f"grpc://shards-dispatcher.{k8s.ns}.svc.cluster.local:5050" in wide
+
+
+def test_kubectl_explain_documents_the_fields(k8s: Cluster) -> None:
+    spec = k8s.kubectl.run("explain", "tfdataservice.spec").stdout
+    for field in ("shardingPolicy", "dispatcher", "workers", "autoscaling", "image"):
+        assert field in spec
+    assert 'Quote "OFF" in YAML' in spec
+    storage = k8s.kubectl.run("explain", "tfdataservice.spec.dispatcher.storage.whenDeleted").stdout
+    assert "Retain" in storage and "Delete" in storage
+
+
+def test_kubectl_wait_works_on_the_conditions(k8s: Cluster) -> None:
+    wait_reconciled(k8s, "augment")
+    k8s.run("wait", "--for=condition=DispatcherReady=False", "tfdata/augment", "--timeout=30s")
+    wait_for(lambda: k8s.get("pod", "augment-dispatcher-0"), 30, "the dispatcher pod")
+    k8s.mark_pod_ready("augment-dispatcher-0")
+    k8s.run("wait", "--for=condition=DispatcherReady", "tfdata/augment", "--timeout=30s", timeout=40)
+    for i in range(2):
+        wait_for(lambda i=i: k8s.get("pod", f"augment-worker-{i}"), 30, f"worker pod {i}")
+        k8s.mark_pod_ready(f"augment-worker-{i}")
+    k8s.run("wait", "--for=condition=Ready", "tfdata/augment", "--timeout=30s", timeout=40)
+    assert k8s.service("augment")["status"]["workers"] == {"replicas": 2, "readyReplicas": 2, "summary": "2/2"}
+
+
+# --- Bad input ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", BAD_SPECS, ids=lambda c: c.id)
+def test_the_api_server_refuses_bad_input_with_a_clear_message(k8s: Cluster, case: BadSpec) -> None:
+    result = k8s.apply_text(manifest(case), check=False)
+    assert result.returncode != 0, f"accepted: {result.stdout}"
+    assert case.api_says in result.stderr
+    assert k8s.get("tfdataservice", case.name) is None
+
+
+def test_an_invalid_spec_past_the_schema_changes_nothing_that_exists(k8s: Cluster) -> None:
+    good = "shardingPolicy: DYNAMIC\nworkers:\n  replicas: 2\n"
+    k8s.apply_text(manifest(BadSpec("ok", good, "", "", name="guarded")))
+    wait_reconciled(k8s, "guarded")
+    wait_for(lambda: len(k8s.children("guarded")) == 4, 30, "the children of guarded")
+    before = k8s.resource_versions("guarded")
+    del before["TFDataService"]
+
+    k8s.apply_text(manifest(BadSpec("bad", REQUESTS_ABOVE_LIMITS, "", "", name="guarded")))
+    ready = wait_for(
+        lambda: (lambda c: c if c.get("reason") == "InvalidSpec" else None)(k8s.condition("guarded", "Ready")),
+        30,
+        "Ready=False/InvalidSpec",
+    )
+    assert ready["status"] == "False"
+    assert "requests.memory (2Gi) exceeds" in ready["message"]
+    events = k8s.run(
+        "get", "events", "--field-selector", "involvedObject.name=guarded,type=Warning", "-o", "json"
+    ).stdout
+    assert any(e["reason"] == "InvalidSpec" for e in json.loads(events)["items"])
+    after = k8s.resource_versions("guarded")
+    del after["TFDataService"]
+    assert after == before, "an invalid spec must not touch the existing children"
+
+    k8s.apply_text(manifest(BadSpec("ok", good, "", "", name="guarded")))
+    wait_for(lambda: k8s.condition("guarded", "Ready").get("reason") != "InvalidSpec", 30, "the spec fixed")
+
+
+# --- Scaling ------------------------------------------------------------------------------------
+
+
+def test_kubectl_scale_changes_dynamic_workers(k8s: Cluster) -> None:
+    wait_reconciled(k8s, "imagenet")
+    k8s.run("scale", "tfdata/imagenet", "--replicas=4")
+    wait_for(
+        lambda: k8s.replicas("imagenet-worker") == 4, 30, "4 workers", show=lambda: k8s.replicas("imagenet-worker")
+    )
+    scale = json.loads(
+        k8s.run("get", "--raw", f"/apis/tfdata.dev/v1alpha1/namespaces/{k8s.ns}/tfdataservices/imagenet/scale").stdout
+    )
+    assert scale["spec"]["replicas"] == 4
+    assert "app.kubernetes.io/instance=imagenet" in scale["status"]["selector"]
+    assert k8s.worker_list("imagenet") is None
+
+
+class StatefulSetWatch:
+    """`kubectl get --watch` on the service's StatefulSets: every version, in the API server's order."""
+
+    def __init__(self, k8s: Cluster, instance: str) -> None:
+        self.events: list[dict[str, Any]] = []
+        selector = f"app.kubernetes.io/instance={instance}"
+        command = [str(k8s.kubectl.binary), "get", "statefulsets", "-n", k8s.ns, "-l", selector, "--watch"]
+        command += ["-o", "json", "--output-watch-events"]
+        self.proc = subprocess.Popen(command, env=k8s.kubectl.env, stdout=subprocess.PIPE, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        decoder, buffer = json.JSONDecoder(), ""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            buffer += line
+            try:
+                event, _ = decoder.raw_decode(buffer.strip())
+            except json.JSONDecodeError:
+                continue
+            self.events.append(event["object"])
+            buffer = ""
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(10)
+
+
+def _states(events: list[dict[str, Any]], name: str) -> list[tuple[int, int]]:
+    """(dispatcher list length, worker replicas) after every event, in order."""
+    listed, workers, states = -1, -1, []
+    for sts in events:
+        if sts["metadata"]["name"] == f"{name}-dispatcher":
+            env = {e["name"]: e.get("value") for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+            listed = len(json.loads(env["TFDATA_SERVER_CONFIG"])["worker_addresses"])
+        else:
+            workers = sts["spec"]["replicas"]
+        if listed >= 0 and workers >= 0 and (not states or states[-1] != (listed, workers)):
+            states.append((listed, workers))
+    return states
+
+
+def test_static_scale_up_changes_the_dispatcher_list_before_any_new_worker(k8s: Cluster) -> None:
+    wait_reconciled(k8s, "shards")
+    watch = StatefulSetWatch(k8s, "shards")
+    try:
+        wait_for(lambda: len(watch.events) >= 2, 20, "the watch to list the StatefulSets")
+        k8s.run("scale", "tfdata/shards", "--replicas=3")
+        wait_for(lambda: len(k8s.worker_list("shards") or []) == 3, 30, "the dispatcher's 3-worker list")
+        time.sleep(2)  # the operator must now hold the workers back until the dispatcher is ready
+        assert k8s.replicas("shards-worker") == 2
+        assert k8s.condition("shards", "WorkersReady")["reason"] == "Scaling"
+
+        # The operator replaces the not-ready dispatcher pod stuck on the old revision; the new one comes up.
+        def new_dispatcher_pod() -> bool:
+            pod, sts = k8s.get("pod", "shards-dispatcher-0"), k8s.get("statefulset", "shards-dispatcher")
+            return bool(
+                pod
+                and sts
+                and pod["metadata"]["labels"]["controller-revision-hash"] == sts["status"].get("updateRevision")
+            )
+
+        wait_for(new_dispatcher_pod, 30, "a dispatcher pod with the new configuration")
+        k8s.mark_pod_ready("shards-dispatcher-0")
+        wait_for(
+            lambda: k8s.replicas("shards-worker") == 3,
+            30,
+            "the third worker",
+            show=lambda: k8s.replicas("shards-worker"),
+        )
+    finally:
+        time.sleep(1)
+        watch.stop()
+    states = _states(watch.events, "shards")
+    assert states[0] == (2, 2) and states[-1] == (3, 3), states
+    assert all(workers <= listed for listed, workers in states), f"a worker ran outside the list: {states}"
+    assert (3, 2) in states, f"the dispatcher did not move first: {states}"
+
+
+def test_static_scale_down_removes_workers_before_shortening_the_list(k8s: Cluster) -> None:
+    wait_for(lambda: k8s.replicas("shards-worker") == 3, 30, "3 workers")
+    watch = StatefulSetWatch(k8s, "shards")
+    try:
+        wait_for(lambda: len(watch.events) >= 2, 20, "the watch to list the StatefulSets")
+        k8s.run("scale", "tfdata/shards", "--replicas=1")
+        wait_for(lambda: len(k8s.worker_list("shards") or []) == 1, 60, "the dispatcher's 1-worker list")
+    finally:
+        time.sleep(1)
+        watch.stop()
+    states = _states(watch.events, "shards")
+    assert states[0] == (3, 3) and states[-1] == (1, 1), states
+    assert all(workers <= listed for listed, workers in states), f"a worker ran outside the list: {states}"
+    assert (3, 1) in states, f"the workers did not move first: {states}"
+
+
+def test_autoscaling_creates_an_hpa_that_drives_the_scale_subresource(k8s: Cluster) -> None:
+    spec = (
+        "shardingPolicy: DYNAMIC\nworkers:\n  replicas: 1\n  resources: {requests: {cpu: 100m}}\n"
+        "autoscaling: {minReplicas: 3, maxReplicas: 5}\n"
+    )
+    k8s.apply_text(manifest(BadSpec("auto", spec, "", "", name="autoscaled")))
+    hpa = wait_for(lambda: k8s.get("hpa", "autoscaled-worker"), 30, "the HPA")
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "tfdata.dev/v1alpha1",
+        "kind": "TFDataService",
+        "name": "autoscaled",
+    }
+    # The controller-manager's HPA controller raises the count to minReplicas through the scale subresource.
+    wait_for(
+        lambda: k8s.service("autoscaled")["spec"]["workers"]["replicas"] == 3,
+        90,
+        "the HPA to clamp spec.workers.replicas to minReplicas",
+        show=lambda: (
+            k8s.service("autoscaled")["spec"]["workers"],
+            (k8s.get("hpa", "autoscaled-worker") or {}).get("status"),
+        ),
+    )
+    wait_for(lambda: k8s.replicas("autoscaled-worker") == 3, 30, "3 worker replicas")
+
+    without = "shardingPolicy: DYNAMIC\nworkers:\n  replicas: 3\n  resources: {requests: {cpu: 100m}}\n"
+    k8s.apply_text(manifest(BadSpec("auto", without, "", "", name="autoscaled")))
+    wait_for(lambda: k8s.get("hpa", "autoscaled-worker") is None, 30, "the HPA to be deleted")
+
+
+# --- Drift, idleness, crashes, deletion ------------------------------------------------------------
+
+
+def test_deleted_and_edited_children_are_repaired(k8s: Cluster) -> None:
+    wait_reconciled(k8s, "records")
+    original = k8s.get("service", "records-worker")
+    assert original is not None
+    k8s.run("delete", "service", "records-worker")
+    wait_for(
+        lambda: (lambda s: s and s["metadata"]["uid"] != original["metadata"]["uid"])(
+            k8s.get("service", "records-worker")
+        ),
+        30,
+        "the deleted headless Service to be recreated",
+    )
+    k8s.run("scale", "statefulset", "records-worker", "--replicas=5")
+    wait_for(
+        lambda: k8s.replicas("records-worker") == 2,
+        30,
+        "the worker count to be restored",
+        show=lambda: k8s.replicas("records-worker"),
+    )
+    edit = [{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "evil:latest"}]
+    k8s.run("patch", "statefulset", "records-dispatcher", "--type=json", "-p", json.dumps(edit))
+    wait_for(
+        lambda: (
+            k8s.get("statefulset", "records-dispatcher")["spec"]["template"]["spec"]["containers"][0]["image"]
+            != "evil:latest"
+        ),
+        30,
+        "the dispatcher's image to be restored",
+    )
+
+
+def test_a_reconcile_with_nothing_to_do_writes_nothing(k8s: Cluster) -> None:
+    wait_reconciled(k8s, "mixed")
+    wait_for(lambda: len(k8s.children("mixed")) == 4, 30, "the children of mixed")
+    time.sleep(3)  # let the controllers' own status writes settle
+    before = k8s.resource_versions("mixed")
+    # An annotation change makes kopf run the update handler; the resync runs every 5 s.
+    k8s.run("annotate", "tfdata/mixed", "example.com/touched=yes")
+    time.sleep(2)
+    before["TFDataService"] = k8s.service("mixed")["metadata"]["resourceVersion"]
+    time.sleep(15)
+    assert k8s.resource_versions("mixed") == before
+
+
+def test_killing_the_operator_mid_reconcile_converges_without_duplicates_or_orphans(
+    k8s: Cluster, operator: OperatorProcess
+) -> None:
+    k8s.apply_text(manifest(BadSpec("crash", "shardingPolicy: HINT\nworkers: {replicas: 3}", "", "", name="crashy")))
+    wait_for(lambda: k8s.children("crashy"), 30, "the first child of crashy", interval=0.05)
+    operator.kill()
+    partial = len(k8s.children("crashy"))
+    operator.start()
+    obj = wait_reconciled(k8s, "crashy")
+    children = wait_for(lambda: (lambda c: c if len(c) == 4 else None)(k8s.children("crashy")), 30, "4 children")
+    names = [(c["kind"], c["metadata"]["name"]) for c in children]
+    assert len(set(names)) == len(names) == 4, f"partial before restart: {partial}; now: {names}"
+    for child in children:
+        assert [r["uid"] for r in child["metadata"]["ownerReferences"]] == [obj["metadata"]["uid"]]
+    assert len(k8s.worker_list("crashy") or []) == 3
+
+
+def _claim(k8s: Cluster, name: str) -> dict[str, Any] | None:
+    return k8s.get("pvc", f"journal-{name}-dispatcher-0")
+
+
+@pytest.mark.parametrize("policy", ["Retain", "Delete"])
+def test_deletion_collects_every_child_and_keeps_the_journal_as_told(k8s: Cluster, policy: str) -> None:
+    name = f"gone-{policy.lower()}"
+    spec = f"shardingPolicy: DYNAMIC\ndispatcher:\n  storage: {{whenDeleted: {policy}}}\n"
+    k8s.apply_text(manifest(BadSpec("gc", spec, "", "", name=name)))
+    wait_for(lambda: len(k8s.children(name)) == 4, 30, f"the children of {name}")
+    wait_for(lambda: _claim(k8s, name), 30, "the journal claim")
+    k8s.run("delete", "tfdata", name, "--wait=true", "--timeout=30s", timeout=40)
+    wait_for(lambda: k8s.children(name) == [], 60, "the garbage collector", show=lambda: k8s.children(name))
+    if policy == "Retain":
+        time.sleep(3)
+        assert _claim(k8s, name) is not None, "a retained journal claim was deleted"
+        k8s.run("delete", "pvc", f"journal-{name}-dispatcher-0")
+    else:
+        wait_for(lambda: _claim(k8s, name) is None, 60, "the journal claim to be deleted")
+
+
+def test_the_operator_logged_no_errors(operator: OperatorProcess) -> None:
+    log = operator.log()
+    assert "Forbidden" not in log and "Traceback" not in log, operator.tail(80)
+    assert "Created StatefulSet" in log

@@ -1,0 +1,420 @@
+"""``tfdata-server`` as real processes with real TensorFlow on 127.0.0.1: probes, sharding, signals, errors.
+
+Ports come from the kernel (bind to 0); every wait has a timeout and, when it gives up,
+says what it saw and shows the server's log.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from tfdata_operator import serverconfig
+from tfdata_operator.serverconfig import DispatcherServerConfig, WorkerServerConfig
+
+SERVER_BIN = Path(sys.executable).parent / "tfdata-server"
+# Starting takes one TensorFlow import (a few seconds); a worker's registration retries back off.
+START_TIMEOUT = 60.0
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(what: str, check: Callable[[], T | None], seen: Callable[[], str], timeout: float) -> T:
+    """Polls ``check`` until it returns a value; on timeout fails with what was last seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result is not None:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last seen: {seen()}")
+        time.sleep(0.1)
+
+
+@dataclass
+class ServerProcess:
+    """One ``tfdata-server`` process, its probes and its log."""
+
+    kind: str
+    config: serverconfig.ServerConfig
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    pod_name: str | None = None
+    last_probe: dict[str, str] = field(default_factory=dict)
+
+    def probe(self, path: str) -> tuple[int | None, str]:
+        """(HTTP status, body) of a probe; (None, why) when nothing answers."""
+        url = f"http://127.0.0.1:{self.config.health_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                result: tuple[int | None, str] = (response.status, response.read().decode())
+        except urllib.error.HTTPError as exc:
+            result = (exc.code, exc.read().decode())
+        except (urllib.error.URLError, OSError) as exc:
+            result = (None, str(exc))
+        self.last_probe[path] = f"{result[0]} {result[1].strip()!r}"
+        return result
+
+    def wait_probe(self, path: str, code: int, timeout: float = START_TIMEOUT, contains: str = "") -> str:
+        """Waits until ``path`` answers ``code`` (with ``contains`` in the body); returns the body."""
+
+        def check() -> str | None:
+            if self.popen.poll() is not None:
+                pytest.fail(f"{self.kind} exited with {self.popen.returncode} while waiting for {path}:\n{self.log()}")
+            status, body = self.probe(path)
+            return body if status == code and contains in body else None
+
+        return wait_for(
+            f"{self.kind} {path} to answer {code}" + (f" with {contains!r}" if contains else ""),
+            check,
+            lambda: f"{self.last_probe.get(path)}\n--- {self.kind} log ---\n{self.log()}",
+            timeout,
+        )
+
+    def wait_exit(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{self.kind} still running after {timeout:.0f}s\n--- log ---\n{self.log()}")
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        self.popen.send_signal(signal.SIGTERM)
+        return self.wait_exit(timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+Launch = Callable[..., ServerProcess]
+
+
+@pytest.fixture
+def launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
+    """Starts ``tfdata-server`` processes; kills any still running at the end."""
+    yield from _launcher(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def module_launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
+    yield from _launcher(tmp_path_factory)
+
+
+def _launcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
+    if not SERVER_BIN.exists():
+        pytest.fail(f"{SERVER_BIN} is missing: install the operator package (make venv)")
+    started: list[ServerProcess] = []
+
+    def launch(
+        config: serverconfig.ServerConfig,
+        pod_name: str | None = None,
+        via_file: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> ServerProcess:
+        kind = "dispatcher" if isinstance(config, serverconfig.DispatcherServerConfig) else "worker"
+        workdir = tmp_path_factory.mktemp(kind)
+        environ = {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "1", **(env or {})}
+        argv = [str(SERVER_BIN), kind]
+        if via_file:
+            config_file = workdir / "config.json"
+            config_file.write_text(serverconfig.to_json(config))
+            argv += ["--config", str(config_file)]
+        else:
+            environ[serverconfig.CONFIG_ENV] = serverconfig.to_json(config)
+        if pod_name is not None:
+            environ[serverconfig.POD_NAME_ENV] = pod_name
+        log_path = workdir / "server.log"
+        with open(log_path, "wb") as log:
+            popen = subprocess.Popen(argv, env=environ, stdout=log, stderr=subprocess.STDOUT)
+        process = ServerProcess(kind, config, popen, log_path, pod_name)
+        started.append(process)
+        return process
+
+    yield launch
+    for process in started:
+        if process.popen.poll() is None:
+            process.popen.kill()  # the TensorFlow child follows its supervisor (PR_SET_PDEATHSIG)
+            process.popen.wait()
+
+
+# The worker's pod name; "{pod_name}:<port>" then announces a reachable address on this host.
+POD_NAME = "127.0.0.1"
+ELEMENTS = 50
+
+
+def worker_config(dispatcher_port: int, port: int | None = None) -> WorkerServerConfig:
+    port = port or free_port()
+    return WorkerServerConfig(
+        port=port,
+        health_port=free_port(),
+        dispatcher_address=f"127.0.0.1:{dispatcher_port}",
+        worker_address_format=f"{serverconfig.POD_NAME_PLACEHOLDER}:{port}",
+        heartbeat_interval_ms=1000,
+    )
+
+
+Probes = dict[str, tuple[int | None, str]]
+
+
+@dataclass
+class StaticCluster:
+    dispatcher: ServerProcess
+    workers: list[ServerProcess]
+    early_probes: list[Probes]  # each worker's probes while no dispatcher existed
+
+
+@pytest.fixture(scope="module")
+def static_cluster(module_launch: Launch) -> Iterator[StaticCluster]:
+    """A dispatcher with a static list of two workers, the workers started first."""
+    dispatcher_port = free_port()
+    worker_configs = [worker_config(dispatcher_port) for _ in range(2)]
+    workers = [module_launch(config, pod_name=POD_NAME) for config in worker_configs]
+    early = []
+    for worker in workers:
+        # Blocked in TensorFlow's start(), waiting for a dispatcher that does not exist yet.
+        worker.wait_probe("/readyz", 503, contains="registering with dispatcher")
+        early.append({path: worker.probe(path) for path in ("/healthz", "/readyz")})
+    dispatcher = module_launch(
+        DispatcherServerConfig(
+            port=dispatcher_port,
+            health_port=free_port(),
+            worker_addresses=tuple(c.worker_address(POD_NAME) for c in worker_configs),
+        )
+    )
+    for process in [dispatcher, *workers]:
+        process.wait_probe("/readyz", 200)
+    yield StaticCluster(dispatcher, workers, early)
+
+
+def test_worker_is_alive_but_not_ready_until_the_dispatcher_accepts_it(static_cluster: StaticCluster) -> None:
+    for early, worker in zip(static_cluster.early_probes, static_cluster.workers, strict=True):
+        assert early["/healthz"][0] == 200, early
+        status, body = early["/readyz"]
+        assert status == 503, early
+        # The announced address is made from POD_NAME, never localhost.
+        assert f"registering with dispatcher at 127.0.0.1:{static_cluster.dispatcher.config.port}" in body
+        assert f"as 127.0.0.1:{worker.config.port}" in body
+        status, body = worker.probe("/readyz")
+        assert status == 200, body
+        assert f"registered with dispatcher at 127.0.0.1:{static_cluster.dispatcher.config.port}" in body
+
+
+def test_dispatcher_counts_its_static_workers(static_cluster: StaticCluster) -> None:
+    body = static_cluster.dispatcher.wait_probe("/readyz", 200, contains="2 of 2 workers registered", timeout=15)
+    assert "dispatcher serving" in body
+    assert "2 static workers" in static_cluster.dispatcher.log()
+
+
+def test_data_sharding_reads_each_element_exactly_once(static_cluster: StaticCluster) -> None:
+    client = textwrap.dedent(
+        f"""
+        import json
+        import tensorflow as tf
+        service = tf.data.experimental.service
+        dataset = tf.data.Dataset.range({ELEMENTS}).apply(service.distribute(
+            processing_mode=service.ShardingPolicy.DATA,
+            service="grpc://127.0.0.1:{static_cluster.dispatcher.config.port}",
+        ))
+        print(json.dumps([int(x) for x in dataset.as_numpy_iterator()]))
+        """
+    )
+    try:
+        result = subprocess.run([sys.executable, "-c", client], capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the tf.data client did not finish in 90s; stderr: {exc.stderr!r}\n{_logs(static_cluster)}")
+    assert result.returncode == 0, f"{result.stderr[-3000:]}\n{_logs(static_cluster)}"
+    elements = json.loads(result.stdout.strip().splitlines()[-1])
+    # Under DATA sharding worker i produces only the elements i (mod 2): every element
+    # exactly once means each worker served its own shard, once.
+    assert sorted(elements) == list(range(ELEMENTS)), elements
+
+
+def test_worker_missing_from_the_static_list_exits_1_with_tensorflow_message(
+    static_cluster: StaticCluster, launch: Launch
+) -> None:
+    stranger = launch(worker_config(static_cluster.dispatcher.config.port), pod_name=POD_NAME)
+    code = stranger.wait_exit(60)
+    log = stranger.log()
+    assert code == 1, log
+    address = f"127.0.0.1:{stranger.config.port}"
+    assert (
+        f"worker failed to start: Failed to perform worker heartbeat: Failed to assign an index for worker {address}"
+        in log
+    )
+    # The cluster is unaffected.
+    assert static_cluster.dispatcher.probe("/readyz")[0] == 200
+
+
+def test_sigterm_stops_dispatcher_and_workers_with_exit_0(static_cluster: StaticCluster) -> None:
+    for process in [*static_cluster.workers, static_cluster.dispatcher]:
+        code = process.terminate(timeout=30)
+        log = process.log()
+        assert code == 0, log
+        assert "received SIGTERM" in log
+        assert f"{process.kind} stopped" in log  # TensorFlow's server.stop() ran
+
+
+def test_fault_tolerant_dispatcher_ready_only_once_started_and_stops_on_sigterm(launch: Launch, tmp_path: Path) -> None:
+    work_dir = tmp_path / "dispatcher"
+    config = DispatcherServerConfig(
+        port=free_port(), health_port=free_port(), work_dir=str(work_dir), fault_tolerant_mode=True
+    )
+    dispatcher = launch(config, via_file=True)
+    first = dispatcher.wait_probe("/readyz", 503, timeout=30)  # answered before TensorFlow is even imported
+    assert "starting" in first
+    assert dispatcher.probe("/healthz")[0] == 200
+    body = dispatcher.wait_probe("/readyz", 200)
+    assert f"dispatcher serving on port {config.port}; 0 workers registered" in body
+    assert (work_dir / "tf_data_dispatcher_journal").is_dir()
+    assert f"work_dir={work_dir}, fault_tolerant_mode=True" in dispatcher.log()
+    assert dispatcher.terminate(timeout=15) == 0, dispatcher.log()
+
+
+def test_sigterm_while_a_worker_waits_for_its_dispatcher_exits_0(launch: Launch) -> None:
+    # TensorFlow's start() holds the GIL until a dispatcher accepts the worker: only the
+    # supervisor process can still answer probes and signals.
+    worker = launch(worker_config(dispatcher_port=free_port()), pod_name=POD_NAME)
+    worker.wait_probe("/readyz", 503, contains="registering with dispatcher")
+    assert worker.probe("/healthz")[0] == 200
+    code = worker.terminate(timeout=10)
+    assert code == 0, worker.log()
+    assert "received SIGTERM; stopping the worker" in worker.log()
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["worker"], {}, "no configuration: pass --config FILE or set TFDATA_SERVER_CONFIG"),
+        (["dispatcher"], {"TFDATA_SERVER_CONFIG": "{not json"}, "configuration is not valid JSON"),
+        (
+            ["dispatcher"],
+            {"TFDATA_SERVER_CONFIG": '{"kind": "worker"}'},
+            "configuration is for a 'worker', but this server runs as a 'dispatcher'",
+        ),
+        (
+            ["dispatcher"],
+            {"TFDATA_SERVER_CONFIG": '{"kind": "dispatcher", "port": 5050, "health_port": 5050}'},
+            "port and health_port must differ",
+        ),
+        (
+            ["worker"],
+            {
+                "TFDATA_SERVER_CONFIG": serverconfig.to_json(
+                    WorkerServerConfig(5051, 8080, "d:5050", serverconfig.POD_NAME_PLACEHOLDER + ":5051")
+                )
+            },
+            "POD_NAME is not set",
+        ),
+        (["worker", "--config", "/nonexistent/config.json"], {}, "cannot read configuration file"),
+    ],
+    ids=["none", "not-json", "wrong-kind", "same-ports", "worker-without-pod-name", "missing-file"],
+)
+def test_bad_configuration_exits_2_with_one_line(argv: list[str], env: dict[str, str], message: str) -> None:
+    result = subprocess.run([str(SERVER_BIN), *argv], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("tfdata-server: invalid configuration: "), lines[0]
+    assert message in lines[0]
+
+
+def _logs(cluster: StaticCluster) -> str:
+    return "\n".join(f"--- {p.kind} log ---\n{p.log()}" for p in [cluster.dispatcher, *cluster.workers])
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"job_gc_check_interval_ms": 0, "job_gc_timeout_ms": 0, "worker_timeout_ms": 0},
+        {
+            "work_dir": "/journal",
+            "fault_tolerant_mode": True,
+            "worker_addresses": ("w-0.w:5051", "w-1.w:5051"),
+            "job_gc_check_interval_ms": 1000,
+            "job_gc_timeout_ms": 2000,
+            "worker_timeout_ms": 3000,
+            "worker_max_concurrent_snapshots": 2,
+        },
+    ],
+    ids=["unset", "zeros", "all-set"],
+)
+def test_dispatcher_proto_matches_what_tensorflows_own_config_builds(fields: dict[str, Any]) -> None:
+    from tensorflow.core.protobuf import service_config_pb2
+
+    from tfdata_operator.server import tfserver
+
+    theirs = tf_service().DispatcherConfig(port=5050, **fields)
+    ours = tfserver.dispatcher_config_proto(DispatcherServerConfig(port=5050, health_port=8080, **fields))
+    assert ours == service_config_pb2.DispatcherConfig(**theirs._asdict())
+
+
+def test_dispatcher_proto_carries_client_timeout() -> None:
+    from tfdata_operator.server import tfserver
+
+    config = DispatcherServerConfig(port=5050, health_port=8080, client_timeout_ms=45000)
+    assert tfserver.dispatcher_config_proto(config).client_timeout_ms == 45000
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"heartbeat_interval_ms": 500, "dispatcher_timeout_ms": 60000}],
+    ids=["unset", "set"],
+)
+def test_worker_proto_matches_tensorflow_but_announces_the_pod(fields: dict[str, Any]) -> None:
+    from tensorflow.core.protobuf import service_config_pb2
+
+    from tfdata_operator.server import tfserver
+
+    config = WorkerServerConfig(
+        port=5051, health_port=8080, dispatcher_address="d.ns:5050", worker_address_format="{pod_name}.w:5051", **fields
+    )
+    ours = tfserver.worker_config_proto(config, "w-0")
+    theirs = service_config_pb2.WorkerConfig(
+        **tf_service()
+        .WorkerConfig(dispatcher_address="d.ns:5050", worker_address="w-0.w:5051", port=5051, **fields)
+        ._asdict()
+    )
+    # TensorFlow's namedtuple defaults the data transfer address to localhost; we never announce localhost.
+    theirs.ClearField("data_transfer_address")
+    assert ours == theirs
+
+
+def test_worker_proto_announces_the_pod_for_data_transfer_too() -> None:
+    from tfdata_operator.server import tfserver
+
+    config = WorkerServerConfig(
+        port=5051,
+        health_port=8080,
+        dispatcher_address="d.ns:5050",
+        worker_address_format="{pod_name}.w:5051",
+        data_transfer_protocol="grpc",
+        data_transfer_port=5052,
+        data_transfer_address_format="{pod_name}.w:%dts_port%",
+    )
+    proto = tfserver.worker_config_proto(config, "w-3")
+    assert (proto.worker_address, proto.data_transfer_address) == ("w-3.w:5051", "w-3.w:%dts_port%")
+    assert (proto.data_transfer_protocol, proto.data_transfer_port) == ("grpc", 5052)
+
+
+def tf_service() -> Any:
+    import tensorflow as tf
+
+    return tf.data.experimental.service
