@@ -206,6 +206,14 @@ def _kube_apiserver(ctx: Context) -> list[str]:
         # work (e.g. CN=system:node:<name>, O=system:nodes for a node agent).
         f"--token-auth-file={ctx.pki('tokens.csv')}",
         f"--client-ca-file={ctx.pki('ca.crt')}",
+        f"--requestheader-client-ca-file={ctx.pki('front-proxy-ca.crt')}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={ctx.pki('front-proxy-client.crt')}",
+        f"--proxy-client-key-file={ctx.pki('front-proxy-client.key')}",
+        "--enable-aggregator-routing=true",  # no kube-proxy: reach aggregated APIs at their endpoints
         "--authorization-mode=Node,RBAC",
         "--enable-admission-plugins=NodeRestriction",  # on top of the defaults, as kubeadm does
         "--allow-privileged=true",
@@ -308,36 +316,46 @@ def _kubeconfig(server: str, ca_file: str, user: str, token: str) -> str:
     )
 
 
+def _make_ca(pki: Path, name: str) -> None:
+    _openssl(
+        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "3650",
+        "-keyout", str(pki / f"{name}.key"), "-out", str(pki / f"{name}.crt"), "-subj", f"/CN=tfdata-devcluster-{name}",
+        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+    )  # fmt: skip
+
+
+def _make_cert(pki: Path, name: str, ca: str, extensions: str) -> None:
+    """`name`.crt and .key, signed by `ca`, with CN `name` and the given openssl extensions."""
+    key, csr, crt, ext = (str(pki / f"{name}.{suffix}") for suffix in ("key", "csr", "crt", "ext"))
+    _openssl(
+        "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", key, "-out", csr, "-subj", f"/CN={name}",
+    )  # fmt: skip
+    Path(ext).write_text(f"keyUsage=critical,digitalSignature\n{extensions}\n")
+    _openssl(
+        "x509", "-req", "-in", csr, "-CA", str(pki / f"{ca}.crt"), "-CAkey", str(pki / f"{ca}.key"),
+        "-set_serial", str(secrets.randbits(63)), "-days", "3650", "-extfile", ext, "-out", crt,
+    )  # fmt: skip
+
+
 def _make_pki(ctx: Context) -> dict[str, str]:
-    """CA, serving cert, service-account key, and a token and kubeconfig per identity.
+    """CAs, certificates, the service-account key, and a token and kubeconfig per identity.
 
     Returns the tokens by identity ("admin", "kube-controller-manager", "kube-scheduler").
     """
     pki = ctx.state_dir / "pki"
     pki.mkdir(mode=0o700, parents=True, exist_ok=True)
-    p = ctx.pki
-    _openssl(
-        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "3650",
-        "-keyout", p("ca.key"), "-out", p("ca.crt"), "-subj", "/CN=tfdata-devcluster-ca",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
-    )  # fmt: skip
-    _openssl(
-        "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", p("apiserver.key"), "-out", p("apiserver.csr"), "-subj", "/CN=kube-apiserver",
-    )  # fmt: skip
+    _make_ca(pki, "ca")
     names = ["kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]
     sans = ",".join(["IP:127.0.0.1", "DNS:localhost", f"IP:{KUBERNETES_SERVICE_IP}", *(f"DNS:{n}" for n in names)])
-    Path(p("apiserver.ext")).write_text(
-        f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\n"
-    )
-    _openssl(
-        "x509", "-req", "-in", p("apiserver.csr"), "-CA", p("ca.crt"), "-CAkey", p("ca.key"),
-        "-set_serial", str(secrets.randbits(63)), "-days", "3650",
-        "-extfile", p("apiserver.ext"), "-out", p("apiserver.crt"),
-    )  # fmt: skip
-    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", p("sa.key"))
-    _openssl("pkey", "-in", p("sa.key"), "-pubout", "-out", p("sa.pub"))
+    _make_cert(pki, "apiserver", "ca", f"extendedKeyUsage=serverAuth\nsubjectAltName={sans}")
+    # API aggregation (e.g. a metrics API for the HPA) proxies requests with a
+    # client cert from its own CA; the controller-manager and scheduler also
+    # expect that CA to be published, and log errors every few seconds without it.
+    _make_ca(pki, "front-proxy-ca")
+    _make_cert(pki, "front-proxy-client", "front-proxy-ca", "extendedKeyUsage=clientAuth")
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", ctx.pki("sa.key"))
+    _openssl("pkey", "-in", ctx.pki("sa.key"), "-pubout", "-out", ctx.pki("sa.pub"))
 
     # The identities a kubeadm cluster uses, so the bootstrap RBAC bindings apply.
     identities = {
@@ -352,7 +370,7 @@ def _make_pki(ctx: Context) -> dict[str, str]:
     ]
     _write_private(pki / "tokens.csv", "\n".join(rows) + "\n")
     for name, (user, _) in identities.items():
-        config = _kubeconfig(ctx.server, p("ca.crt"), user, tokens[name])
+        config = _kubeconfig(ctx.server, ctx.pki("ca.crt"), user, tokens[name])
         _write_private(ctx.state_dir / "kubeconfig" if name == "admin" else pki / f"{name}.kubeconfig", config)
     return tokens
 

@@ -21,7 +21,7 @@ from support import CRD_DIR, OperatorProcess, wait_for
 from cases import BAD_SPECS, EXAMPLES, REQUESTS_ABOVE_LIMITS, BadSpec, manifest
 from conftest import Kubectl
 
-CHILD_KINDS = "statefulsets,services,horizontalpodautoscalers"
+CHILD_KINDS = "statefulsets,services,horizontalpodautoscalers,poddisruptionbudgets,networkpolicies"
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +146,11 @@ def test_every_example_gets_its_children_and_status(k8s: Cluster) -> None:
             ("StatefulSet", f"{name}-dispatcher"),
             ("StatefulSet", f"{name}-worker"),
         }
+        expected.add(("NetworkPolicy", name))
         if "autoscaling" in doc["spec"]:
             expected.add(("HorizontalPodAutoscaler", f"{name}-worker"))
+        if doc["spec"]["shardingPolicy"] != "OFF":
+            expected.add(("PodDisruptionBudget", f"{name}-worker"))
         children = wait_children(k8s, name, expected)
         for child in children:
             (ref,) = child["metadata"]["ownerReferences"]
@@ -216,7 +219,7 @@ def test_an_invalid_spec_past_the_schema_changes_nothing_that_exists(k8s: Cluste
     good = "shardingPolicy: DYNAMIC\nworkers:\n  replicas: 2\n"
     k8s.apply_text(manifest(BadSpec("ok", good, "", "", name="guarded")))
     wait_reconciled(k8s, "guarded")
-    wait_for(lambda: len(k8s.children("guarded")) == 4, 30, "the children of guarded")
+    wait_for(lambda: len(k8s.children("guarded")) == 6, 30, "the children of guarded")
     before = k8s.resource_versions("guarded")
     del before["TFDataService"]
 
@@ -418,7 +421,7 @@ def test_deleted_and_edited_children_are_repaired(k8s: Cluster) -> None:
 
 def test_a_reconcile_with_nothing_to_do_writes_nothing(k8s: Cluster) -> None:
     wait_reconciled(k8s, "mixed")
-    wait_for(lambda: len(k8s.children("mixed")) == 4, 30, "the children of mixed")
+    wait_for(lambda: len(k8s.children("mixed")) == 6, 30, "the children of mixed")
     time.sleep(3)  # let the controllers' own status writes settle
     before = k8s.resource_versions("mixed")
     # An annotation change makes kopf run the update handler; the resync runs every 5 s.
@@ -438,9 +441,9 @@ def test_killing_the_operator_mid_reconcile_converges_without_duplicates_or_orph
     partial = len(k8s.children("crashy"))
     operator.start()
     obj = wait_reconciled(k8s, "crashy")
-    children = wait_for(lambda: (lambda c: c if len(c) == 4 else None)(k8s.children("crashy")), 30, "4 children")
+    children = wait_for(lambda: (lambda c: c if len(c) == 6 else None)(k8s.children("crashy")), 30, "6 children")
     names = [(c["kind"], c["metadata"]["name"]) for c in children]
-    assert len(set(names)) == len(names) == 4, f"partial before restart: {partial}; now: {names}"
+    assert len(set(names)) == len(names) == 6, f"partial before restart: {partial}; now: {names}"
     for child in children:
         assert [r["uid"] for r in child["metadata"]["ownerReferences"]] == [obj["metadata"]["uid"]]
     assert len(k8s.worker_list("crashy") or []) == 3
@@ -455,7 +458,7 @@ def test_deletion_collects_every_child_and_keeps_the_journal_as_told(k8s: Cluste
     name = f"gone-{policy.lower()}"
     spec = f"shardingPolicy: DYNAMIC\ndispatcher:\n  storage: {{whenDeleted: {policy}}}\n"
     k8s.apply_text(manifest(BadSpec("gc", spec, "", "", name=name)))
-    wait_for(lambda: len(k8s.children(name)) == 4, 30, f"the children of {name}")
+    wait_for(lambda: len(k8s.children(name)) == 6, 30, f"the children of {name}")
     wait_for(lambda: _claim(k8s, name), 30, "the journal claim")
     k8s.run("delete", "tfdata", name, "--wait=true", "--timeout=30s", timeout=40)
     wait_for(lambda: k8s.children(name) == [], 60, "the garbage collector", show=lambda: k8s.children(name))

@@ -225,3 +225,28 @@ def test_hpa_targets_the_scale_subresource() -> None:
     assert hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 70
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
     assert builders.build_hpa(parse()) is None
+
+
+def test_network_policy_admits_only_labelled_clients_and_the_service_itself() -> None:
+    svc = parse(networkPolicy={"from": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}]})
+    policy = builders.build_network_policy(svc)
+    assert policy is not None
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"] == builders.instance_labels(svc)
+    assert spec["policyTypes"] == ["Ingress"]
+    servers, probes = spec["ingress"]
+    assert {p["port"] for p in servers["ports"]} == {5050, 5051}
+    assert {"podSelector": {"matchLabels": {"tfdata.dev/client": "demo"}}} in servers["from"]
+    assert {"podSelector": {"matchLabels": builders.instance_labels(svc)}} in servers["from"]
+    assert {"namespaceSelector": {"matchLabels": {"team": "ml"}}} in servers["from"]
+    assert "from" not in probes and {p["port"] for p in probes["ports"]} == {8080}
+    assert builders.build_network_policy(parse(networkPolicy={"enabled": False})) is None
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("OFF", False), ("DYNAMIC", True), ("FILE", True)])
+def test_worker_disruption_budget_where_losing_a_worker_costs_data(policy: str, expected: bool) -> None:
+    pdb = builders.build_worker_pdb(parse(shardingPolicy=policy))
+    assert (pdb is not None) == expected
+    if pdb:
+        assert pdb["spec"]["maxUnavailable"] == 1
+        assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "worker"

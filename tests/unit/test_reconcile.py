@@ -7,7 +7,7 @@ from tfdata_operator.builders import BuildSettings
 
 from conftest import parse
 
-NONE = reconcile.Children(None, None, None, None, None, [])
+NONE = reconcile.Children("demo")
 
 
 def test_new_service_gets_every_child_in_order() -> None:
@@ -18,8 +18,18 @@ def test_new_service_gets_every_child_in_order() -> None:
         ("Service", "demo-worker"),
         ("StatefulSet", "demo-dispatcher"),
         ("StatefulSet", "demo-worker"),
+        ("PodDisruptionBudget", "demo-worker"),
+        ("NetworkPolicy", "demo"),
     ]
     assert desired.delete == [] and desired.waiting is None
+
+
+def test_turning_the_network_policy_off_deletes_it() -> None:
+    on = reconcile.desired_children(parse(), BuildSettings(), NONE)
+    policy = next(m for m in on.apply if m["kind"] == "NetworkPolicy")
+    children = reconcile.Children("demo", {("NetworkPolicy", "demo"): policy})
+    off = reconcile.desired_children(parse(networkPolicy={"enabled": False}), BuildSettings(), children)
+    assert off.delete == [("networking.k8s.io/v1", "NetworkPolicy", "demo")]
 
 
 def test_autoscaling_adds_and_removes_the_hpa() -> None:
@@ -27,16 +37,16 @@ def test_autoscaling_adds_and_removes_the_hpa() -> None:
         shardingPolicy="DYNAMIC", workers={"resources": {"requests": {"cpu": "1"}}}, autoscaling={"maxReplicas": 4}
     )
     desired = reconcile.desired_children(auto, BuildSettings(), NONE)
-    assert desired.apply[-1]["kind"] == "HorizontalPodAutoscaler"
-    live_hpa = {**desired.apply[-1]}
-    children = reconcile.Children(None, None, None, None, live_hpa, [])
+    assert "HorizontalPodAutoscaler" in [m["kind"] for m in desired.apply]
+    live_hpa = next(m for m in desired.apply if m["kind"] == "HorizontalPodAutoscaler")
+    children = reconcile.Children("demo", {("HorizontalPodAutoscaler", "demo-worker"): live_hpa})
     removed = reconcile.desired_children(parse(shardingPolicy="DYNAMIC"), BuildSettings(), children)
     assert removed.delete == [("autoscaling/v2", "HorizontalPodAutoscaler", "demo-worker")]
 
 
 def test_an_hpa_the_operator_does_not_own_is_left_alone() -> None:
     foreign = {"kind": "HorizontalPodAutoscaler", "metadata": {"name": "demo-worker", "ownerReferences": []}}
-    children = reconcile.Children(None, None, None, None, foreign, [])
+    children = reconcile.Children("demo", {("HorizontalPodAutoscaler", "demo-worker"): foreign})
     assert reconcile.desired_children(parse(), BuildSettings(), children).delete == []
 
 

@@ -25,7 +25,7 @@ def test_render_prints_what_the_builders_build(path: Path) -> None:
     doc = yaml.safe_load(path.read_text())
     doc["metadata"].update(namespace="default", uid=cli.RENDER_UID)
     svc = spec.parse(doc, cli.DEFAULT_SERVER_IMAGE)
-    expected = reconcile.desired_children(svc, BuildSettings(), reconcile.Children(None, None, None, None, None, []))
+    expected = reconcile.desired_children(svc, BuildSettings(), reconcile.Children(svc.name))
     assert rendered == expected.apply
     assert {o["kind"] for o in rendered} >= {"Service", "StatefulSet"}
 

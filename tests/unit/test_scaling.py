@@ -27,7 +27,8 @@ class FakeCluster:
         pods = [
             {"metadata": {"name": n, "labels": {"app.kubernetes.io/component": "worker"}}} for n in self.worker_pods
         ]
-        return reconcile.Children(None, self.dispatcher, None, self.workers, None, pods)
+        objects = {("StatefulSet", o["metadata"]["name"]): o for o in (self.dispatcher, self.workers) if o}
+        return reconcile.Children("demo", objects, pods)
 
     def apply(self, svc: spec.ServiceSpec) -> scaling.ScalePlan | None:
         desired = reconcile.desired_children(svc, SETTINGS, self.children())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from . import serverconfig
 from .spec import PodSettings, ServiceSpec
@@ -22,6 +22,8 @@ PLURAL = "tfdataservices"
 MANAGER = "tfdata-operator"
 
 CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"
+# Pods with this label, valued with the TFDataService's name, may connect to its servers.
+CLIENT_LABEL = f"{API_GROUP}/client"
 JOURNAL_VOLUME = "journal"
 JOURNAL_MOUNT = "/var/lib/tfdata"
 DEFAULT_WORK_DIR = f"{JOURNAL_MOUNT}/journal"
@@ -43,12 +45,20 @@ Manifest = dict[str, Any]
 # --- Names and addresses -------------------------------------------------------------
 
 
-def dispatcher_name(svc: ServiceSpec) -> str:
-    return f"{svc.name}-dispatcher"
+def _name(svc: ServiceSpec | str) -> str:
+    return svc if isinstance(svc, str) else svc.name
 
 
-def workers_name(svc: ServiceSpec) -> str:
-    return f"{svc.name}-worker"
+def dispatcher_name(svc: ServiceSpec | str) -> str:
+    return f"{_name(svc)}-dispatcher"
+
+
+def workers_name(svc: ServiceSpec | str) -> str:
+    return f"{_name(svc)}-worker"
+
+
+def network_policy_name(svc: ServiceSpec | str) -> str:
+    return _name(svc)
 
 
 def dispatcher_host(svc: ServiceSpec, settings: BuildSettings) -> str:
@@ -75,12 +85,13 @@ def worker_addresses(svc: ServiceSpec, settings: BuildSettings, count: int) -> l
 # --- Labels and ownership ------------------------------------------------------------
 
 
-def selector_labels(svc: ServiceSpec, component: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": "tfdata-service",
-        "app.kubernetes.io/instance": svc.name,
-        "app.kubernetes.io/component": component,
-    }
+def instance_labels(svc: ServiceSpec | str) -> dict[str, str]:
+    """Every pod of the service, dispatcher and workers."""
+    return {"app.kubernetes.io/name": "tfdata-service", "app.kubernetes.io/instance": _name(svc)}
+
+
+def selector_labels(svc: ServiceSpec | str, component: str) -> dict[str, str]:
+    return {**instance_labels(svc), "app.kubernetes.io/component": component}
 
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": MANAGER}
@@ -303,6 +314,76 @@ def build_hpa(svc: ServiceSpec) -> Manifest | None:
             "behavior": {"scaleDown": {"stabilizationWindowSeconds": a.scale_down_stabilization_window_seconds}},
         },
     }
+
+
+def build_worker_pdb(svc: ServiceSpec) -> Manifest | None:
+    """Lets voluntary disruptions (node drains) take one worker at a time.
+
+    A static policy restarts the shard of a worker that goes away and DYNAMIC loses its
+    in-flight splits; with "OFF" a replaced worker just starts over, so no budget.
+    """
+    if svc.sharding_policy == "OFF":
+        return None
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(svc, workers_name(svc), WORKER),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(svc, WORKER)}},
+    }
+
+
+def build_network_policy(svc: ServiceSpec) -> Manifest | None:
+    """tf.data service has no authentication: only labelled clients and the service's own pods get in.
+
+    The probes' port stays open to all: it answers only /healthz and /readyz, and kubelets
+    probe from the node's address.
+    """
+    policy = svc.network_policy
+    if not policy.enabled:
+        return None
+    ports = [svc.dispatcher.port, svc.workers.port]
+    if svc.workers.data_transfer_port is not None:
+        ports.append(svc.workers.data_transfer_port)
+    health = sorted({svc.dispatcher.health_port, svc.workers.health_port})
+    peers = [
+        {"podSelector": {"matchLabels": instance_labels(svc)}},
+        {"podSelector": {"matchLabels": {CLIENT_LABEL: svc.name}}},
+        *(dict(peer) for peer in policy.extra_from),
+    ]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(svc, network_policy_name(svc), "network-policy"),
+        "spec": {
+            "podSelector": {"matchLabels": instance_labels(svc)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": peers, "ports": [{"protocol": "TCP", "port": p} for p in sorted(set(ports))]},
+                {"ports": [{"protocol": "TCP", "port": p} for p in health]},
+            ],
+        },
+    }
+
+
+def optional_children(svc: ServiceSpec) -> list[tuple[str, str, str, Manifest | None]]:
+    """Children that exist only for some specs: (api version, kind, name, manifest or None)."""
+    return [
+        ("autoscaling/v2", "HorizontalPodAutoscaler", workers_name(svc), build_hpa(svc)),
+        ("policy/v1", "PodDisruptionBudget", workers_name(svc), build_worker_pdb(svc)),
+        ("networking.k8s.io/v1", "NetworkPolicy", network_policy_name(svc), build_network_policy(svc)),
+    ]
+
+
+# Every child kind and how its name derives from the service's: what a reconcile observes.
+CHILD_TYPES: tuple[tuple[str, str, Callable[[str], str]], ...] = (
+    ("v1", "Service", dispatcher_name),
+    ("v1", "Service", workers_name),
+    ("apps/v1", "StatefulSet", dispatcher_name),
+    ("apps/v1", "StatefulSet", workers_name),
+    ("autoscaling/v2", "HorizontalPodAutoscaler", workers_name),
+    ("policy/v1", "PodDisruptionBudget", workers_name),
+    ("networking.k8s.io/v1", "NetworkPolicy", network_policy_name),
+)
 
 
 def _pod_template(

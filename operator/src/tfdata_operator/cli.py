@@ -127,8 +127,7 @@ def render_document(doc: Any, where: str, server_image: str, settings: BuildSett
         svc = spec.parse(body, server_image)
     except spec.SpecError as exc:
         raise click.ClickException(f"{where}: invalid spec: {exc}") from exc
-    empty = reconcile.Children(None, None, None, None, None, [])
-    return reconcile.desired_children(svc, settings, empty).apply
+    return reconcile.desired_children(svc, settings, reconcile.Children(svc.name)).apply
 
 
 def dump(objects: list[dict[str, Any]], out: TextIO) -> None:

@@ -41,12 +41,22 @@ class OperatorConfig:
 
 @dataclass(frozen=True)
 class Children:
-    dispatcher_service: Manifest | None
-    dispatcher: Manifest | None
-    worker_service: Manifest | None
-    workers: Manifest | None
-    hpa: Manifest | None
-    pods: list[Manifest]  # every pod of this TFDataService, dispatcher and workers
+    """What exists now: the children by (kind, name), and every pod of the service."""
+
+    name: str
+    objects: Mapping[tuple[str, str], Manifest] = field(default_factory=dict)
+    pods: list[Manifest] = field(default_factory=list)
+
+    def get(self, kind: str, name: str) -> Manifest | None:
+        return self.objects.get((kind, name))
+
+    @property
+    def dispatcher(self) -> Manifest | None:
+        return self.get("StatefulSet", builders.dispatcher_name(self.name))
+
+    @property
+    def workers(self) -> Manifest | None:
+        return self.get("StatefulSet", builders.workers_name(self.name))
 
     def pod_names(self, component: str) -> list[str]:
         return [
@@ -75,15 +85,13 @@ def _lock_for(namespace: str, name: str) -> threading.Lock:
 
 
 def observe(kube: Kube, namespace: str, name: str) -> Children:
-    stub = spec.ServiceSpec(name=name, namespace=namespace, uid="", image="")
-    return Children(
-        dispatcher_service=kube.get("v1", "Service", namespace, builders.dispatcher_name(stub)),
-        dispatcher=kube.get("apps/v1", "StatefulSet", namespace, builders.dispatcher_name(stub)),
-        worker_service=kube.get("v1", "Service", namespace, builders.workers_name(stub)),
-        workers=kube.get("apps/v1", "StatefulSet", namespace, builders.workers_name(stub)),
-        hpa=kube.get("autoscaling/v2", "HorizontalPodAutoscaler", namespace, builders.workers_name(stub)),
-        pods=kube.list_objects("v1", "Pod", namespace, {"app.kubernetes.io/instance": name, **builders.MANAGED_BY}),
-    )
+    objects = {}
+    for api_version, kind, name_of in builders.CHILD_TYPES:
+        obj = kube.get(api_version, kind, namespace, name_of(name))
+        if obj is not None:
+            objects[(kind, obj["metadata"]["name"])] = obj
+    pods = kube.list_objects("v1", "Pod", namespace, {**builders.instance_labels(name), **builders.MANAGED_BY})
+    return Children(name=name, objects=objects, pods=pods)
 
 
 def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: Children) -> Desired:
@@ -104,11 +112,11 @@ def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: C
         builders.build_worker_statefulset(svc, settings, step.worker_replicas),
     ]
     delete = []
-    hpa = builders.build_hpa(svc)
-    if hpa is not None:
-        apply.append(hpa)
-    elif children.hpa is not None and _owned_by(children.hpa, svc.uid):
-        delete.append(("autoscaling/v2", "HorizontalPodAutoscaler", builders.workers_name(svc)))
+    for api_version, kind, name, manifest in builders.optional_children(svc):
+        if manifest is not None:
+            apply.append(manifest)
+        elif (live := children.get(kind, name)) is not None and _owned_by(live, svc.uid):
+            delete.append((api_version, kind, name))
     return Desired(apply=apply, delete=delete, waiting=step.waiting)
 
 
@@ -148,7 +156,7 @@ def _reconcile_locked(kube: Kube, config: OperatorConfig, body: Manifest) -> Non
         return
 
     desired = desired_children(svc, config.build, children)
-    live = _live_by_key(children)
+    live = dict(children.objects)
     changed = [m for m in desired.apply if needs_apply(m, live.get(_key(m)))]
 
     # Dry-run every change first: if the API server refuses any of them (a pod template it rejects,
@@ -194,17 +202,6 @@ def _reconcile_locked(kube: Kube, config: OperatorConfig, body: Manifest) -> Non
     )
     new_status = status.compute_status(svc, body, observed, config.build, now, waiting=desired.waiting)
     _write_status(kube, body, new_status)
-
-
-def _live_by_key(children: Children) -> dict[tuple[str, str], Manifest]:
-    objects = [
-        children.dispatcher_service,
-        children.dispatcher,
-        children.worker_service,
-        children.workers,
-        children.hpa,
-    ]
-    return {_key(o): o for o in objects if o}
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -154,6 +156,7 @@ def _from_mapping(cls: type[DispatcherServerConfig] | type[WorkerServerConfig], 
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"unknown configuration keys {unknown}; known keys are {sorted(known)}")
+    _check_json_types(cls, raw)
     values = dict(raw)
     if isinstance(values.get("worker_addresses"), list):
         values["worker_addresses"] = tuple(values["worker_addresses"])
@@ -163,6 +166,28 @@ def _from_mapping(cls: type[DispatcherServerConfig] | type[WorkerServerConfig], 
         raise ConfigError(f"incomplete configuration: {exc}") from exc
     config.validate()
     return config
+
+
+def _check_json_types(cls: type[DispatcherServerConfig] | type[WorkerServerConfig], raw: Mapping[str, Any]) -> None:
+    """JSON types per field, so a wrong one is a ConfigError, not a crash or a silent coercion."""
+    for name, hint in typing.get_type_hints(cls).items():
+        if name not in raw:
+            continue
+        value = raw[name]
+        options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        if value is None and type(None) in options:
+            continue
+        base = next(option for option in options if option is not type(None))
+        if typing.get_origin(base) is tuple:  # tuple[str, ...] arrives as a JSON list
+            ok, wanted = isinstance(value, list) and all(isinstance(v, str) for v in value), "a list of strings"
+        elif base is int:
+            ok, wanted = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        elif base is bool:
+            ok, wanted = isinstance(value, bool), "true or false"
+        else:
+            ok, wanted = isinstance(value, base), "a string"
+        if not ok:
+            raise ConfigError(f"{name} must be {wanted}, got {value!r}")
 
 
 def load(expected_kind: str, path: str | None = None, environ: Mapping[str, str] = os.environ) -> ServerConfig:

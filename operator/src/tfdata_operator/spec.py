@@ -105,6 +105,13 @@ class AutoscalingSpec:
 
 
 @dataclass(frozen=True)
+class NetworkPolicySpec:
+    enabled: bool = True
+    # Extra NetworkPolicyPeers allowed in, e.g. trainers in another namespace.
+    extra_from: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class ServiceSpec:
     """One TFDataService, fully defaulted: everything the builders need."""
 
@@ -118,6 +125,7 @@ class ServiceSpec:
     dispatcher: DispatcherSpec = DispatcherSpec()
     workers: WorkersSpec = WorkersSpec()
     autoscaling: AutoscalingSpec | None = None
+    network_policy: NetworkPolicySpec = NetworkPolicySpec()
 
     @property
     def is_static(self) -> bool:
@@ -260,6 +268,7 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
     dispatcher = _dispatcher(spec.child("dispatcher"))
     workers = _workers(spec.child("workers"))
     autoscaling = _autoscaling(spec.child("autoscaling")) if spec.has("autoscaling") else None
+    network_policy = _network_policy(spec.child("networkPolicy"))
     spec.finish()
 
     if not image:
@@ -292,7 +301,20 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
         dispatcher=dispatcher,
         workers=workers,
         autoscaling=autoscaling,
+        network_policy=network_policy,
     )
+
+
+def _network_policy(r: _Reader) -> NetworkPolicySpec:
+    enabled = r.boolean("enabled", True)
+    peers = r.raw("from")
+    r.finish()
+    if peers is None:
+        return NetworkPolicySpec(enabled=enabled)
+    if not isinstance(peers, list) or len(peers) > 16 or not all(isinstance(p, Mapping) for p in peers):
+        r.problems.append(f"{r.path}.from must be a list of at most 16 NetworkPolicy peers (objects)")
+        return NetworkPolicySpec(enabled=enabled)
+    return NetworkPolicySpec(enabled=enabled, extra_from=tuple(peers))
 
 
 def _dispatcher(r: _Reader) -> DispatcherSpec:

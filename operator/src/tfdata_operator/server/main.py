@@ -8,7 +8,6 @@ It never imports TensorFlow: see ``tfdata_operator.server`` for why.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import subprocess
@@ -21,7 +20,7 @@ import click
 
 from .. import serverconfig
 from . import configure_logging
-from .health import FAILED, HealthServer, ProbeState
+from .health import FAILED, STOPPING, HealthServer, ProbeState
 
 # Below Kubernetes' default terminationGracePeriodSeconds (30s), so we, not the kubelet, end it.
 STOP_GRACE_SECONDS = 20.0
@@ -84,6 +83,10 @@ class Supervisor:
         self._signals.append(signum)
         self._wake.set()
 
+    def child_command(self, status_fd: int) -> list[str]:
+        """The TensorFlow process: this interpreter running ``tfserver``."""
+        return [sys.executable, "-m", "tfdata_operator.server.tfserver", self.kind, "--status-fd", str(status_fd)]
+
     def _start_child(self) -> subprocess.Popen[bytes]:
         read_fd, write_fd = os.pipe()
         env = dict(os.environ)
@@ -91,18 +94,7 @@ class Supervisor:
         if self.pod_name is not None:
             env[serverconfig.POD_NAME_ENV] = self.pod_name
         try:
-            child = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tfdata_operator.server.tfserver",
-                    self.kind,
-                    "--status-fd",
-                    str(write_fd),
-                ],
-                env=env,
-                pass_fds=(write_fd,),
-            )
+            child = subprocess.Popen(self.child_command(write_fd), env=env, pass_fds=(write_fd,))
         finally:
             os.close(write_fd)
         self.log.info("started the TensorFlow %s process (pid %d)", self.kind, child.pid)
@@ -119,12 +111,11 @@ class Supervisor:
                     self.log.warning("ignored a status report: %s", exc)
                     continue
                 ready, detail = self.state.readiness()
-                if ready != was_ready:
-                    self.log.log(
-                        logging.INFO if ready else logging.WARNING,
-                        "%s",
-                        "ready: " + detail if ready else detail,
-                    )
+                if ready != was_ready and self.state.phase not in (STOPPING, FAILED):
+                    if ready:
+                        self.log.info("ready: %s", detail)
+                    else:
+                        self.log.warning("not ready: %s", detail)
                     was_ready = ready
         self._wake.set()  # end of the pipe: the TensorFlow process has ended
 
@@ -156,7 +147,7 @@ class Supervisor:
         return EXIT_FAILED
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(name="tfdata-server", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("kind", type=click.Choice(["dispatcher", "worker"]))
 @click.option(
     "--config",
@@ -170,7 +161,11 @@ def main(kind: str, config_path: str | None) -> None:
     A worker announces the address made from its pod name (the POD_NAME environment
     variable). SIGTERM or SIGINT stops the server cleanly.
 
-    Exit codes: 0 stopped by a signal, 1 the server failed, 2 invalid configuration.
+    \b
+    Exit codes:
+      0  stopped by SIGTERM or SIGINT
+      1  the server failed
+      2  invalid configuration
     """
     try:
         config = serverconfig.load(kind, config_path)

@@ -13,8 +13,9 @@ Readiness, as TensorFlow 2.21 behaves:
   worker is ready once ``start()`` has returned;
 - a dispatcher's ``start()`` returns once its journal is replayed; it is ready while
   ``_num_workers()`` answers, which goes through the gRPC service implementation.
-  (Calling ``_num_workers()`` before ``start()`` has returned crashes the process with a
-  segmentation fault, so it is never called earlier.)
+  (``_num_workers()`` on a server not yet started crashes the process with a segmentation
+  fault, since the service object does not exist yet: it is only called once ``start()`` has
+  returned.)
 """
 
 from __future__ import annotations
@@ -105,47 +106,42 @@ def _dispatcher_summary(config: DispatcherServerConfig) -> str:
 
 
 class _Server:
-    """A started-or-starting TensorFlow server and how to tell whether it serves."""
+    """A TensorFlow server, what to log about it, and whether it serves."""
 
-    def __init__(self, kind: str, config: serverconfig.ServerConfig, pod_name: str | None) -> None:
+    def __init__(self, config: serverconfig.ServerConfig, pod_name: str | None) -> None:
         import tensorflow as tf  # type: ignore[import-untyped]
 
         service = tf.data.experimental.service
-        self.kind = kind
+        self.config = config
         if isinstance(config, DispatcherServerConfig):
+            self.kind = "dispatcher"
             self.server = service.DispatchServer(dispatcher_config_proto(config), start=False)
             summary = _dispatcher_summary(config)
-            self.starting = f"dispatcher starting on {summary}" + (
-                f", replaying the journal in {config.work_dir}" if config.fault_tolerant_mode else ""
-            )
+            replay = f", replaying the journal in {config.work_dir}" if config.fault_tolerant_mode else ""
+            self.starting = f"dispatcher starting on {summary}{replay}"
             self.started = f"dispatcher listening on {summary}"
-            expected = len(config.worker_addresses) if config.worker_addresses is not None else None
-            self._check: Callable[[], str] = lambda: self._dispatcher_status(config.port, expected)
         else:
             assert pod_name is not None, "main() checks that a worker has a pod name"
-            address = config.worker_address(pod_name)
+            self.kind = "worker"
             self.server = service.WorkerServer(worker_config_proto(config, pod_name), start=False)
+            self.registered = (
+                f"registered with dispatcher at {config.dispatcher_address} as {config.worker_address(pod_name)}"
+            )
             self.starting = (
-                f"worker registering with dispatcher at {config.dispatcher_address} as {address} "
-                "(waits until the dispatcher accepts this worker)"
+                f"worker registering with dispatcher at {config.dispatcher_address} as "
+                f"{config.worker_address(pod_name)} (waits until the dispatcher accepts this worker)"
             )
-            self.started = (
-                f"worker listening on port {config.port}, "
-                f"registered with dispatcher at {config.dispatcher_address} as {address}"
-            )
-            self._check = lambda: (
-                f"registered with dispatcher at {config.dispatcher_address} as {address}; "
-                + (f"{self.server._num_tasks()} tasks")
-            )
-
-    def _dispatcher_status(self, port: int, expected: int | None) -> str:
-        registered = self.server._num_workers()
-        of = f" of {expected}" if expected is not None else ""
-        return f"dispatcher serving on port {port}; {registered}{of} workers registered"
+            self.started = f"worker listening on port {config.port}, {self.registered}"
 
     def status(self) -> tuple[bool, str]:
+        """Asks the running server itself (never call before start() has returned)."""
         try:
-            return True, self._check()
+            if isinstance(self.config, DispatcherServerConfig):
+                addresses = self.config.worker_addresses
+                of = f" of {len(addresses)}" if addresses is not None else ""
+                registered = self.server._num_workers()
+                return True, f"dispatcher serving on port {self.config.port}; {registered}{of} workers registered"
+            return True, f"{self.registered}; {self.server._num_tasks()} tasks"
         except Exception as exc:  # TensorFlow raises plain RuntimeError and OpError alike
             return False, f"{self.kind} not answering: {exc}"
 
@@ -160,7 +156,7 @@ def run(kind: str, config: serverconfig.ServerConfig, pod_name: str | None, repo
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     report(STARTING, False, "importing TensorFlow")
     try:
-        server = _Server(kind, config, pod_name)
+        server = _Server(config, pod_name)
     except ImportError as exc:
         report(FAILED, False, f"TensorFlow is not installed (install tfdata-operator[server]): {exc}")
         return 1

@@ -1,0 +1,128 @@
+"""The pods' configuration model: what the operator writes is what tfdata-server reads, or a clear error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tfdata_operator import serverconfig
+from tfdata_operator.serverconfig import ConfigError, DispatcherServerConfig, WorkerServerConfig
+
+DISPATCHER = DispatcherServerConfig(
+    port=5050,
+    health_port=8080,
+    work_dir="/journal",
+    fault_tolerant_mode=True,
+    worker_addresses=("w-0.w.ns.svc:5051", "w-1.w.ns.svc:5051"),
+    job_gc_check_interval_ms=1000,
+    job_gc_timeout_ms=2000,
+    client_timeout_ms=3000,
+    worker_timeout_ms=4000,
+    worker_max_concurrent_snapshots=2,
+)
+WORKER = WorkerServerConfig(
+    port=5051,
+    health_port=8081,
+    dispatcher_address="d.ns.svc:5050",
+    worker_address_format="{pod_name}.w.ns.svc:5051",
+    heartbeat_interval_ms=500,
+    dispatcher_timeout_ms=60000,
+    data_transfer_protocol="grpc",
+    data_transfer_port=5052,
+    data_transfer_address_format="{pod_name}.w.ns.svc:%dts_port%",
+)
+
+
+def dispatcher_json(**fields: Any) -> str:
+    return json.dumps({"kind": "dispatcher", "port": 5050, "health_port": 8080, **fields})
+
+
+def worker_json(**fields: Any) -> str:
+    base = {
+        "port": 5051,
+        "health_port": 8081,
+        "dispatcher_address": "d:5050",
+        "worker_address_format": "{pod_name}:5051",
+    }
+    return json.dumps({"kind": "worker", **base, **fields})
+
+
+@pytest.mark.parametrize("config", [DISPATCHER, WORKER, DispatcherServerConfig(port=1, health_port=2)], ids=repr)
+def test_round_trip(config: serverconfig.ServerConfig) -> None:
+    kind = "dispatcher" if isinstance(config, DispatcherServerConfig) else "worker"
+    assert serverconfig.from_json(serverconfig.to_json(config), kind) == config
+
+
+def test_json_is_deterministic_and_leaves_out_unset_fields() -> None:
+    text = serverconfig.to_json(DispatcherServerConfig(port=5050, health_port=8080))
+    assert text == '{"fault_tolerant_mode":false,"health_port":8080,"kind":"dispatcher","port":5050,"protocol":"grpc"}'
+
+
+def test_worker_announces_its_pod_name_never_localhost() -> None:
+    assert WORKER.worker_address("w-3") == "w-3.w.ns.svc:5051"
+    assert WORKER.data_transfer_address("w-3") == "w-3.w.ns.svc:%dts_port%"
+    assert WorkerServerConfig(5051, 8081, "d:5050", "{pod_name}:5051").data_transfer_address("w-3") is None
+    # The dispatcher's static list is built with the same function, so the two always agree.
+    assert serverconfig.worker_address("{pod_name}.w:1", "w-0") == "w-0.w:1"
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "message"),
+    [
+        ("{not json", "dispatcher", "configuration is not valid JSON"),
+        ("[1, 2]", "dispatcher", "configuration must be a JSON object"),
+        (worker_json(), "dispatcher", "configuration is for a 'worker', but this server runs as a 'dispatcher'"),
+        ('{"port": 5050, "health_port": 8080}', "dispatcher", "configuration is for a None"),
+        (dispatcher_json(jobs=3), "dispatcher", "unknown configuration keys ['jobs']"),
+        ('{"kind": "dispatcher", "port": 5050}', "dispatcher", "incomplete configuration"),
+        (dispatcher_json(port=0), "dispatcher", "port must be an integer port in 1..65535, got 0"),
+        (dispatcher_json(port=70000), "dispatcher", "got 70000"),
+        (dispatcher_json(port="5050"), "dispatcher", "port must be an integer, got '5050'"),
+        (dispatcher_json(port=True), "dispatcher", "port must be an integer, got True"),
+        (dispatcher_json(port=None), "dispatcher", "port must be an integer, got None"),
+        (dispatcher_json(health_port=5050), "dispatcher", "port and health_port must differ"),
+        (dispatcher_json(fault_tolerant_mode=True), "dispatcher", "fault_tolerant_mode needs work_dir"),
+        (dispatcher_json(fault_tolerant_mode="yes"), "dispatcher", "fault_tolerant_mode must be true or false"),
+        (dispatcher_json(protocol=7), "dispatcher", "protocol must be a string, got 7"),
+        (dispatcher_json(worker_addresses=[]), "dispatcher", "must list at least one worker"),
+        (dispatcher_json(worker_addresses=["a:1", "a:1"]), "dispatcher", "worker_addresses has duplicates"),
+        (dispatcher_json(worker_addresses="a:1"), "dispatcher", "worker_addresses must be a list of strings"),
+        (dispatcher_json(worker_addresses=[1]), "dispatcher", "worker_addresses must be a list of strings"),
+        (dispatcher_json(job_gc_timeout_ms=-5), "dispatcher", "job_gc_timeout_ms must be a non-negative integer"),
+        (dispatcher_json(client_timeout_ms=True), "dispatcher", "client_timeout_ms must be an integer, got True"),
+        (worker_json(dispatcher_address="grpc://d:5050"), "worker", "dispatcher_address must be host:port"),
+        (worker_json(dispatcher_address=5050), "worker", "dispatcher_address must be a string, got 5050"),
+        (worker_json(worker_address_format="w-0:5051"), "worker", "worker_address_format must contain {pod_name}"),
+        (worker_json(heartbeat_interval_ms=0), "worker", "heartbeat_interval_ms must be a positive integer"),
+        (worker_json(data_transfer_port=0), "worker", "data_transfer_port must be an integer port"),
+    ],
+)
+def test_bad_configuration_says_what_to_fix(text: str, kind: str, message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        serverconfig.from_json(text, kind)
+    assert message in str(error.value)
+
+
+def test_load_prefers_the_file_over_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(serverconfig.to_json(DISPATCHER))
+    environ = {serverconfig.CONFIG_ENV: dispatcher_json()}
+    assert serverconfig.load("dispatcher", str(path), environ) == DISPATCHER
+    assert serverconfig.load("dispatcher", None, environ) == DispatcherServerConfig(port=5050, health_port=8080)
+
+
+@pytest.mark.parametrize(
+    ("path", "environ", "message"),
+    [
+        (None, {}, "no configuration: pass --config FILE or set TFDATA_SERVER_CONFIG"),
+        (None, {serverconfig.CONFIG_ENV: ""}, "no configuration"),
+        ("/nonexistent/config.json", {}, "cannot read configuration file /nonexistent/config.json"),
+    ],
+)
+def test_load_without_configuration(path: str | None, environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        serverconfig.load("worker", path, environ)
+    assert message in str(error.value)
