@@ -47,6 +47,16 @@ lint: venv ## Lint: ruff (lint and format check) and mypy.
 render-examples: venv ## Render every example with `tfdata-operator render` (no cluster needed).
 	@for f in examples/*.yaml; do echo "# $$f"; $(VENV)/bin/tfdata-operator render -f $$f >/dev/null && echo ok; done
 
+##@ Development cluster
+
+.PHONY: dev-cluster
+dev-cluster: venv ## Start a local control plane on 127.0.0.1 (kubeconfig: .local/kubeconfig); the first run builds the binaries.
+	$(PY) hack/devcluster.py up
+
+.PHONY: dev-cluster-down
+dev-cluster-down: ## Stop the local control plane and delete its state (logs stay in .local/logs).
+	$(PY) hack/devcluster.py down
+
 ##@ Tests
 
 .PHONY: test

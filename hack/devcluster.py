@@ -8,7 +8,7 @@ agent joins. Everything lives in one state directory (default `.local/`):
 
     kubeconfig          admin kubeconfig (user `admin`, group system:masters)
     cluster.json        API server URL, ports and bin dir of the running cluster
-    pki/                CA, serving cert, service-account key, tokens, component kubeconfigs
+    pki/                CAs, certificates, service-account key, tokens, component kubeconfigs
     etcd/               etcd data
     run/<component>.pid
     logs/<component>.log
@@ -320,7 +320,8 @@ def _make_ca(pki: Path, name: str) -> None:
     _openssl(
         "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "3650",
         "-keyout", str(pki / f"{name}.key"), "-out", str(pki / f"{name}.crt"), "-subj", f"/CN=tfdata-devcluster-{name}",
-        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
     )  # fmt: skip
 
 
@@ -554,19 +555,19 @@ def down(state_dir: Path = DEFAULT_STATE_DIR) -> None:
 # --- Command line ---------------------------------------------------------------
 
 
-def _usage(cluster: Cluster) -> str:
-    kubeconfig = shlex.quote(str(cluster.kubeconfig))
-    logs = cluster.state_dir / "logs" if cluster.state_dir else "?"
+def _usage(cluster: Cluster, state_dir: Path) -> str:
+    script = f"{shlex.quote(sys.executable)} {shlex.quote(__file__)}"
+    stop = "make dev-cluster-down" if state_dir == DEFAULT_STATE_DIR else f"{script} down --state-dir {state_dir}"
     return f"""
 Kubernetes control plane running at {cluster.server} (no nodes: Pods stay Pending).
 
-  export KUBECONFIG={kubeconfig}
+  export KUBECONFIG={shlex.quote(str(cluster.kubeconfig))}
   export PATH={shlex.quote(str(cluster.bin_dir))}:"$PATH"    # pinned kubectl and helm
   kubectl get ns
 
-  (or: eval "$(python hack/devcluster.py env)")
-Logs: {logs}/<component>.log
-Stop it and delete its state: make dev-cluster-down
+  (or: eval "$({script} env --state-dir {state_dir})")
+Logs: {state_dir / "logs"}/<component>.log
+Stop it and delete its state: {stop}
 """
 
 
@@ -575,20 +576,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=("up", "down", "env"))
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="default: %(default)s")
     args = parser.parse_args(argv)
+    args.state_dir = args.state_dir.resolve()
     if args.command == "up":
         try:
             cluster = up(args.state_dir)
         except ClusterError as e:
             _say(f"failed: {e}")
             return 1
-        print(_usage(cluster))
+        print(_usage(cluster, args.state_dir))
     elif args.command == "down":
         down(args.state_dir)
-        _say(f"cluster in {args.state_dir.resolve()} stopped; logs kept in {args.state_dir.resolve() / 'logs'}")
+        _say(f"no cluster running in {args.state_dir}; logs (if any) kept in logs/")
     else:
         found = running(args.state_dir)
         if found is None:
-            _say(f"no healthy cluster in {args.state_dir.resolve()}; start one with `make dev-cluster`")
+            _say(f"no healthy cluster in {args.state_dir}; start one with `make dev-cluster`")
             return 1
         print(f"export KUBECONFIG={shlex.quote(str(found.kubeconfig))}")
         print(f'export PATH={shlex.quote(str(found.bin_dir))}:"$PATH"')

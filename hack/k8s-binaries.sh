@@ -171,6 +171,10 @@ all_present() {
   done
 }
 
+# Two builds at once would fight over the same cache: the second waits for the first.
+exec 9> "$CACHE/.lock"
+flock -n 9 || { log "another build is running; waiting for it"; flock 9; }
+
 if ! all_present; then
   if [[ "${TFDATA_NO_DOWNLOAD:-}" != "1" ]] && download_all; then
     log "downloaded official release binaries"

@@ -28,35 +28,27 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "hack"))
-import devcluster  # noqa: E402
+import devcluster  # hack/ is on pytest.ini's pythonpath
 
+REPO = Path(__file__).resolve().parents[2]
 EXISTING_KUBECONFIG_ENV = "TFDATA_TEST_KUBECONFIG"
 HERE = Path(__file__).resolve().parent
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        f"integration: needs a real Kubernetes control plane (started by the tests unless ${EXISTING_KUBECONFIG_ENV} "
-        "names an existing cluster's kubeconfig)",
-    )
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The `integration` marker is registered in pytest.ini.
     for item in items:
         if HERE in item.path.parents:
             item.add_marker(pytest.mark.integration)
 
 
 def _stop_abandoned_test_clusters() -> None:
-    """Clusters of test sessions that died without teardown (SIGKILL, a crash) would run forever."""
+    """Clusters of test sessions that died without teardown (SIGKILL, a crash) would run forever.
+    Their logs stay, like those of failed sessions."""
     for state_dir in (REPO / ".local").glob("test-cluster-*"):
         pid = state_dir.name.removeprefix("test-cluster-")
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and (state_dir / "run").exists():
             devcluster.down(state_dir)
-            shutil.rmtree(state_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -68,17 +60,18 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[devcluster.Cluster]:
         return
     _stop_abandoned_test_clusters()
     state_dir = REPO / ".local" / f"test-cluster-{os.getpid()}"
+    capture = request.config.pluginmanager.getplugin("capturemanager")
     try:
         if devcluster.missing_binaries():
             # A cold build takes long: show its progress rather than a silent pause.
-            capture = request.config.pluginmanager.getplugin("capturemanager")
             with capture.global_and_fixture_disabled():
                 devcluster.ensure_binaries()
         yield devcluster.up(state_dir)
     finally:
         devcluster.down(state_dir)
         if request.session.testsfailed:
-            print(f"\ncluster logs kept in {state_dir / 'logs'}", file=sys.stderr)
+            with capture.global_and_fixture_disabled():
+                print(f"\nThe test cluster's logs are in {state_dir / 'logs'}", file=sys.stderr)
         else:
             shutil.rmtree(state_dir, ignore_errors=True)
 
@@ -161,6 +154,8 @@ def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]
             return
         if time.monotonic() > deadline:
             status = json.loads(result.stdout).get("status", {}) if result.returncode == 0 else result.stderr
-            warnings.warn(f"namespace {name} still terminating after {NAMESPACE_DELETE_TIMEOUT:.0f}s: {status}")
+            warnings.warn(
+                f"namespace {name} still terminating after {NAMESPACE_DELETE_TIMEOUT:.0f}s: {status}", stacklevel=1
+            )
             return
         time.sleep(0.5)

@@ -161,10 +161,8 @@ def test_rbac_denies_an_unprivileged_service_account(kubectl: Kubectl, namespace
     assert can_i("get", "secrets") == "no"
     # A grant is honoured, so the "no" above is RBAC deciding rather than a broken authorizer.
     kubectl.run("create", "role", "read-configmaps", "--verb=get,list", "--resource=configmaps", "-n", namespace)
-    kubectl.run(
-        "create", "rolebinding", "read-configmaps", "--role=read-configmaps", f"--serviceaccount={namespace}:unprivileged",
-        "-n", namespace,
-    )  # fmt: skip
+    binding = ["rolebinding", "read-configmaps", "--role=read-configmaps", f"--serviceaccount={namespace}:unprivileged"]
+    kubectl.run("create", *binding, "-n", namespace)
     wait_for("RBAC to allow the granted verb", lambda: can_i("list", "configmaps"), lambda seen: seen == "yes", 30)
     assert can_i("get", "secrets") == "no"
 

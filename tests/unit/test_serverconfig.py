@@ -91,7 +91,7 @@ def test_worker_announces_its_pod_name_never_localhost() -> None:
         (dispatcher_json(worker_addresses=["a:1", "a:1"]), "dispatcher", "worker_addresses has duplicates"),
         (dispatcher_json(worker_addresses="a:1"), "dispatcher", "worker_addresses must be a list of strings"),
         (dispatcher_json(worker_addresses=[1]), "dispatcher", "worker_addresses must be a list of strings"),
-        (dispatcher_json(job_gc_timeout_ms=-5), "dispatcher", "job_gc_timeout_ms must be a non-negative integer"),
+        (dispatcher_json(job_gc_timeout_ms=-5), "dispatcher", "job_gc_timeout_ms must be an integer of at least -1"),
         (dispatcher_json(client_timeout_ms=True), "dispatcher", "client_timeout_ms must be an integer, got True"),
         (worker_json(dispatcher_address="grpc://d:5050"), "worker", "dispatcher_address must be host:port"),
         (worker_json(dispatcher_address=5050), "worker", "dispatcher_address must be a string, got 5050"),

@@ -65,8 +65,9 @@ class DispatcherServerConfig:
             "worker_max_concurrent_snapshots",
         ):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+            lowest = -1 if name == "job_gc_timeout_ms" else 0  # TensorFlow's -1: never collect jobs
+            if value is not None and (not isinstance(value, int) or value < lowest):
+                raise ConfigError(f"{name} must be an integer of at least {lowest}, got {value!r}")
 
 
 @dataclass(frozen=True)

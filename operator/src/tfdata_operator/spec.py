@@ -325,9 +325,11 @@ def _dispatcher(r: _Reader) -> DispatcherSpec:
     work_dir = r.string("workDir", None, max_length=1024, pattern=_WORK_DIR)
     storage = _storage(r.child("storage"))
     ms = {
-        key: r.integer(key, None, 1, _MAX_MS)
-        for key in ("jobGcCheckIntervalMs", "jobGcTimeoutMs", "clientTimeoutMs", "workerTimeoutMs")
+        key: r.integer(key, None, 1, _MAX_MS) for key in ("jobGcCheckIntervalMs", "clientTimeoutMs", "workerTimeoutMs")
     }
+    ms["jobGcTimeoutMs"] = r.integer("jobGcTimeoutMs", None, -1, _MAX_MS)  # -1: never collect jobs
+    if ms["jobGcTimeoutMs"] == 0:
+        r.problems.append("spec.dispatcher.jobGcTimeoutMs must be -1 (keep jobs forever) or at least 1")
     snapshots = r.integer("workerMaxConcurrentSnapshots", None, 0, 1000)
     pod = _pod_settings(r)
     r.finish()
