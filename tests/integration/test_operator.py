@@ -303,6 +303,15 @@ def _states(events: list[dict[str, Any]], name: str) -> list[tuple[int, int]]:
     return states
 
 
+def assert_scaled_in_order(
+    states: list[tuple[int, int]], start: tuple[int, int], middle: tuple[int, int], end: tuple[int, int]
+) -> None:
+    """States are (dispatcher list length, worker replicas) in watch order; ``middle`` shows who moved first."""
+    assert states[0] == start and states[-1] == end, states
+    assert all(workers <= listed for listed, workers in states), f"a worker ran outside the list: {states}"
+    assert middle in states, f"expected the intermediate state {middle}: {states}"
+
+
 def test_static_scale_up_changes_the_dispatcher_list_before_any_new_worker(k8s: Cluster) -> None:
     wait_reconciled(k8s, "shards")
     watch = StatefulSetWatch(k8s, "shards")
@@ -334,10 +343,7 @@ def test_static_scale_up_changes_the_dispatcher_list_before_any_new_worker(k8s: 
     finally:
         time.sleep(1)
         watch.stop()
-    states = _states(watch.events, "shards")
-    assert states[0] == (2, 2) and states[-1] == (3, 3), states
-    assert all(workers <= listed for listed, workers in states), f"a worker ran outside the list: {states}"
-    assert (3, 2) in states, f"the dispatcher did not move first: {states}"
+    assert_scaled_in_order(_states(watch.events, "shards"), start=(2, 2), middle=(3, 2), end=(3, 3))
 
 
 def test_static_scale_down_removes_workers_before_shortening_the_list(k8s: Cluster) -> None:
@@ -350,10 +356,7 @@ def test_static_scale_down_removes_workers_before_shortening_the_list(k8s: Clust
     finally:
         time.sleep(1)
         watch.stop()
-    states = _states(watch.events, "shards")
-    assert states[0] == (3, 3) and states[-1] == (1, 1), states
-    assert all(workers <= listed for listed, workers in states), f"a worker ran outside the list: {states}"
-    assert (3, 1) in states, f"the workers did not move first: {states}"
+    assert_scaled_in_order(_states(watch.events, "shards"), start=(3, 3), middle=(3, 1), end=(1, 1))
 
 
 def test_autoscaling_creates_an_hpa_that_drives_the_scale_subresource(k8s: Cluster) -> None:

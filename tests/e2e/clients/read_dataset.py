@@ -1,0 +1,68 @@
+"""A real tf.data client for the end-to-end tests and the demo: reads TFRecord files through a service.
+
+    python read_dataset.py --service grpc://x-dispatcher.ns.svc.cluster.local:5050 \
+        --files '/data/*.tfrecord' --mode DYNAMIC [--hint] [--job-name j] [--timeout 120]
+
+Prints one line per element as it arrives ("element <value>"), then a JSON summary line
+("summary {...}"). A watchdog ends the process with exit code 3 if the whole read takes longer
+than --timeout, so a test never hangs on a client that waits forever.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+
+MODES = ("OFF", "DYNAMIC", "FILE", "DATA", "FILE_OR_DATA", "HINT")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--service", required=True)
+    parser.add_argument("--files", required=True, help="glob of TFRecord files")
+    parser.add_argument("--mode", choices=MODES, required=True)
+    parser.add_argument("--hint", action="store_true", help="shard(SHARD_HINT, SHARD_HINT) after listing files")
+    parser.add_argument("--job-name", default=None)
+    parser.add_argument("--timeout", type=float, default=120)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds to sleep per element (slow reader)")
+    args = parser.parse_args()
+
+    def watchdog() -> None:
+        time.sleep(args.timeout)
+        print(f"error timed out after {args.timeout:.0f}s", flush=True)
+        os._exit(3)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+
+    import tensorflow as tf
+
+    policy = getattr(tf.data.experimental.service.ShardingPolicy, args.mode)
+    files = tf.data.Dataset.list_files(args.files, shuffle=False)
+    if args.hint:
+        files = files.shard(tf.data.experimental.SHARD_HINT, tf.data.experimental.SHARD_HINT)
+    dataset = files.interleave(tf.data.TFRecordDataset, cycle_length=1)
+    dataset = dataset.apply(
+        tf.data.experimental.service.distribute(processing_mode=policy, service=args.service, job_name=args.job_name)
+    )
+    start = time.monotonic()
+    count = 0
+    try:
+        for element in dataset:
+            print(f"element {element.numpy().decode()}", flush=True)
+            count += 1
+            if args.delay:
+                time.sleep(args.delay)
+    except Exception as exc:  # the test asserts on this message
+        print(f"error {type(exc).__name__}: {exc}".replace("\n", " "), flush=True)
+        return 2
+    seconds = time.monotonic() - start
+    print("summary " + json.dumps({"elements": count, "seconds": round(seconds, 3)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
