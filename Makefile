@@ -50,17 +50,17 @@ render-examples: venv ## Render every example with `tfdata-operator render` (no 
 ##@ Development cluster
 
 .PHONY: dev-cluster
-dev-cluster: venv ## Start a local control plane on 127.0.0.1 (kubeconfig: .local/kubeconfig); the first run builds the binaries.
-	$(PY) hack/devcluster.py up
+dev-cluster: venv ## Start a local control plane on 127.0.0.1 with a node that runs pods as processes (kubeconfig: .local/kubeconfig).
+	$(PY) hack/devcluster.py up --node
 
 .PHONY: dev-cluster-down
-dev-cluster-down: ## Stop the local control plane and delete its state (logs stay in .local/logs).
+dev-cluster-down: ## Stop the local control plane and its node; delete their state (logs stay in .local/logs).
 	$(PY) hack/devcluster.py down
 
 ##@ Tests
 
 .PHONY: test
-test: lint test-unit test-server test-integration ## The full test suite (what CI runs): lint, unit, server, integration.
+test: lint test-unit test-server test-integration test-nodeagent test-e2e ## The full suite (what CI runs): lint, unit, server, integration, node, e2e.
 
 .PHONY: test-unit
 test-unit: venv ## Unit tests: pure, fast, no cluster.
@@ -73,3 +73,11 @@ test-server: venv ## The tf.data server program as real processes with real Tens
 .PHONY: test-integration
 test-integration: venv binaries ## Integration tests against a real control plane built from source.
 	$(PYTEST) -q tests/integration
+
+.PHONY: test-nodeagent
+test-nodeagent: venv binaries ## The dev cluster's node agent against a real control plane (needs root).
+	$(PYTEST) -q tests/nodeagent
+
+.PHONY: test-e2e
+test-e2e: venv binaries ## End to end: operator, node, real tfdata-server pods and real tf.data clients (needs root).
+	$(PYTEST) -q tests/e2e

@@ -59,7 +59,7 @@ SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 # What `up` creates in the state dir and `down` deletes. Anything else there
 # (logs/, other clusters' state dirs such as test-cluster-*) is left alone.
-MANAGED = ("cluster.json", "kubeconfig", "pki", "etcd", "run")
+MANAGED = ("cluster.json", "kubeconfig", "pki", "etcd", "run", "node")
 STOP_GRACE_SECONDS = 10.0
 
 # Popen objects of the components this process started, so that stopping them
@@ -265,6 +265,33 @@ COMPONENTS: tuple[Component, ...] = (
     Component("kube-controller-manager", _kube_controller_manager, _healthz("kube-controller-manager")),
     Component("kube-scheduler", _kube_scheduler, _healthz("kube-scheduler")),
 )
+
+
+# --- Node (hack/nodeagent.py): pods run as local processes --------------------------
+# Opt-in: `up(state_dir, COMPONENTS_WITH_NODE)` or `up --node`. Without it the cluster
+# has no node, as the integration tests expect.
+
+NODE_NAME = "tfdata-dev-node"
+
+
+def _node_agent(ctx: Context) -> list[str]:
+    # The project's venv: the agent needs the kubernetes client, its pods `tfdata-server`.
+    venv_python = REPO / ".venv" / "bin" / "python"
+    python = str(venv_python) if venv_python.exists() else sys.executable
+    script = str(REPO / "hack" / "nodeagent.py")
+    return [python, script, "run", f"--state-dir={ctx.state_dir}", f"--node-name={NODE_NAME}"]
+
+
+def _node_ready(ctx: Context) -> bool:
+    config = yaml.safe_load((ctx.state_dir / "kubeconfig").read_text())
+    token = config["users"][0]["user"]["token"]
+    node = _get(f"{ctx.server}/api/v1/nodes/{NODE_NAME}", ctx.pki("ca.crt"), token)
+    conditions = json.loads(node).get("status", {}).get("conditions", []) if node else []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+NODE_AGENT = Component("node-agent", _node_agent, _node_ready, timeout=60)
+COMPONENTS_WITH_NODE: tuple[Component, ...] = (*COMPONENTS, NODE_AGENT)
 
 
 # --- Binaries, certificates, credentials ----------------------------------------
@@ -544,6 +571,10 @@ def down(state_dir: Path = DEFAULT_STATE_DIR) -> None:
     pidfiles.sort(key=lambda p: (_read_json(p) or {}).get("started", 0), reverse=True)
     for pidfile in pidfiles:
         _stop(pidfile)
+    if (state_dir / "node").exists():  # node agent hook: its netns, links and processes, even if it was killed
+        import nodeagent  # hack/, next to this file
+
+        nodeagent.cleanup(state_dir)
     for name in MANAGED:
         path = state_dir / name
         if path.is_dir():
@@ -555,11 +586,16 @@ def down(state_dir: Path = DEFAULT_STATE_DIR) -> None:
 # --- Command line ---------------------------------------------------------------
 
 
-def _usage(cluster: Cluster, state_dir: Path) -> str:
+def _usage(cluster: Cluster, state_dir: Path, node: bool = False) -> str:
     script = f"{shlex.quote(sys.executable)} {shlex.quote(__file__)}"
     stop = "make dev-cluster-down" if state_dir == DEFAULT_STATE_DIR else f"{script} down --state-dir {state_dir}"
+    nodes = (
+        f"node {NODE_NAME} runs pods as local processes; their logs: {state_dir / 'logs' / 'pods'}"
+        if node
+        else "no nodes: Pods stay Pending"
+    )
     return f"""
-Kubernetes control plane running at {cluster.server} (no nodes: Pods stay Pending).
+Kubernetes control plane running at {cluster.server} ({nodes}).
 
   export KUBECONFIG={shlex.quote(str(cluster.kubeconfig))}
   export PATH={shlex.quote(str(cluster.bin_dir))}:"$PATH"    # pinned kubectl and helm
@@ -575,15 +611,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down", "env"))
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="default: %(default)s")
+    parser.add_argument("--node", action="store_true", help="up: with a node that runs pods (hack/nodeagent.py)")
     args = parser.parse_args(argv)
     args.state_dir = args.state_dir.resolve()
     if args.command == "up":
         try:
-            cluster = up(args.state_dir)
+            cluster = up(args.state_dir, COMPONENTS_WITH_NODE if args.node else COMPONENTS)
         except ClusterError as e:
             _say(f"failed: {e}")
             return 1
-        print(_usage(cluster, args.state_dir))
+        print(_usage(cluster, args.state_dir, args.node))
     elif args.command == "down":
         down(args.state_dir)
         _say(f"no cluster running in {args.state_dir}; logs (if any) kept in logs/")
