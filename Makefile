@@ -17,6 +17,12 @@ help: ## Show this help.
 	  /^[a-zA-Z0-9_-]+:.*?##/ { printf "  \033[36m%-22s\033[0m %s\n", $$1, $$2 } \
 	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
+##@ Try it
+
+.PHONY: demo
+demo: venv ## From a fresh clone: dev cluster + node, CRD, operator, a TFDataService, and a real tf.data client reading through it.
+	$(PY) hack/demo.py
+
 ##@ Development
 
 $(VENV)/.installed: operator/pyproject.toml
@@ -57,10 +63,20 @@ dev-cluster: venv ## Start a local control plane on 127.0.0.1 with a node that r
 dev-cluster-down: ## Stop the local control plane and its node; delete their state (logs stay in .local/logs).
 	$(PY) hack/devcluster.py down
 
+##@ Images
+
+.PHONY: images
+images: ## Build the tfdata-operator and tfdata-server images (starts Docker if none answers; a cold build downloads TensorFlow).
+	hack/images.sh
+
+.PHONY: docker-down
+docker-down: ## Stop the dockerd that `make images` started (its images and caches stay in ~/.cache/tfdata-operator/docker).
+	hack/docker-daemon.sh down
+
 ##@ Tests
 
 .PHONY: test
-test: lint test-unit test-server test-integration test-nodeagent test-e2e ## The full suite (what CI runs): lint, unit, server, integration, node, e2e.
+test: lint test-unit test-server test-integration test-nodeagent test-e2e test-images ## The full suite (what CI runs).
 
 .PHONY: test-unit
 test-unit: venv ## Unit tests: pure, fast, no cluster.
@@ -81,3 +97,7 @@ test-nodeagent: venv binaries ## The dev cluster's node agent against a real con
 .PHONY: test-e2e
 test-e2e: venv binaries ## End to end: operator, node, real tfdata-server pods and real tf.data clients (needs root).
 	$(PYTEST) -q tests/e2e
+
+.PHONY: test-images
+test-images: venv binaries images ## Image tests with real Docker: tf.data through the server image; the operator image on a real control plane.
+	$(PYTEST) -q tests/images
