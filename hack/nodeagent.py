@@ -974,7 +974,6 @@ class Agent:
         self.stopping = threading.Event()
         self.wake = threading.Event()
         self.entries: tuple[dict[str, list[str]], dict[str, dict[str, list[str]]]] = ({}, {})
-        self.hosts_written: dict[str, str] = {}
         self.ready_since = _now()
 
     def hosts_for(self, namespace: str | None) -> str:
@@ -1199,11 +1198,11 @@ class Agent:
                     targets[reg.name] = json.loads(reg.read_text()).get("namespace")
         for netns, namespace in targets.items():
             text = self.hosts_for(namespace)
-            if self.hosts_written.get(netns) != text and Path(f"/run/netns/{netns}").exists():
-                write_hosts(netns, text)
-                self.hosts_written[netns] = text
-        for gone in set(self.hosts_written) - set(targets):
-            del self.hosts_written[gone]
+            # Compare with the file itself, not with what was last written: a namespace name
+            # comes back when its IP is reused (a new client, a recreated pod) with a fresh file.
+            with contextlib.suppress(OSError):
+                if Path(f"/etc/netns/{netns}/hosts").read_text() != text and Path(f"/run/netns/{netns}").exists():
+                    write_hosts(netns, text)
 
     def _provision(self, claims: list[Obj]) -> None:
         """Claims of the `standard` class get a directory and a PV pre-bound to them; PVs of

@@ -250,3 +250,15 @@ def test_worker_disruption_budget_where_losing_a_worker_costs_data(policy: str, 
     if pdb:
         assert pdb["spec"]["maxUnavailable"] == 1
         assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "worker"
+
+
+def test_static_dispatchers_journal_per_worker_count(settings: BuildSettings) -> None:
+    """TensorFlow's journal keeps every worker that ever registered: a shorter list needs a fresh one."""
+    svc = parse(shardingPolicy="FILE")
+    dirs = {n: builders.dispatcher_config(svc, settings, n).work_dir for n in (2, 3)}
+    assert dirs == {2: f"{builders.DEFAULT_WORK_DIR}/2-workers", 3: f"{builders.DEFAULT_WORK_DIR}/3-workers"}
+    custom = parse(shardingPolicy="DATA", dispatcher={"workDir": "gs://bucket/journal/"})
+    assert builders.dispatcher_config(custom, settings, 4).work_dir == "gs://bucket/journal/4-workers"
+    assert (
+        builders.dispatcher_config(parse(shardingPolicy="DYNAMIC"), settings, 4).work_dir == builders.DEFAULT_WORK_DIR
+    )

@@ -136,6 +136,10 @@ def dispatcher_config(
     """The dispatcher's configuration; ``worker_count`` sizes the static worker list."""
     d = svc.dispatcher
     work_dir = d.work_dir or (DEFAULT_WORK_DIR if d.storage.enabled else None)
+    if work_dir is not None and svc.is_static:
+        # TensorFlow's journal keeps every worker that ever registered, and a dispatcher whose
+        # static list lacks one fails every new job. So each list length journals on its own.
+        work_dir = f"{work_dir.rstrip('/')}/{worker_count}-workers"
     return serverconfig.DispatcherServerConfig(
         port=d.port,
         health_port=d.health_port,

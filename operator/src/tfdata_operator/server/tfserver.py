@@ -140,7 +140,12 @@ class _Server:
                 addresses = self.config.worker_addresses
                 of = f" of {len(addresses)}" if addresses is not None else ""
                 registered = self.server._num_workers()
-                return True, f"dispatcher serving on port {self.config.port}; {registered}{of} workers registered"
+                detail = f"dispatcher serving on port {self.config.port}; {registered}{of} workers registered"
+                if addresses is not None and registered > len(addresses):
+                    # Its journal remembers workers outside the static list: TensorFlow would fail
+                    # every new static job ("Worker ... is not in the workers list").
+                    return False, f"{detail}: the journal holds workers missing from the static list"
+                return True, detail
             return True, f"{self.registered}; {self.server._num_tasks()} tasks"
         except Exception as exc:  # TensorFlow raises plain RuntimeError and OpError alike
             return False, f"{self.kind} not answering: {exc}"

@@ -1,0 +1,310 @@
+"""Real tf.data service pods read by real TensorFlow clients: sharding, faults, scaling, errors.
+
+Every service here is a TFDataService the operator turns into pods that the dev node runs
+as `tfdata-server` processes; the clients (tests/e2e/clients/read_dataset.py) read a
+TFRecord dataset of several files through `status.dispatcherAddress`. Every read has a
+timeout (the client's watchdog), so a hang fails fast with what was read so far.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import nodeagent
+import pytest
+from support import ROOT, OperatorProcess, wait_for
+
+if TYPE_CHECKING:
+    from conftest import Kubectl
+
+CLIENTS = Path(__file__).resolve().parent / "clients"
+FILES, RECORDS = 6, 40
+ALL = [f"f{f}-r{r}" for f in range(FILES) for r in range(RECORDS)]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """TFRecord files where the worker processes can read them (not /tmp: pods get their own)."""
+    directory = ROOT / ".local" / f"e2e-data-{tmp_path_factory.getbasetemp().name}"
+    for name, files in (("many", FILES), ("one", 1)):
+        subprocess.run(
+            [sys.executable, str(CLIENTS / "make_dataset.py"), str(directory / name), f"--files={files}",
+             f"--records={RECORDS}"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    yield directory
+    subprocess.run(["rm", "-rf", str(directory)], check=False)
+
+
+@dataclass
+class Read:
+    """What a client read: elements in arrival order, and how it ended."""
+
+    elements: list[str] = field(default_factory=list)
+    error: str | None = None
+    returncode: int | None = None
+    stderr: str = ""
+
+    def counts(self) -> Counter[str]:
+        return Counter(self.elements)
+
+    def describe(self) -> str:
+        return (
+            f"read {len(self.elements)} elements, rc={self.returncode}, error={self.error!r}\n"
+            f"stderr tail: {self.stderr[-2000:]}"
+        )
+
+
+class Reader:
+    """A client process in its own network namespace, read line by line while it runs."""
+
+    def __init__(self, state_dir: Path, namespace: str, *argv: str) -> None:
+        self.state_dir, self.namespace, self.argv = state_dir, namespace, argv
+        self.read = Read()
+        self._netns = nodeagent.client_netns(state_dir, namespace)
+
+    def __enter__(self) -> Reader:
+        prefix = self._netns.__enter__()
+        self.proc = subprocess.Popen(
+            [*prefix, "python", str(CLIENTS / "read_dataset.py"), *self.argv],
+            env=nodeagent.client_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._out = threading.Thread(target=self._stdout, daemon=True)
+        self._err = threading.Thread(target=self._stderr, daemon=True)
+        self._out.start()
+        self._err.start()
+        return self
+
+    def _stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            kind, _, value = line.rstrip("\n").partition(" ")
+            if kind == "element":
+                self.read.elements.append(value)
+            elif kind == "error":
+                self.read.error = value
+
+    def _stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.read.stderr = (self.read.stderr + line)[-20000:]
+
+    def wait_elements(self, count: int, timeout: float = 120) -> None:
+        wait_for(
+            lambda: len(self.read.elements) >= count or self.proc.poll() is not None,
+            timeout,
+            f"the client to read {count} elements",
+            show=self.read.describe,
+        )
+        assert self.proc.poll() is None, f"the client ended early: {self.read.describe()}"
+
+    def finish(self, timeout: float = 240) -> Read:
+        try:
+            self.read.returncode = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"the client ran over {timeout:.0f}s: {self.read.describe()}") from None
+        self._out.join(10)
+        self._err.join(10)
+        return self.read
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._netns.__exit__(None, None, None)
+
+
+class Services:
+    """Creates TFDataServices in the test namespace and reads from them."""
+
+    def __init__(self, kubectl: Kubectl, namespace: str, state_dir: Path, data: Path) -> None:
+        self.kubectl, self.ns, self.state_dir, self.data = kubectl, namespace, state_dir, data
+
+    def create(self, name: str, policy: str, replicas: int = 2, **spec: Any) -> str:
+        body = {
+            "apiVersion": "tfdata.dev/v1alpha1",
+            "kind": "TFDataService",
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {"shardingPolicy": policy, "workers": {"replicas": replicas}, **spec},
+        }
+        self.kubectl.apply(body)
+        return self.wait_ready(name)
+
+    def wait_ready(self, name: str) -> str:
+        waited = self.kubectl.run(
+            "wait", "--for=condition=Ready", f"tfdata/{name}", "-n", self.ns, "--timeout=300s", check=False, timeout=310
+        )
+        assert waited.returncode == 0, f"{waited.stderr}\n{self.describe(name)}"
+        return str(self.get(name)["status"]["dispatcherAddress"])
+
+    def get(self, name: str) -> dict[str, Any]:
+        return dict(self.kubectl.json("get", "tfdata", name, "-n", self.ns))
+
+    def describe(self, name: str) -> str:
+        pods = self.kubectl.run("get", "tfdata,pods,pvc", "-n", self.ns, "-o", "wide", check=False).stdout
+        return f"{pods}\nstatus: {json.dumps(self.get(name).get('status'), indent=1)}"
+
+    def delete(self, name: str) -> None:
+        """Deletes the service and waits for its pods, so TensorFlow processes don't pile up."""
+        self.kubectl.run("delete", "tfdata", name, "-n", self.ns, "--wait=true", "--timeout=60s", timeout=70)
+        selector = f"app.kubernetes.io/instance={name}"
+        wait_for(
+            lambda: not self.kubectl.json("get", "pods", "-n", self.ns, "-l", selector)["items"],
+            90,
+            f"the pods of {name} to stop",
+        )
+
+    def reader(self, address: str, mode: str, files: str = "many", *extra: str) -> Reader:
+        pattern = str(self.data / files / "*.tfrecord")
+        return Reader(self.state_dir, self.ns, "--service", address, "--files", pattern, "--mode", mode, *extra)
+
+    def read(self, address: str, mode: str, files: str = "many", *extra: str, timeout: float = 150) -> Read:
+        with self.reader(address, mode, files, f"--timeout={timeout - 10:.0f}", *extra) as reader:
+            return reader.finish(timeout)
+
+    def pod(self, name: str) -> dict[str, Any]:
+        return dict(self.kubectl.json("get", "pod", name, "-n", self.ns))
+
+    def delete_pod(self, name: str) -> str:
+        uid = self.pod(name)["metadata"]["uid"]
+        self.kubectl.run("delete", "pod", name, "-n", self.ns, "--wait=false")
+        return str(uid)
+
+
+@pytest.fixture(scope="module")
+def services(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess, node_state_dir: Path | None, dataset: Path
+) -> Iterator[Services]:
+    if node_state_dir is None:
+        pytest.skip("clients need the dev node's network: use a cluster from `hack/devcluster.py up --node`")
+    yield Services(kubectl, namespace, node_state_dir, dataset)
+
+
+def test_all_policies_share_out_the_dataset_as_documented(services: Services) -> None:
+    """DYNAMIC, FILE, DATA, FILE_OR_DATA: each element exactly once; "OFF": once per worker; HINT via shard hints."""
+    for policy in ("DYNAMIC", "FILE", "DATA", "FILE_OR_DATA", "OFF", "HINT"):
+        name = "p-" + policy.lower().replace("_", "-")
+        address = services.create(name, policy)
+        read = services.read(address, policy, "many", *(["--hint"] if policy == "HINT" else []))
+        assert read.returncode == 0, f"{policy}: {read.describe()}"
+        copies = 2 if policy == "OFF" else 1
+        assert read.counts() == Counter(ALL * copies), f"{policy}: {read.describe()}"
+        services.delete(name)
+
+
+def test_deleting_the_dispatcher_mid_epoch_loses_and_repeats_nothing(services: Services) -> None:
+    address = services.create("ft", "DYNAMIC", dispatcher={"faultTolerantMode": True})
+    with services.reader(address, "DYNAMIC", "many", "--delay=0.05", "--timeout=200") as reader:
+        reader.wait_elements(30)
+        old = services.delete_pod("ft-dispatcher-0")
+        wait_for(
+            lambda: services.pod("ft-dispatcher-0")["metadata"]["uid"] != old,
+            60,
+            "a new dispatcher pod",
+        )
+        read = reader.finish(220)
+    assert read.returncode == 0, read.describe()
+    assert read.counts() == Counter(ALL), read.describe()
+    restarted = services.pod("ft-dispatcher-0")
+    assert restarted["status"]["containerStatuses"][0]["ready"]
+    services.delete("ft")
+
+
+def _files_of(elements: list[str] | set[str]) -> set[str]:
+    return {element.split("-")[0] for element in elements}
+
+
+def test_deleting_a_worker_mid_epoch_under_dynamic_loses_only_its_splits_and_repeats_none(services: Services) -> None:
+    address = services.create("dyn", "DYNAMIC")
+    with services.reader(address, "DYNAMIC", "many", "--delay=0.05", "--timeout=200") as reader:
+        reader.wait_elements(30)
+        services.delete_pod("dyn-worker-1")
+        read = reader.finish(220)
+    assert read.returncode == 0, read.describe()
+    counts = read.counts()
+    assert max(counts.values()) == 1, f"repeated: {[e for e, n in counts.items() if n > 1]}"
+    missing = set(ALL) - set(counts)
+    # A worker holds at most its current split (a file) and the one it prefetched.
+    assert len(_files_of(missing)) <= 2, f"missing {len(missing)} elements from files {_files_of(missing)}"
+    services.delete("dyn")
+
+
+def test_deleting_a_worker_mid_epoch_under_file_rereads_its_shard(services: Services) -> None:
+    address = services.create("fil", "FILE")
+    with services.reader(address, "FILE", "many", "--delay=0.05", "--timeout=200") as reader:
+        reader.wait_elements(30)
+        services.delete_pod("fil-worker-1")
+        read = reader.finish(220)
+    assert read.returncode == 0, read.describe()
+    counts = read.counts()
+    assert set(counts) == set(ALL), f"lost: {sorted(set(ALL) - set(counts))[:20]}"
+    repeated = {e for e, n in counts.items() if n > 1}
+    # Worker i of n owns files i, i+n, ...: repeats may only come from one worker's shard.
+    shards = {int(f[1:]) % 2 for f in _files_of(repeated)}
+    assert len(shards) <= 1, f"repeats span shards {shards}: {sorted(repeated)[:20]}"
+    services.delete("fil")
+
+
+def test_static_scale_up_and_down_while_idle(services: Services) -> None:
+    address = services.create("grow", "FILE")
+    services.kubectl.run("scale", "tfdata/grow", "--replicas=3", "-n", services.ns)
+    wait_for(
+        lambda: services.get("grow")["status"]["workers"]["summary"] == "3/3",
+        240,
+        "3/3 workers",
+        show=lambda: services.describe("grow"),
+    )
+    services.wait_ready("grow")
+    assert len(services.get("grow")["status"]["workerAddresses"]) == 3
+    for i in range(3):
+        status = services.pod(f"grow-worker-{i}")["status"]["containerStatuses"][0]
+        assert status["restartCount"] == 0, f"grow-worker-{i} restarted: {status}"
+    read = services.read(address, "FILE")
+    assert read.counts() == Counter(ALL), read.describe()
+    everywhere = services.read(address, "OFF")
+    assert everywhere.counts() == Counter(ALL * 3), "3 workers should each produce the dataset once"
+
+    services.kubectl.run("scale", "tfdata/grow", "--replicas=2", "-n", services.ns)
+    wait_for(
+        lambda: len(services.get("grow")["status"].get("workerAddresses") or []) == 2,
+        240,
+        "the dispatcher's 2-worker list",
+        show=lambda: services.describe("grow"),
+    )
+    services.wait_ready("grow")
+    read = services.read(address, "FILE")
+    assert read.counts() == Counter(ALL), read.describe()
+    services.delete("grow")
+
+
+def test_clear_errors_instead_of_hangs(services: Services) -> None:
+    """FILE sharding over fewer files than workers, and a client whose mode needs a worker list the service lacks."""
+    static = services.create("few", "FILE")
+    read = services.read(static, "FILE", "one", timeout=90)
+    assert read.returncode == 2 and read.error, read.describe()
+    assert "worker" in read.error.lower() and "file" in read.error.lower(), read.error
+    services.delete("few")
+
+    dynamic = services.create("nolist", "DYNAMIC")
+    read = services.read(dynamic, "FILE", timeout=90)
+    assert read.returncode == 2 and read.error, read.describe()
+    assert "workers list" in read.error, read.error
+    services.delete("nolist")
+
+
+def test_every_server_pod_ran_without_tracebacks(services: Services) -> None:
+    logs = services.state_dir / "logs" / "pods"
+    failures = [p for p in logs.glob(f"{services.ns}_*/*.log") if "Traceback" in p.read_text(errors="replace")]
+    assert not failures, [f"{p}: {p.read_text(errors='replace')[-1500:]}" for p in failures]
