@@ -48,6 +48,7 @@ def test_dispatcher_address_is_the_client_service(settings: BuildSettings) -> No
     service = builders.build_dispatcher_service(svc, settings)
     assert service["spec"]["ports"][0]["port"] == 6000
     assert service["spec"]["selector"]["app.kubernetes.io/component"] == "dispatcher"
+    assert service["spec"]["publishNotReadyAddresses"] is True  # workers register before it is ready
 
 
 def test_workers_are_a_parallel_statefulset_behind_a_headless_service(settings: BuildSettings) -> None:

@@ -22,11 +22,16 @@ class FakeCluster:
         self.workers: dict[str, Any] | None = None
         self.worker_pods: list[str] = []
         self.dispatcher_ready = False
+        self.revision = "r0"
 
     def children(self) -> reconcile.Children:
         pods = [
             {"metadata": {"name": n, "labels": {"app.kubernetes.io/component": "worker"}}} for n in self.worker_pods
         ]
+        if self.dispatcher is not None:
+            labels = {"app.kubernetes.io/component": "dispatcher", "controller-revision-hash": self.revision}
+            started = {"containerStatuses": [{"started": self.dispatcher_ready}]}
+            pods.append({"metadata": {"name": "demo-dispatcher-0", "labels": labels}, "status": started})
         objects = {("StatefulSet", o["metadata"]["name"]): o for o in (self.dispatcher, self.workers) if o}
         return reconcile.Children("demo", objects, pods)
 
@@ -36,6 +41,7 @@ class FakeCluster:
         new_dispatcher = by_name[builders.dispatcher_name(svc)]
         if self.dispatcher is None or builders.read_config(self.dispatcher) != builders.read_config(new_dispatcher):
             self.dispatcher_ready = False  # the dispatcher pod restarts with the new template
+            self.revision = f"r{int(self.revision[1:]) + 1}"
         self.dispatcher = self._with_status(new_dispatcher, self.dispatcher_ready)
         self.workers = self._with_status(by_name[builders.workers_name(svc)], True)
         return desired.waiting  # type: ignore[return-value]
@@ -48,11 +54,12 @@ class FakeCluster:
         n = self.workers["spec"]["replicas"]
         self.worker_pods = [f"{self.workers['metadata']['name']}-{i}" for i in range(n)]
 
-    @staticmethod
-    def _with_status(sts: dict[str, Any], ready: bool) -> dict[str, Any]:
+    def _with_status(self, sts: dict[str, Any], ready: bool) -> dict[str, Any]:
         n = sts["spec"]["replicas"]
         status = {"observedGeneration": 1, "replicas": n, "updatedReplicas": n, "readyReplicas": n if ready else 0}
         status.update(currentRevision="r", updateRevision="r")
+        if sts["metadata"]["name"].endswith("-dispatcher"):
+            status.update(updateRevision=self.revision, currentRevision=self.revision if ready else "old")
         return {**sts, "metadata": {**sts["metadata"], "generation": 1}, "status": status}
 
     def check_invariant(self, svc: spec.ServiceSpec) -> None:
@@ -141,3 +148,23 @@ def test_a_pod_stuck_on_an_old_revision_is_replaced_but_a_ready_one_is_not() -> 
         "status": {"currentRevision": "new", "updateRevision": "new", "replicas": 1, "updatedReplicas": 1},
     }
     assert scaling.stuck_pods(settled, pods[:1]) == []
+
+
+def test_a_dispatcher_counts_as_moved_once_its_new_pod_started_ready_or_not() -> None:
+    sts = {
+        "metadata": {"name": "x-dispatcher", "generation": 2},
+        "status": {"observedGeneration": 2, "updateRevision": "new", "currentRevision": "old"},
+    }
+
+    def pod(revision: str, started: bool) -> dict[str, Any]:
+        labels = {"controller-revision-hash": revision}
+        return {
+            "metadata": {"name": "x-dispatcher-0", "labels": labels},
+            "status": {"containerStatuses": [{"started": started}]},
+        }
+
+    assert scaling.started_on_current_revision(sts, [pod("new", True)])
+    assert not scaling.started_on_current_revision(sts, [pod("new", False)])
+    assert not scaling.started_on_current_revision(sts, [pod("old", True)])
+    stale = {**sts, "status": {**sts["status"], "observedGeneration": 1}}
+    assert not scaling.started_on_current_revision(stale, [pod("new", True)])

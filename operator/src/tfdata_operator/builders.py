@@ -204,6 +204,9 @@ def build_dispatcher_service(svc: ServiceSpec, settings: BuildSettings) -> Manif
         "metadata": _metadata(svc, dispatcher_name(svc), DISPATCHER),
         "spec": {
             "type": "ClusterIP",
+            # A static dispatcher is ready only once every listed worker registered, which the
+            # workers can do only if they reach it before that.
+            "publishNotReadyAddresses": True,
             "selector": selector_labels(svc, DISPATCHER),
             "ports": [{"name": "grpc", "port": svc.dispatcher.port, "targetPort": "grpc", "protocol": "TCP"}],
         },

@@ -58,12 +58,11 @@ class Children:
     def workers(self) -> Manifest | None:
         return self.get("StatefulSet", builders.workers_name(self.name))
 
+    def pods_of(self, component: str) -> list[Manifest]:
+        return [p for p in self.pods if p["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component]
+
     def pod_names(self, component: str) -> list[str]:
-        return [
-            p["metadata"]["name"]
-            for p in self.pods
-            if p["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
-        ]
+        return [p["metadata"]["name"] for p in self.pods_of(component)]
 
 
 @dataclass(frozen=True)
@@ -101,6 +100,7 @@ def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: C
         svc,
         children.workers,
         children.dispatcher,
+        children.pods_of(builders.DISPATCHER),
         live_list,
         lambda n: builders.worker_addresses(svc, settings, n),
         scaling.highest_ordinal_plus_one(children.pod_names(builders.WORKER), builders.workers_name(svc)),

@@ -5,7 +5,7 @@ starts, and TensorFlow kills a worker whose address is missing from that list. S
 worker may ever run while missing from the running dispatcher's list:
 
 - scaling up, the dispatcher restarts with the longer list first, and the workers are
-  added only once it serves requests with that list;
+  added only once its new pod has started with that list;
 - scaling down, the workers go first, and the dispatcher restarts with the shorter
   list only once their pods are gone.
 
@@ -63,10 +63,35 @@ def highest_ordinal_plus_one(pod_names: Iterable[str], statefulset_name: str) ->
     return max(ordinals, default=-1) + 1
 
 
+def started_on_current_revision(sts: Manifest | None, pods: list[Manifest]) -> bool:
+    """Whether the StatefulSet's pod 0 runs its latest template and its server has started.
+
+    Started, not ready: a static dispatcher is ready only once every listed worker has
+    registered, so new workers must be able to come up while it waits for them.
+    """
+    if not sts:
+        return False
+    status = sts.get("status") or {}
+    if status.get("observedGeneration", 0) < sts.get("metadata", {}).get("generation", 1):
+        return False
+    name = f"{sts['metadata']['name']}-0"
+    for pod in pods:
+        meta = pod["metadata"]
+        if meta["name"] != name or meta.get("deletionTimestamp"):
+            continue
+        if meta.get("labels", {}).get("controller-revision-hash") != status.get("updateRevision"):
+            return False
+        containers = (pod.get("status") or {}).get("containerStatuses") or []
+        started = any(c.get("started") or "running" in (c.get("state") or {}) for c in containers)
+        return started or _pod_ready(pod)
+    return False
+
+
 def plan(
     svc: ServiceSpec,
     live_workers: Manifest | None,
     live_dispatcher: Manifest | None,
+    dispatcher_pods: list[Manifest],
     live_dispatcher_list: list[str] | None,
     list_for: Callable[[int], list[str]],
     worker_pods_present: int,
@@ -81,7 +106,8 @@ def plan(
     # The list always covers every worker pod that still exists, even one that is stopping.
     dispatcher_workers = max(desired, worker_pods_present)
     if desired > current:
-        if live_dispatcher_list == list_for(dispatcher_workers) and statefulset_settled(live_dispatcher):
+        dispatcher_moved = started_on_current_revision(live_dispatcher, dispatcher_pods)
+        if live_dispatcher_list == list_for(dispatcher_workers) and dispatcher_moved:
             return ScalePlan(dispatcher_workers, desired)
         return ScalePlan(
             dispatcher_workers,

@@ -12,7 +12,8 @@ Readiness, as TensorFlow 2.21 behaves:
   dispatcher refuses it, e.g. an address missing from the static worker list), so a
   worker is ready once ``start()`` has returned;
 - a dispatcher's ``start()`` returns once its journal is replayed; it is ready while
-  ``_num_workers()`` answers, which goes through the gRPC service implementation.
+  ``_num_workers()`` answers, which goes through the gRPC service implementation, and, with
+  a static worker list, once exactly the listed workers are registered.
   (``_num_workers()`` on a server not yet started crashes the process with a segmentation
   fault, since the service object does not exist yet: it is only called once ``start()`` has
   returned.)
@@ -145,6 +146,10 @@ class _Server:
                     # Its journal remembers workers outside the static list: TensorFlow would fail
                     # every new static job ("Worker ... is not in the workers list").
                     return False, f"{detail}: the journal holds workers missing from the static list"
+                if addresses is not None and registered < len(addresses):
+                    # A static job started now would shard over the registered workers only, and
+                    # silently skip the shards of the rest. Workers (re)register on their heartbeat.
+                    return False, f"{detail}: waiting for every listed worker to register"
                 return True, detail
             return True, f"{self.registered}; {self.server._num_tasks()} tasks"
         except Exception as exc:  # TensorFlow raises plain RuntimeError and OpError alike
