@@ -46,66 +46,73 @@ app.kubernetes.io/component: operator
 
 {{/*
 What the operator does inside a namespace it watches: one rule list, used by the
-ClusterRole (every namespace) or by one Role per watched namespace. Each rule names
-the operator code (or kopf) that needs it; test_rbac.py runs the operator with exactly
-these rules and checks that nothing is refused.
+ClusterRole (every namespace) or by one Role per watched namespace. Each rule says which
+code needs it and what fails without it (each was taken away in turn, with the operator
+running). tests/integration/test_rbac.py runs the operator with exactly these rules.
+No wildcards, no Secrets, no ConfigMaps, no PUT (update): the operator writes by
+server-side apply and merge patches only.
 */}}
 {{- define "tfdata-operator.namespacedRules" -}}
-# kopf lists and watches TFDataServices and patches its bookkeeping annotations onto them;
-# reconcile.reconcile reads each one fresh (get).
+# kopf lists and watches TFDataServices (without: no reconcile on create or change) and
+# merge-patches its bookkeeping annotations onto them (without: every handler run fails and
+# is retried); every reconcile reads the TFDataService fresh (get).
 - apiGroups: ["tfdata.dev"]
   resources: ["tfdataservices"]
   verbs: ["get", "list", "watch", "patch"]
-# reconcile._write_status: a merge patch of the status subresource.
+# The status is written with a merge patch of the status subresource (without: no
+# conditions, no dispatcherAddress).
 - apiGroups: ["tfdata.dev"]
   resources: ["tfdataservices/status"]
   verbs: ["patch"]
 # Children carry ownerReferences with blockOwnerDeletion: true. Where the
 # OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift, hardened
-# clusters), setting that needs update on the owner's finalizers.
+# clusters), that needs update on the owner's finalizers: without it every child is
+# refused ("cannot set blockOwnerDeletion ...") and nothing is created.
 - apiGroups: ["tfdata.dev"]
   resources: ["tfdataservices/finalizers"]
   verbs: ["update"]
-# Children: read (reconcile.observe), watched by kopf (handlers.*_changed), written by
-# server-side apply (patch; create when the object does not exist yet), and deleted:
-# a StatefulSet to change an immutable field, an HPA when spec.autoscaling goes away.
+# Children written by server-side apply: patch, and create, which an apply that creates
+# the object also needs; get, as every reconcile reads them. kopf lists and watches
+# StatefulSets, Services and HPAs so that a child's change (a pod becoming ready, a
+# Service deleted by hand) is acted on at once rather than at the next resync.
+# delete: a StatefulSet is recreated when a field it cannot update changes; an HPA,
+# PodDisruptionBudget or NetworkPolicy is deleted when the spec stops asking for it.
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Services are never deleted by the operator (only by garbage collection).
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch"]
-# Children the operator is about to manage the same way as the ones above.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "create", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# reconcile.observe lists a service's pods; scaling.stuck_pods' pods are deleted.
+  verbs: ["get", "create", "patch", "delete"]
+# A reconcile lists the service's pods (without: no reconcile gets past observing), and
+# deletes a pod stuck Pending on an old revision (without: a static-sharding scale-up
+# waits forever for the dispatcher to restart).
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "delete"]
-# Events on TFDataServices, posted by Kube.event and by kopf.
+# Events on TFDataServices (Created, InvalidSpec, ...), from the operator and kopf.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
 {{- end }}
 
-{{/* resources: only the quantities that are set. */}}
+{{/* resources: only the quantities that are set (null removes a default). */}}
 {{- define "tfdata-operator.resources" -}}
+{{- $out := dict }}
 {{- range $kind := list "requests" "limits" }}
 {{- $set := dict }}
 {{- range $k, $v := (get $.Values.resources $kind | default dict) }}
 {{- if not (kindIs "invalid" $v) }}{{ $_ := set $set $k $v }}{{ end }}
 {{- end }}
-{{- if $set }}
-{{ $kind }}:
-{{- toYaml $set | nindent 2 }}
+{{- if $set }}{{ $_ := set $out $kind $set }}{{ end }}
 {{- end }}
-{{- end }}
+{{- toYaml $out }}
 {{- end }}
