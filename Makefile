@@ -44,7 +44,7 @@ fmt: venv ## Format the Python code.
 	$(VENV)/bin/ruff check --fix operator tests hack
 
 .PHONY: lint
-lint: venv ## Lint: ruff (lint and format check) and mypy.
+lint: venv helm-lint ## Lint: ruff (lint and format check), mypy, and the Helm chart.
 	$(VENV)/bin/ruff check --config operator/pyproject.toml operator tests hack
 	$(VENV)/bin/ruff format --config operator/pyproject.toml --check operator tests hack
 	cd operator && $(VENV)/bin/mypy src/tfdata_operator
@@ -62,6 +62,24 @@ dev-cluster: venv ## Start a local control plane on 127.0.0.1 with a node that r
 .PHONY: dev-cluster-down
 dev-cluster-down: ## Stop the local control plane and its node; delete their state (logs stay in .local/logs).
 	$(PY) hack/devcluster.py down
+
+##@ Helm chart
+
+CHART := charts/tfdata-operator
+# Resolved when a chart target runs; `binaries` builds them first if needed.
+HELM = $(shell hack/k8s-binaries.sh --print)/helm
+
+.PHONY: sync-crds
+sync-crds: ## Copy crds/ (the source of truth) into the chart; tests/integration/test_chart.py fails on drift.
+	rm -f $(CHART)/crds/*.yaml
+	cp crds/*.yaml $(CHART)/crds/
+
+.PHONY: helm-lint
+helm-lint: binaries ## Lint the chart strictly (default and non-default values); fail if its CRDs drifted from crds/.
+	@diff -r crds $(CHART)/crds >/dev/null || { echo "$(CHART)/crds differs from crds/: run 'make sync-crds'" >&2; exit 1; }
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) --set 'watchNamespaces={team-a,team-b}' \
+	  --set metrics.enabled=true --set metrics.serviceMonitor.enabled=true
 
 ##@ Images
 

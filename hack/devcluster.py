@@ -215,7 +215,9 @@ def _kube_apiserver(ctx: Context) -> list[str]:
         f"--proxy-client-key-file={ctx.pki('front-proxy-client.key')}",
         "--enable-aggregator-routing=true",  # no kube-proxy: reach aggregated APIs at their endpoints
         "--authorization-mode=Node,RBAC",
-        "--enable-admission-plugins=NodeRestriction",  # on top of the defaults, as kubeadm does
+        # On top of the defaults: NodeRestriction as kubeadm does; OwnerReferencesPermissionEnforcement
+        # so an identity may set blockOwnerDeletion only where it may update finalizers, as the chart's RBAC must allow.
+        "--enable-admission-plugins=NodeRestriction,OwnerReferencesPermissionEnforcement",
         "--allow-privileged=true",
         f"--service-account-issuer={SA_ISSUER}",
         f"--service-account-key-file={ctx.pki('sa.pub')}",

@@ -87,7 +87,7 @@ def node_state_dir(cluster: devcluster.Cluster) -> Path | None:
 
 @pytest.fixture(scope="session")
 def crd(kubectl: Kubectl) -> None:
-    kubectl.run("apply", "--server-side", "-f", str(CRD_DIR))
+    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
     kubectl.run("wait", "--for=condition=Established", "crd/tfdataservices.tfdata.dev", "--timeout=60s")
 
 

@@ -26,7 +26,7 @@ CHILD_KINDS = "statefulsets,services,horizontalpodautoscalers,poddisruptionbudge
 
 @pytest.fixture(scope="module")
 def crd(kubectl: Kubectl) -> None:
-    kubectl.run("apply", "--server-side", "-f", str(CRD_DIR))
+    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
     kubectl.run("wait", "--for=condition=Established", "crd/tfdataservices.tfdata.dev", "--timeout=60s")
 
 
@@ -324,13 +324,14 @@ def test_static_scale_up_changes_the_dispatcher_list_before_any_new_worker(k8s: 
         assert k8s.condition("shards", "WorkersReady")["reason"] == "Scaling"
 
         # The operator replaces the not-ready dispatcher pod stuck on the old revision; the new one comes up.
+        old_uid = (k8s.get("pod", "shards-dispatcher-0") or {}).get("metadata", {}).get("uid")
+
         def new_dispatcher_pod() -> bool:
             pod, sts = k8s.get("pod", "shards-dispatcher-0"), k8s.get("statefulset", "shards-dispatcher")
-            return bool(
-                pod
-                and sts
-                and pod["metadata"]["labels"]["controller-revision-hash"] == sts["status"].get("updateRevision")
-            )
+            if not (pod and sts) or sts["status"].get("observedGeneration") != sts["metadata"]["generation"]:
+                return False
+            revision = pod["metadata"]["labels"]["controller-revision-hash"]
+            return bool(revision == sts["status"].get("updateRevision") and pod["metadata"]["uid"] != old_uid)
 
         wait_for(new_dispatcher_pod, 30, "a dispatcher pod with the new configuration")
         k8s.mark_pod_ready("shards-dispatcher-0")
@@ -471,6 +472,28 @@ def test_deletion_collects_every_child_and_keeps_the_journal_as_told(k8s: Cluste
         k8s.run("delete", "pvc", f"journal-{name}-dispatcher-0")
     else:
         wait_for(lambda: _claim(k8s, name) is None, 60, "the journal claim to be deleted")
+
+
+def test_a_foreign_object_with_a_childs_name_is_never_touched(k8s: Cluster) -> None:
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "taken-worker", "namespace": k8s.ns, "labels": {"owner": "someone-else"}},
+        "spec": {"ports": [{"port": 80}], "selector": {"app": "other"}},
+    }
+    created = k8s.kubectl.apply(foreign)
+    k8s.apply_text(manifest(BadSpec("taken", "shardingPolicy: DYNAMIC", "", "", name="taken")))
+    ready = wait_for(
+        lambda: (lambda c: c if c.get("reason") == "NameConflict" else None)(k8s.condition("taken", "Ready")),
+        30,
+        "Ready=False/NameConflict",
+    )
+    assert "Service taken-worker" in ready["message"]
+    after = k8s.get("service", "taken-worker")
+    assert after is not None and after["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+    assert k8s.children("taken") == [], "nothing may be created while a name is taken"
+    k8s.run("delete", "service", "taken-worker")
+    wait_for(lambda: len(k8s.children("taken")) == 6, 60, "the children once the name is free")
 
 
 def test_the_operator_logged_no_errors(operator: OperatorProcess) -> None:

@@ -131,16 +131,20 @@ def test_ordinals_count_pods_that_still_exist() -> None:
 
 def test_a_pod_stuck_on_an_old_revision_is_replaced_but_a_ready_one_is_not() -> None:
     sts = {
-        "metadata": {"name": "x-dispatcher"},
+        "metadata": {"name": "x-dispatcher", "uid": "sts-uid"},
         "status": {"currentRevision": "old", "updateRevision": "new", "replicas": 1, "updatedReplicas": 0},
     }
 
     def pod(name: str, revision: str, ready: bool) -> dict[str, Any]:
         condition = {"type": "Ready", "status": "True" if ready else "False"}
         labels = {"controller-revision-hash": revision}
-        return {"metadata": {"name": name, "labels": labels}, "status": {"conditions": [condition]}}
+        meta = {"name": name, "labels": labels, "ownerReferences": [{"uid": "sts-uid"}]}
+        return {"metadata": meta, "status": {"conditions": [condition]}}
 
     pods = [pod("x-dispatcher-0", "old", False), pod("x-dispatcher-1", "old", True), pod("x-other-0", "old", False)]
+    orphan = pod("x-dispatcher-0", "old", False)
+    orphan["metadata"]["ownerReferences"] = [{"uid": "someone-else"}]
+    assert scaling.stuck_pods(sts, [orphan]) == [], "only the StatefulSet's own pods are replaced"
     assert [p["metadata"]["name"] for p in scaling.stuck_pods(sts, pods)] == ["x-dispatcher-0"]
     assert scaling.stuck_pods(sts, [pod("x-dispatcher-0", "new", False)]) == []
     settled = {

@@ -46,6 +46,8 @@ class Children:
     name: str
     objects: Mapping[tuple[str, str], Manifest] = field(default_factory=dict)
     pods: list[Manifest] = field(default_factory=list)
+    # Objects with a child's name that this TFDataService does not own: never touched.
+    foreign: list[tuple[str, str]] = field(default_factory=list)
 
     def get(self, kind: str, name: str) -> Manifest | None:
         return self.objects.get((kind, name))
@@ -83,14 +85,18 @@ def _lock_for(namespace: str, name: str) -> threading.Lock:
         return _locks[(namespace, name)]
 
 
-def observe(kube: Kube, namespace: str, name: str) -> Children:
-    objects = {}
+def observe(kube: Kube, namespace: str, name: str, uid: str) -> Children:
+    objects, foreign = {}, []
     for api_version, kind, name_of in builders.CHILD_TYPES:
         obj = kube.get(api_version, kind, namespace, name_of(name))
-        if obj is not None:
+        if obj is None:
+            continue
+        if _owned_by(obj, uid):
             objects[(kind, obj["metadata"]["name"])] = obj
+        else:
+            foreign.append((kind, obj["metadata"]["name"]))
     pods = kube.list_objects("v1", "Pod", namespace, {**builders.instance_labels(name), **builders.MANAGED_BY})
-    return Children(name=name, objects=objects, pods=pods)
+    return Children(name=name, objects=objects, pods=pods, foreign=foreign)
 
 
 def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: Children) -> Desired:
@@ -145,7 +151,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str) -> 
 def _reconcile_locked(kube: Kube, config: OperatorConfig, body: Manifest) -> None:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    children = observe(kube, namespace, name)
+    children = observe(kube, namespace, name, meta["uid"])
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     observed = status.Observed(dispatcher=children.dispatcher, workers=children.workers)
 
@@ -153,6 +159,14 @@ def _reconcile_locked(kube: Kube, config: OperatorConfig, body: Manifest) -> Non
         svc = spec.parse(body, config.server_image)
     except spec.SpecError as exc:
         _report_invalid(kube, config, body, None, observed, now, f"Invalid spec: {exc}")
+        return
+    if children.foreign:
+        taken = ", ".join(f"{kind} {child}" for kind, child in children.foreign)
+        message = (
+            f"{taken} already exist(s) in namespace {namespace} and do(es) not belong to this TFDataService; "
+            "nothing was changed. Delete or rename them, or give this TFDataService another name."
+        )
+        _report_invalid(kube, config, body, svc, observed, now, message, reason=status.NAME_CONFLICT)
         return
 
     desired = desired_children(svc, config.build, children)
@@ -237,14 +251,15 @@ def _report_invalid(
     observed: status.Observed,
     now: str,
     message: str,
+    reason: str = status.INVALID_SPEC,
 ) -> None:
-    new_status = status.compute_status(svc, body, observed, config.build, now, invalid=message)
+    new_status = status.compute_status(svc, body, observed, config.build, now, invalid=message, reason=reason)
     old_ready: Mapping[str, Any] = next(
         (c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {}
     )
-    if old_ready.get("reason") != status.INVALID_SPEC or old_ready.get("message") != message:
+    if old_ready.get("reason") != reason or old_ready.get("message") != message:
         log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], message)
-        kube.event(body, "Warning", status.INVALID_SPEC, message)
+        kube.event(body, "Warning", reason, message)
     _write_status(kube, body, new_status)
 
 
@@ -252,4 +267,8 @@ def _write_status(kube: Kube, body: Manifest, new_status: Manifest) -> None:
     if not status.status_differs(body.get("status"), new_status):
         return
     meta = body["metadata"]
-    kube.patch_status(API_VERSION, KIND, meta["namespace"], meta["name"], new_status)
+    try:
+        kube.patch_status(API_VERSION, KIND, meta["namespace"], meta["name"], new_status)
+    except ApiException as exc:
+        if exc.status != 404:  # deleted meanwhile: nothing left to report on
+            raise

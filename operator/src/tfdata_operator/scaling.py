@@ -146,10 +146,12 @@ def stuck_pods(sts: Manifest | None, pods: list[Manifest]) -> list[Manifest]:
     if not update or rolled_out:
         return []
     prefix = sts["metadata"]["name"] + "-"
+    uid = sts["metadata"].get("uid")
     return [
         p
         for p in pods
         if p["metadata"]["name"].startswith(prefix)
+        and any(ref.get("uid") == uid for ref in p["metadata"].get("ownerReferences") or [])
         and p["metadata"]["name"][len(prefix) :].isdigit()
         and p["metadata"].get("labels", {}).get("controller-revision-hash") not in (None, update)
         and not p["metadata"].get("deletionTimestamp")

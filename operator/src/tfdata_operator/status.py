@@ -20,6 +20,7 @@ DISPATCHER_READY = "DispatcherReady"
 WORKERS_READY = "WorkersReady"
 CONDITION_TYPES = (READY, DISPATCHER_READY, WORKERS_READY)
 INVALID_SPEC = "InvalidSpec"
+NAME_CONFLICT = "NameConflict"
 
 Manifest = dict[str, Any]
 
@@ -73,9 +74,11 @@ def workers_condition(svc: ServiceSpec, observed: Observed, waiting: str | None)
     return Condition(WORKERS_READY, False, "WorkersNotReady", f"{ready}/{desired} workers are ready and up to date.")
 
 
-def summary_condition(dispatcher: Condition, workers: Condition, invalid: str | None) -> Condition:
+def summary_condition(
+    dispatcher: Condition, workers: Condition, invalid: str | None, reason: str = INVALID_SPEC
+) -> Condition:
     if invalid is not None:
-        return Condition(READY, False, INVALID_SPEC, invalid)
+        return Condition(READY, False, reason, invalid)
     if dispatcher.status and workers.status:
         return Condition(READY, True, "Ready", "The tf.data service is ready: the dispatcher and all workers serve.")
     failing = dispatcher if not dispatcher.status else workers
@@ -113,6 +116,7 @@ def compute_status(
     now: str,
     invalid: str | None = None,
     waiting: str | None = None,
+    reason: str = INVALID_SPEC,
 ) -> dict[str, Any]:
     """The whole status. ``svc`` is None when the spec is invalid and cannot be parsed at all."""
     old = body.get("status") or {}
@@ -122,7 +126,7 @@ def compute_status(
         workers = workers_condition(svc, observed, waiting)
     else:
         workers = Condition(WORKERS_READY, False, INVALID_SPEC, "The spec is invalid; see the Ready condition.")
-    ready = summary_condition(dispatcher, workers, invalid)
+    ready = summary_condition(dispatcher, workers, invalid, reason)
 
     worker_status = (observed.workers or {}).get("status") or {}
     desired = svc.workers.replicas if svc else int(body.get("spec", {}).get("workers", {}).get("replicas", 0))
