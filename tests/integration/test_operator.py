@@ -317,6 +317,7 @@ def test_static_scale_up_changes_the_dispatcher_list_before_any_new_worker(k8s: 
     watch = StatefulSetWatch(k8s, "shards")
     try:
         wait_for(lambda: len(watch.events) >= 2, 20, "the watch to list the StatefulSets")
+        old_uid = wait_for(lambda: k8s.get("pod", "shards-dispatcher-0"), 30, "the dispatcher pod")["metadata"]["uid"]
         k8s.run("scale", "tfdata/shards", "--replicas=3")
         wait_for(lambda: len(k8s.worker_list("shards") or []) == 3, 30, "the dispatcher's 3-worker list")
         time.sleep(2)  # the operator must now hold the workers back until the dispatcher is ready
@@ -324,7 +325,6 @@ def test_static_scale_up_changes_the_dispatcher_list_before_any_new_worker(k8s: 
         assert k8s.condition("shards", "WorkersReady")["reason"] == "Scaling"
 
         # The operator replaces the not-ready dispatcher pod stuck on the old revision; the new one comes up.
-        old_uid = (k8s.get("pod", "shards-dispatcher-0") or {}).get("metadata", {}).get("uid")
 
         def new_dispatcher_pod() -> bool:
             pod, sts = k8s.get("pod", "shards-dispatcher-0"), k8s.get("statefulset", "shards-dispatcher")
