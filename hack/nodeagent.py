@@ -547,12 +547,20 @@ class Container:
         # `ip netns exec` enters the pod's network namespace and a new mount namespace
         # (slave to the host's, so nothing mounted inside leaks out) with the pod's hosts
         # file over /etc/hosts; the shell bind-mounts the volumes, then becomes the container.
+        # Sources are taken through /proc/1/root, the host's view: a volume mounted over /tmp
+        # must not hide the next one's source when the repository itself lives under /tmp.
         script = ["set -e"]
-        for source, target, read_only in sorted(self.pod.mounts(self.spec), key=lambda m: len(Path(m[1]).parts)):
-            q_src, q_dst = shlex.quote(source), shlex.quote(target)
+        mounts = sorted(self.pod.mounts(self.spec), key=lambda m: len(Path(m[1]).parts))
+        for source, target, read_only in mounts:
+            q_src, q_dst = shlex.quote(f"/proc/1/root{source}"), shlex.quote(target)
             script += [f"mkdir -p {q_dst}", f"mount --bind {q_src} {q_dst}"]
             if read_only:
                 script.append(f"mount -o remount,bind,ro {q_dst}")
+        # What stands in for the image (the venv, the repository) must stay visible under them.
+        for keep in sorted({REPO, self.pod.agent.venv_bin.parent.parent}):
+            if any(Path(target) == keep or Path(target) in keep.parents for _, target, _ in mounts):
+                q_keep = shlex.quote(str(keep))
+                script += [f"mkdir -p {q_keep}", f"mount --bind {shlex.quote(f'/proc/1/root{keep}')} {q_keep}"]
         script += [f"cd {shlex.quote(self.spec.get('workingDir') or '/')}", 'exec "$@"']
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
