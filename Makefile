@@ -91,6 +91,31 @@ images: ## Build the tfdata-operator and tfdata-server images (starts Docker if 
 docker-down: ## Stop the dockerd that `make images` started (its images and caches stay in ~/.cache/tfdata-operator/docker).
 	hack/docker-daemon.sh down
 
+##@ kind (a real kubelet and container runtime)
+
+.PHONY: kind-image
+kind-image: ## kind node image for Kubernetes v1.34.4: the published one where it can be pulled, else built here from source (cache: ~/.cache/tfdata-operator/kind).
+	@hack/kind/node-image.sh >/dev/null
+
+.PHONY: kind-up
+kind-up: images ## One-node kind cluster, our images loaded, CRD + operator installed by the chart (kubeconfig: .local/kind-kubeconfig).
+	hack/kind/cluster.sh up
+
+.PHONY: kind-down
+kind-down: ## Delete the kind cluster and its kubeconfig.
+	hack/kind/cluster.sh down
+
+.PHONY: test-kind
+test-kind: venv ## Tests on the kind cluster (make kind-up first): server pods Ready, journal claim bound, NetworkPolicy enforced.
+	TFDATA_TEST_KUBECONFIG=$(ROOT)/.local/kind-kubeconfig $(PYTEST) -q -m kind tests/kind
+
+.PHONY: test-e2e-kind
+test-e2e-kind: kind-up ## On a fresh kind cluster: the kind tests, then the integration suite through TFDATA_TEST_KUBECONFIG; deletes the cluster.
+	@set -e; trap 'hack/kind/cluster.sh down' EXIT; \
+	  TFDATA_TEST_KUBECONFIG=$(ROOT)/.local/kind-kubeconfig $(PYTEST) -q -m kind tests/kind; \
+	  $(HELM) uninstall tfdata-operator -n tfdata-system --kubeconfig $(ROOT)/.local/kind-kubeconfig --wait; \
+	  TFDATA_TEST_KUBECONFIG=$(ROOT)/.local/kind-kubeconfig $(PYTEST) -q tests/integration
+
 ##@ Tests
 
 .PHONY: test

@@ -547,20 +547,26 @@ class Container:
         # `ip netns exec` enters the pod's network namespace and a new mount namespace
         # (slave to the host's, so nothing mounted inside leaks out) with the pod's hosts
         # file over /etc/hosts; the shell bind-mounts the volumes, then becomes the container.
-        # Sources are taken through /proc/1/root, the host's view: a volume mounted over /tmp
-        # must not hide the next one's source when the repository itself lives under /tmp.
-        script = ["set -e"]
+        # Every source (and what stands in for the image: the venv, the repository) is opened
+        # before anything is mounted and bound through /proc/$$/fd: a volume mounted over /tmp
+        # must not hide the next one's source, or the venv, when the repository lives under /tmp.
         mounts = sorted(self.pod.mounts(self.spec), key=lambda m: len(Path(m[1]).parts))
-        for source, target, read_only in mounts:
-            q_src, q_dst = shlex.quote(f"/proc/1/root{source}"), shlex.quote(target)
-            script += [f"mkdir -p {q_dst}", f"mount --bind {q_src} {q_dst}"]
+        keep = sorted(
+            str(k)
+            for k in {REPO, self.pod.agent.venv_bin.parent.parent}
+            if any(Path(t) == k or Path(t) in k.parents for _, t, _ in mounts)
+        )
+        sources = [source for source, _, _ in mounts] + keep
+        script = ["set -e"] + [f"exec {10 + i}<{shlex.quote(src)}" for i, src in enumerate(sources)]
+        targets = [(target, read_only) for _, target, read_only in mounts] + [(k, False) for k in keep]
+        for i, (target, read_only) in enumerate(targets):
+            q_dst = shlex.quote(target)
+            # --no-canonicalize: mount(8) would otherwise resolve the fd's link to its path text,
+            # which by now may name the covered place instead.
+            script += [f"mkdir -p {q_dst}", f"mount --no-canonicalize --bind /proc/$$/fd/{10 + i} {q_dst}"]
             if read_only:
                 script.append(f"mount -o remount,bind,ro {q_dst}")
-        # What stands in for the image (the venv, the repository) must stay visible under them.
-        for keep in sorted({REPO, self.pod.agent.venv_bin.parent.parent}):
-            if any(Path(target) == keep or Path(target) in keep.parents for _, target, _ in mounts):
-                q_keep = shlex.quote(str(keep))
-                script += [f"mkdir -p {q_keep}", f"mount --bind {shlex.quote(f'/proc/1/root{keep}')} {q_keep}"]
+        script += [f"exec {10 + i}<&-" for i in range(len(sources))]
         script += [f"cd {shlex.quote(self.spec.get('workingDir') or '/')}", 'exec "$@"']
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
@@ -570,7 +576,7 @@ class Container:
             out.flush()
             # A session of its own: its process group is what is killed when it ends.
             self.proc = subprocess.Popen(
-                [IP, "netns", "exec", self.pod.netns, "sh", "-c", "\n".join(script), "sh", *argv],
+                [IP, "netns", "exec", self.pod.netns, "bash", "-c", "\n".join(script), "bash", *argv],
                 env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 cwd=self.pod.dir, start_new_session=True,
             )  # fmt: skip

@@ -77,6 +77,8 @@ def test_versions_are_stamped(kubectl: Kubectl) -> None:
 
 
 def test_deployment_creates_pods_the_scheduler_cannot_place(kubectl: Kubectl, namespace: str) -> None:
+    if kubectl.json("get", "nodes")["items"]:
+        pytest.skip("this cluster has nodes (an existing cluster such as kind): its pods can be placed")
     kubectl.apply(
         {
             "apiVersion": "apps/v1",

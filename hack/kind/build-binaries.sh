@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# Builds, from the Go module proxy and the local C compiler, every binary the kind node
+# image needs, at the versions pinned in hack/kind/versions.sh, into $KIND_PARTS/bin
+# (outside the repository). Idempotent: a binary that exists is not rebuilt, so a warm
+# run costs nothing.
+#
+#   hack/kind/build-binaries.sh [name...]   default: all
+#
+# Names: kind kubernetes etcd coredns local-path-provisioner pause containerd runc
+# cni-plugins.
+#
+# Go: the module and build caches are hack/k8s-binaries.sh's ($CACHE/go), so
+# Kubernetes' dependencies are downloaded and compiled once for both. Kubernetes and
+# etcd are built from throwaway main modules (their go.mod replace staging modules and
+# `go install` refuses them); containerd and runc have `exclude` directives in go.mod,
+# so they are built inside a writable copy of their module instead.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.sh
+. "$HERE/versions.sh"
+
+OUT="$KIND_PARTS/bin"
+WORK="$KIND_CACHE/build"
+mkdir -p "$OUT" "$WORK" "$KIND_BIN"
+
+log() { printf '[kind-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+goenv() {
+  export CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}"
+  export GOFLAGS="-trimpath -buildvcs=false -modcacherw -mod=mod"
+  export GOMODCACHE="$GO_CACHE_DIR/mod" GOCACHE="$GO_CACHE_DIR/build"
+}
+goenv
+
+# Each component records the version it was built at; a changed pin rebuilds it.
+stamped() { [[ "$(cat "$OUT/.version-$1" 2>/dev/null)" == "$2" ]]; }
+stamp() { echo "$2" >"$OUT/.version-$1"; }
+
+mod_dir() { go mod download -json "$1" | sed -nE 's/^\s*"Dir": "(.*)",?$/\1/p'; }
+mod_gomod() { go mod download -json "$1" | sed -nE 's/^\s*"GoMod": "(.*)",?$/\1/p'; }
+
+# A writable copy of a module's source (for modules whose go.mod go install refuses).
+module_copy() {  # module@version dest
+  local src
+  src="$(mod_dir "$1")"
+  [[ -n "$src" && -d "$src" ]] || die "go mod download $1 failed"
+  if [[ ! -f "$2/.complete" ]]; then
+    rm -rf "$2"
+    mkdir -p "$2"
+    cp -a "$src/." "$2/"
+    chmod -R u+w "$2"
+    touch "$2/.complete"
+  fi
+}
+
+# --- kind CLI ---------------------------------------------------------------------
+
+build_kind() {
+  [[ -x "$KIND_BIN/kind-$KIND_VERSION" ]] && return
+  log "go install sigs.k8s.io/kind@$KIND_VERSION"
+  GOBIN="$WORK/kind-gobin" go install "sigs.k8s.io/kind@$KIND_VERSION"
+  install -m 0755 "$WORK/kind-gobin/kind" "$KIND_BIN/kind-$KIND_VERSION"
+}
+
+# --- Kubernetes: kubeadm, kubelet, kubectl, kube-proxy and the control plane ---------
+
+K8S_BINARIES=(kubeadm kubelet kubectl kube-proxy kube-apiserver kube-controller-manager kube-scheduler)
+
+build_kubernetes() {
+  local missing=() b
+  for b in "${K8S_BINARIES[@]}"; do [[ -x "$OUT/$b" ]] || missing+=("$b"); done
+  ((${#missing[@]})) || return 0
+  local dir="$WORK/kubernetes-$K8S_VERSION" major minor gomod date ldflags p
+  major="$(echo "$K8S_VERSION" | sed -E 's/^v([0-9]+)\..*/\1/')"
+  minor="$(echo "$K8S_VERSION" | sed -E 's/^v[0-9]+\.([0-9]+)\..*/\1/')"
+  mkdir -p "$dir"
+  log "building ${missing[*]} $K8S_VERSION from the Go module proxy (warm Go cache: minutes; cold: 15-40 min)"
+  (
+    cd "$dir"
+    gomod="$(mod_gomod "k8s.io/kubernetes@$K8S_VERSION")"
+    {
+      printf 'module tfdata.dev/kindk8sbuild\n\ngo 1.24\n\nrequire k8s.io/kubernetes %s\n\n' "$K8S_VERSION"
+      # The real go.mod requires every staging module at v0.0.0 and replaces it with
+      # ./staging/...: replace each with its published v0.<minor>.<patch>.
+      grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk '{print $1}' | sort -u |
+        while read -r m; do echo "replace $m => $m v0.${K8S_VERSION#v1.}"; done
+    } >go.mod
+    {
+      printf '//go:build tools\n\npackage tools\n\nimport (\n'
+      for b in "${K8S_BINARIES[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$b"; done
+      printf ')\n'
+    } >tools.go
+    go mod tidy -e >/dev/null 2>&1 || true
+    go get "k8s.io/kubernetes@$K8S_VERSION" >&2
+    date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    ldflags="-s -w"
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor"
+      ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=$date"
+    done
+    for b in "${missing[@]}"; do
+      log "go build $b $K8S_VERSION"
+      go build -ldflags "$ldflags" -o "$OUT/$b.tmp" "k8s.io/kubernetes/cmd/$b"
+      mv "$OUT/$b.tmp" "$OUT/$b"
+    done
+  )
+}
+
+# --- etcd ---------------------------------------------------------------------------
+
+build_etcd() {
+  [[ -x "$OUT/etcd" && -x "$OUT/etcdctl" ]] && stamped etcd "$ETCD_VERSION" && return
+  local dir="$WORK/etcd-$ETCD_VERSION"
+  mkdir -p "$dir"
+  log "building etcd $ETCD_VERSION"
+  (
+    cd "$dir"
+    printf 'module tfdata.dev/kindetcdbuild\n\ngo 1.24\n\nrequire (\n\tgo.etcd.io/etcd/server/v3 %s\n\tgo.etcd.io/etcd/etcdctl/v3 %s\n)\n' \
+      "$ETCD_VERSION" "$ETCD_VERSION" >go.mod
+    printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "go.etcd.io/etcd/server/v3"\n\t_ "go.etcd.io/etcd/etcdctl/v3"\n)\n' >tools.go
+    go mod tidy -e >/dev/null 2>&1 || true
+    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" "go.etcd.io/etcd/etcdctl/v3@$ETCD_VERSION" >&2
+    local ld="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION#v}"
+    go build -ldflags "$ld" -o "$OUT/etcd.tmp" go.etcd.io/etcd/server/v3 && mv "$OUT/etcd.tmp" "$OUT/etcd"
+    go build -ldflags "$ld" -o "$OUT/etcdctl.tmp" go.etcd.io/etcd/etcdctl/v3 && mv "$OUT/etcdctl.tmp" "$OUT/etcdctl"
+  )
+  stamp etcd "$ETCD_VERSION"
+}
+
+# --- coredns, local-path-provisioner, CNI plugins ---------------------------------------
+# Not built: kindnetd (sigs.k8s.io/kind/images/kindnetd is a nested module the module
+# proxy does not serve, nor does it serve its sigs.k8s.io/kube-network-policies
+# dependency) and crictl (sigs.k8s.io/cri-tools is not served either). See
+# hack/kind/README.md.
+
+build_coredns() {
+  [[ -x "$OUT/coredns" ]] && stamped coredns "$COREDNS_VERSION" && return
+  local dir="$WORK/coredns-$COREDNS_VERSION"
+  log "building coredns $COREDNS_VERSION"
+  module_copy "github.com/coredns/coredns@$COREDNS_VERSION" "$dir"
+  (cd "$dir" && go build -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" -o "$OUT/coredns.tmp" .)
+  mv "$OUT/coredns.tmp" "$OUT/coredns"
+  stamp coredns "$COREDNS_VERSION"
+}
+
+build_local_path_provisioner() {
+  [[ -x "$OUT/local-path-provisioner" ]] && stamped local-path-provisioner "$LPP_VERSION" && return
+  local dir="$WORK/local-path-provisioner-$LPP_VERSION"
+  log "building local-path-provisioner $LPP_VERSION"
+  module_copy "github.com/rancher/local-path-provisioner@$LPP_VERSION" "$dir"
+  (cd "$dir" && go build -ldflags "-s -w -X main.VERSION=$LPP_VERSION" -o "$OUT/local-path-provisioner.tmp" .)
+  mv "$OUT/local-path-provisioner.tmp" "$OUT/local-path-provisioner"
+  stamp local-path-provisioner "$LPP_VERSION"
+}
+
+build_cni_plugins() {
+  local p absent=0
+  for p in host-local loopback ptp portmap; do [[ -x "$OUT/cni/$p" ]] || absent=1; done
+  ((absent)) || ! stamped cni-plugins "$CNI_PLUGINS_VERSION" || return 0
+  local dir="$WORK/cni-plugins-$CNI_PLUGINS_VERSION"
+  log "building CNI plugins $CNI_PLUGINS_VERSION (host-local loopback ptp portmap)"
+  module_copy "github.com/containernetworking/plugins@$CNI_PLUGINS_VERSION" "$dir"
+  mkdir -p "$OUT/cni"
+  (
+    cd "$dir"
+    local ld="-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$CNI_PLUGINS_VERSION"
+    go build -ldflags "$ld" -o "$OUT/cni/host-local" ./plugins/ipam/host-local
+    go build -ldflags "$ld" -o "$OUT/cni/loopback" ./plugins/main/loopback
+    go build -ldflags "$ld" -o "$OUT/cni/ptp" ./plugins/main/ptp
+    go build -ldflags "$ld" -o "$OUT/cni/portmap" ./plugins/meta/portmap
+  )
+  stamp cni-plugins "$CNI_PLUGINS_VERSION"
+}
+
+# --- containerd and runc (their go.mod has `exclude`: build inside a copy) ------------
+
+build_containerd() {
+  [[ -x "$OUT/containerd" && -x "$OUT/ctr" && -x "$OUT/containerd-shim-runc-v2" ]] && stamped containerd "$CONTAINERD_VERSION" && return
+  local dir="$WORK/containerd-$CONTAINERD_VERSION" pkg="github.com/containerd/containerd/v2"
+  log "building containerd $CONTAINERD_VERSION"
+  module_copy "$pkg@$CONTAINERD_VERSION" "$dir"
+  (
+    cd "$dir"
+    local ld="-s -w -X $pkg/version.Version=$CONTAINERD_VERSION -X $pkg/version.Revision=$CONTAINERD_VERSION -X $pkg/version.Package=github.com/containerd/containerd/v2"
+    local tags="no_aufs no_zfs no_btrfs no_devmapper urfave_cli_no_docs"
+    CGO_ENABLED=1 go build -tags "$tags" -ldflags "$ld" -o "$OUT/containerd.tmp" ./cmd/containerd
+    CGO_ENABLED=1 go build -tags "$tags" -ldflags "$ld" -o "$OUT/ctr.tmp" ./cmd/ctr
+    # The shim is static, as upstream builds it.
+    CGO_ENABLED=0 go build -tags "$tags" -ldflags "$ld -extldflags -static" -o "$OUT/containerd-shim-runc-v2.tmp" ./cmd/containerd-shim-runc-v2
+  )
+  for b in containerd ctr containerd-shim-runc-v2; do mv "$OUT/$b.tmp" "$OUT/$b"; done
+  stamp containerd "$CONTAINERD_VERSION"
+}
+
+build_runc() {
+  [[ -x "$OUT/runc" ]] && stamped runc "$RUNC_VERSION" && return
+  local dir="$WORK/runc-$RUNC_VERSION"
+  if [[ ! -e /usr/include/seccomp.h ]]; then
+    log "installing libseccomp-dev (runc links libseccomp)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libseccomp-dev >&2
+  fi
+  log "building runc $RUNC_VERSION"
+  module_copy "github.com/opencontainers/runc@$RUNC_VERSION" "$dir"
+  (
+    cd "$dir"
+    CGO_ENABLED=1 go build -tags "seccomp urfave_cli_no_docs" \
+      -ldflags "-s -w -X main.version=${RUNC_VERSION#v} -X main.gitCommit=$RUNC_VERSION" -o "$OUT/runc.tmp" .
+  )
+  mv "$OUT/runc.tmp" "$OUT/runc"
+  stamp runc "$RUNC_VERSION"
+}
+
+# --- pause (C, static) ------------------------------------------------------------
+
+build_pause() {
+  [[ -x "$OUT/pause" ]] && return
+  local src
+  src="$(mod_dir "k8s.io/kubernetes@$K8S_VERSION")/build/pause/linux/pause.c"
+  [[ -f "$src" ]] || die "no $src"
+  log "building pause from $src (gcc -Os -static)"
+  gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_TAG-tfdata" -o "$OUT/pause.tmp" "$src"
+  strip "$OUT/pause.tmp"
+  mv "$OUT/pause.tmp" "$OUT/pause"
+}
+
+ALL=(kind kubernetes etcd coredns local-path-provisioner pause containerd runc cni-plugins)
+targets=("$@")
+((${#targets[@]})) || targets=("${ALL[@]}")
+
+exec 8>"$KIND_CACHE/.binaries.lock"
+flock -n 8 || { log "another build is running; waiting for it"; flock 8; }
+
+for t in "${targets[@]}"; do
+  case "$t" in
+    kind) build_kind ;;
+    kubernetes) build_kubernetes ;;
+    etcd) build_etcd ;;
+    coredns) build_coredns ;;
+    local-path-provisioner) build_local_path_provisioner ;;
+    pause) build_pause ;;
+    containerd) build_containerd ;;
+    runc) build_runc ;;
+    cni-plugins) build_cni_plugins ;;
+    *) die "unknown binary $t (known: ${ALL[*]})" ;;
+  esac
+done
+log "binaries ready in $OUT"

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# A one-node kind cluster with the operator installed by its Helm chart, idempotently.
+#
+#   hack/kind/cluster.sh up     create (or reuse) the cluster, load our images, install the chart
+#   hack/kind/cluster.sh down   delete the cluster and its kubeconfig
+#   hack/kind/cluster.sh env    print `export KUBECONFIG=... TFDATA_TEST_KUBECONFIG=...`
+#   hack/kind/cluster.sh logs D `kind export logs` into directory D (node journal, pod logs)
+#
+# up:
+#   1. the node image (hack/kind/node-image.sh: the published one where it can be
+#      pulled, else one built here from source);
+#   2. `kind create cluster` (kind $KIND_VERSION) with hack/kind/docker-shim first on
+#      PATH: on hosts where `docker run --privileged` cannot work (a capability missing
+#      from the bounding set) the shim passes the explicit equivalent; elsewhere it
+#      changes nothing;
+#   3. `kind load docker-image` tfdata-operator:<version> and tfdata-server:<version>
+#      (hack/images.sh builds them when missing);
+#   4. `helm upgrade --install` of charts/tfdata-operator (the CRD from its crds/) into
+#      namespace tfdata-system with image.pullPolicy=Never, and waits for the operator.
+# The kubeconfig is written to .local/kind-kubeconfig.
+#
+# Settings (environment): TFDATA_KIND_CLUSTER (default tfdata), TFDATA_CACHE.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+# shellcheck source=versions.sh
+. "$HERE/versions.sh"
+
+CLUSTER="${TFDATA_KIND_CLUSTER:-tfdata}"
+KUBECONFIG_OUT="$REPO/.local/kind-kubeconfig"
+NAMESPACE=tfdata-system
+RELEASE=tfdata-operator
+KIND="$KIND_BIN/kind-$KIND_VERSION"
+
+log() { printf '[kind-cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+elapsed() { local s=$(($(date +%s) - $1)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
+
+VERSION="$(sed -nE 's/^version = "([^"]+)"$/\1/p' "$REPO/operator/pyproject.toml" | head -n 1)"
+
+# kind (and only kind) sees the shim as `docker`.
+kind_() { PATH="$HERE/docker-shim:$PATH" "$KIND" "$@"; }
+
+cluster_exists() { [[ -x "$KIND" ]] && kind_ get clusters 2>/dev/null | grep -qxF "$CLUSTER"; }
+
+up() {
+  local started image k8sbin config
+  started="$(date +%s)"
+  eval "$("$REPO/hack/docker-daemon.sh" up)"
+  image="$("$HERE/node-image.sh" | tail -n 1)"
+  "$HERE/build-binaries.sh" kind
+  k8sbin="$("$REPO/hack/k8s-binaries.sh" | tail -n 1)"   # kubectl and helm
+  export PATH="$k8sbin:$PATH"
+  mkdir -p "$REPO/.local"
+
+  if cluster_exists; then
+    log "cluster $CLUSTER exists; reusing it"
+    kind_ get kubeconfig --name "$CLUSTER" >"$KUBECONFIG_OUT"
+  else
+    config="$REPO/.local/kind-config.yaml"
+    write_config "$image" >"$config"
+    log "creating cluster $CLUSTER from $image"
+    kind_ create cluster --name "$CLUSTER" --image "$image" --config "$config" \
+      --kubeconfig "$KUBECONFIG_OUT" --wait 5m >&2
+  fi
+  export KUBECONFIG="$KUBECONFIG_OUT"
+
+  local img
+  for img in "tfdata-operator:$VERSION" "tfdata-server:$VERSION"; do
+    "$DOCKER" image inspect "$img" >/dev/null 2>&1 || "$REPO/hack/images.sh" >&2
+  done
+  local t
+  t="$(date +%s)"
+  # kind skips an image the node already has with the same ID.
+  kind_ load docker-image --name "$CLUSTER" "tfdata-operator:$VERSION" "tfdata-server:$VERSION" >&2
+  log "loaded tfdata-operator:$VERSION and tfdata-server:$VERSION in $(elapsed "$t")"
+
+  helm upgrade --install "$RELEASE" "$REPO/charts/tfdata-operator" \
+    --namespace "$NAMESPACE" --create-namespace \
+    --set image.pullPolicy=Never \
+    --wait --timeout 5m >&2
+  kubectl -n "$NAMESPACE" rollout status deployment --timeout=3m >&2
+  # The default StorageClass's provisioner (dispatcher journals need it).
+  kubectl -n local-path-storage rollout status deployment/local-path-provisioner --timeout=3m >&2
+  kubectl wait --for=condition=Established --timeout=60s crd/tfdataservices.tfdata.dev >&2
+  log "cluster $CLUSTER is up with the operator ($(elapsed "$started")); KUBECONFIG=$KUBECONFIG_OUT"
+}
+
+# One control-plane node. With a node image built here (no kindnetd: see
+# hack/kind/README.md) kind's default CNI is off and the node gets a static ptp
+# configuration instead; with the published image kind's own kindnetd runs.
+write_config() {
+  cat <<EOF
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+networking:
+  podSubnet: 10.244.0.0/16
+EOF
+  if [[ "$1" == "$KIND_NODE_IMAGE_LOCAL" ]]; then
+    cat <<EOF
+  disableDefaultCNI: true
+nodes:
+- role: control-plane
+  labels:
+    # Read by tests/kind: nothing here enforces NetworkPolicies.
+    tfdata.dev/networkpolicy: unenforced
+  extraMounts:
+  - hostPath: $HERE/cni/10-tfdata-ptp.conflist
+    containerPath: /etc/cni/net.d/10-tfdata-ptp.conflist
+    readOnly: true
+EOF
+  else
+    cat <<EOF
+nodes:
+- role: control-plane
+EOF
+  fi
+}
+
+down() {
+  if cluster_exists; then
+    log "deleting cluster $CLUSTER"
+    kind_ delete cluster --name "$CLUSTER" >&2
+  else
+    log "no cluster $CLUSTER"
+  fi
+  rm -f "$KUBECONFIG_OUT"
+}
+
+case "${1:-up}" in
+  up) up ;;
+  down) down ;;
+  logs) kind_ export logs --name "$CLUSTER" "${2:?usage: $0 logs DIR}" >&2 ;;
+  env) printf 'export KUBECONFIG=%q TFDATA_TEST_KUBECONFIG=%q\n' "$KUBECONFIG_OUT" "$KUBECONFIG_OUT" ;;
+  *)
+    echo "usage: $0 [up|down|env|logs DIR]" >&2
+    exit 2
+    ;;
+esac

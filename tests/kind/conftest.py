@@ -1,0 +1,68 @@
+"""Fixtures for the tests that need a real kind cluster (hack/kind/cluster.sh up).
+
+They run against the cluster named by $TFDATA_TEST_KUBECONFIG, with the operator already
+installed there by its Helm chart and the server image loaded into the node:
+
+    make kind-up
+    TFDATA_TEST_KUBECONFIG=.local/kind-kubeconfig pytest -m kind tests/kind
+
+Without $TFDATA_TEST_KUBECONFIG they are skipped. Every test here is marked `kind`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kind_support import Kubectl
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+KUBECONFIG_ENV = "TFDATA_TEST_KUBECONFIG"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "kind: needs a kind cluster with the operator installed (tests/kind)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.kind)
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> Kubectl:
+    kubeconfig = os.environ.get(KUBECONFIG_ENV)
+    if not kubeconfig:
+        pytest.skip(f"set {KUBECONFIG_ENV} to a kind cluster's kubeconfig (make kind-up writes .local/kind-kubeconfig)")
+    bin_dir = subprocess.run(
+        [str(REPO / "hack" / "k8s-binaries.sh"), "--print"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    binary = Path(bin_dir) / "kubectl"
+    k = Kubectl(str(binary) if binary.exists() else "kubectl", str(Path(kubeconfig).resolve()))
+    k.run("get", "crd", "tfdataservices.tfdata.dev")  # the chart installed the CRD
+    return k
+
+
+@pytest.fixture(scope="module")
+def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
+    """A fresh namespace for the test module, deleted afterwards (claims and all)."""
+    module = re.sub(r"[^a-z0-9]+", "-", request.module.__name__.rsplit(".", 1)[-1].lower()).strip("-")
+    name = f"k-{module[:40]}-{secrets.token_hex(3)}"
+    kubectl.run("create", "namespace", name)
+    deadline = time.monotonic() + 60
+    while kubectl.run("get", "serviceaccount", "default", "-n", name, check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            pytest.fail(f"no ServiceAccount 'default' in new namespace {name} after 60s")
+        time.sleep(0.5)
+    yield name
+    # The TFDataService first, while the operator runs, then the namespace.
+    kubectl.run("delete", "tfdataservices", "--all", "-n", name, "--wait=true", "--timeout=120s", check=False)
+    kubectl.run("delete", "namespace", name, "--wait=false", "--ignore-not-found")
