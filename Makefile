@@ -25,10 +25,17 @@ demo: venv ## From a fresh clone: dev cluster + node, CRD, operator, a TFDataSer
 
 ##@ Development
 
+# pip's HTTP cache stays empty behind proxies that strip caching headers, so the wheels
+# (TensorFlow alone is ~270 MB) are kept in a wheelhouse outside the repository.
+WHEELHOUSE ?= $(or $(TFDATA_CACHE),$(HOME)/.cache/tfdata-operator)/wheels
+
 $(VENV)/.installed: operator/pyproject.toml
 	@test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e "operator[dev,server]"
+	@mkdir -p $(WHEELHOUSE)
+	$(PY) -m pip install -q --no-index --find-links $(WHEELHOUSE) -e "operator[dev,server]" 2>/dev/null || { \
+	  echo "Fetching the Python packages into $(WHEELHOUSE) (the first time downloads TensorFlow)"; \
+	  $(PY) -m pip download -q -d $(WHEELHOUSE) "./operator[dev,server]" && \
+	  $(PY) -m pip install -q --no-index --find-links $(WHEELHOUSE) -e "operator[dev,server]"; }
 	@touch $@
 
 .PHONY: venv

@@ -19,22 +19,18 @@ Every test under tests/e2e is marked `e2e`.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import nodeagent
 import pytest
-from support import CRD_DIR, ROOT, OperatorProcess, integration_conftest
+from support import OperatorProcess, integration_conftest
 
 import devcluster  # hack/ is on pytest.ini's pythonpath
 
 HERE = Path(__file__).resolve().parent
-EXISTING_KUBECONFIG_ENV = "TFDATA_TEST_KUBECONFIG"
 
 # The integration tier's kubectl helper and fixtures, on this tier's `cluster`.
 _integration = integration_conftest()
@@ -42,6 +38,7 @@ Kubectl = _integration.Kubectl
 kube_env = _integration.kube_env
 kubectl = _integration.kubectl
 namespace = _integration.namespace
+crd = _integration.crd
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -51,31 +48,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
-def _stop_abandoned_clusters() -> None:
-    """Clusters of sessions that died without teardown would run forever; their logs stay."""
-    for state_dir in (ROOT / ".local").glob("e2e-cluster-*"):
-        pid = state_dir.name.removeprefix("e2e-cluster-")
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and (state_dir / "run").exists():
-            devcluster.down(state_dir)
-
-
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[devcluster.Cluster]:
     """The cluster named by $TFDATA_TEST_KUBECONFIG, else a fresh one with the dev node."""
-    existing = os.environ.get(EXISTING_KUBECONFIG_ENV)
-    if existing:
-        yield devcluster.Cluster.from_kubeconfig(Path(existing), devcluster.ensure_binaries())
-        return
-    _stop_abandoned_clusters()
-    state_dir = ROOT / ".local" / f"e2e-cluster-{os.getpid()}"
-    try:
-        yield devcluster.up(state_dir, devcluster.COMPONENTS_WITH_NODE)
-    finally:
-        devcluster.down(state_dir)
-        if request.session.testsfailed:
-            print(f"\nThe e2e cluster's logs (pods' in pods/) are in {state_dir / 'logs'}", file=sys.stderr)
-        else:
-            shutil.rmtree(state_dir, ignore_errors=True)
+    yield from _integration.session_cluster(request, "e2e-cluster", devcluster.COMPONENTS_WITH_NODE)
 
 
 @pytest.fixture(scope="session")
@@ -83,12 +59,6 @@ def node_state_dir(cluster: devcluster.Cluster) -> Path | None:
     """The state dir of the dev node running the pods, if the cluster has one."""
     state_dir = cluster.state_dir or cluster.kubeconfig.parent
     return state_dir if (state_dir / "node" / "network.json").exists() else None
-
-
-@pytest.fixture(scope="session")
-def crd(kubectl: Kubectl) -> None:
-    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
-    kubectl.run("wait", "--for=condition=Established", "crd/tfdataservices.tfdata.dev", "--timeout=60s")
 
 
 @pytest.fixture(scope="module")

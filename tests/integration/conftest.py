@@ -42,31 +42,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
-def _stop_abandoned_test_clusters() -> None:
+def _stop_abandoned_clusters(prefix: str) -> None:
     """Clusters of test sessions that died without teardown (SIGKILL, a crash) would run forever.
     Their logs stay, like those of failed sessions."""
-    for state_dir in (REPO / ".local").glob("test-cluster-*"):
-        pid = state_dir.name.removeprefix("test-cluster-")
+    for state_dir in (REPO / ".local").glob(f"{prefix}-*"):
+        pid = state_dir.name.removeprefix(f"{prefix}-")
         if pid.isdigit() and not Path(f"/proc/{pid}").exists() and (state_dir / "run").exists():
             devcluster.down(state_dir)
 
 
-@pytest.fixture(scope="session")
-def cluster(request: pytest.FixtureRequest) -> Iterator[devcluster.Cluster]:
-    """A running cluster: the one named by $TFDATA_TEST_KUBECONFIG, else a fresh one for this session."""
+def session_cluster(
+    request: pytest.FixtureRequest, prefix: str, components: tuple[devcluster.Component, ...]
+) -> Iterator[devcluster.Cluster]:
+    """The cluster named by $TFDATA_TEST_KUBECONFIG, else a fresh one in `.local/<prefix>-<pid>`
+    for this session, stopped at the end (its logs kept if a test failed). Shared by the tiers."""
     existing = os.environ.get(EXISTING_KUBECONFIG_ENV)
     if existing:
         yield devcluster.Cluster.from_kubeconfig(Path(existing), devcluster.ensure_binaries())
         return
-    _stop_abandoned_test_clusters()
-    state_dir = REPO / ".local" / f"test-cluster-{os.getpid()}"
+    _stop_abandoned_clusters(prefix)
+    state_dir = REPO / ".local" / f"{prefix}-{os.getpid()}"
     capture = request.config.pluginmanager.getplugin("capturemanager")
     try:
         if devcluster.missing_binaries():
             # A cold build takes long: show its progress rather than a silent pause.
             with capture.global_and_fixture_disabled():
                 devcluster.ensure_binaries()
-        yield devcluster.up(state_dir)
+        yield devcluster.up(state_dir, components)
     finally:
         devcluster.down(state_dir)
         if request.session.testsfailed:
@@ -74,6 +76,19 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[devcluster.Cluster]:
                 print(f"\nThe test cluster's logs are in {state_dir / 'logs'}", file=sys.stderr)
         else:
             shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[devcluster.Cluster]:
+    """A running cluster without a node: the integration tests assert on objects."""
+    yield from session_cluster(request, "test-cluster", devcluster.COMPONENTS)
+
+
+@pytest.fixture(scope="session")
+def crd(kubectl: Kubectl) -> None:
+    """The TFDataService CRD from crds/, taking over fields another manager (a Helm install) set."""
+    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    kubectl.run("wait", "--for=condition=Established", "crd/tfdataservices.tfdata.dev", "--timeout=60s")
 
 
 @pytest.fixture(scope="session")

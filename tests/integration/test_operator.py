@@ -16,18 +16,12 @@ from typing import Any
 
 import pytest
 import yaml
-from support import CRD_DIR, OperatorProcess, wait_for
+from support import OperatorProcess, wait_for
 
 from cases import BAD_SPECS, EXAMPLES, REQUESTS_ABOVE_LIMITS, BadSpec, manifest
 from conftest import Kubectl
 
 CHILD_KINDS = "statefulsets,services,horizontalpodautoscalers,poddisruptionbudgets,networkpolicies"
-
-
-@pytest.fixture(scope="module")
-def crd(kubectl: Kubectl) -> None:
-    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
-    kubectl.run("wait", "--for=condition=Established", "crd/tfdataservices.tfdata.dev", "--timeout=60s")
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support import CRD_DIR, ROOT, OperatorProcess, wait_for
+from support import ROOT, OperatorProcess, wait_for
 
 from cases import EXAMPLES
 from conftest import Kubectl
@@ -160,13 +160,6 @@ def operator_as(identity: Identity, kube_env: dict[str, str], log: Path) -> Iter
     ]
     assert not refusals, "the API server refused the operator:\n" + "\n".join(refusals[:10])
     assert "Traceback" not in text, process.tail(60)
-
-
-@pytest.fixture(scope="module")
-def crd(kubectl: Kubectl) -> None:
-    # Forced: test_chart.py may have had Helm install it (from the chart's copy, owned by "helm").
-    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
-    kubectl.run("wait", "--for=condition=Established", "crd/tfdataservices.tfdata.dev", "--timeout=60s")
 
 
 @pytest.fixture
