@@ -20,11 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kind_support import Kubectl
+from support import integration_conftest
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 KUBECONFIG_ENV = "TFDATA_TEST_KUBECONFIG"
+# The integration tier's kubectl helper, so the tiers drive kubectl one way.
+Kubectl = integration_conftest().Kubectl
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,7 +48,9 @@ def kubectl() -> Kubectl:
         [str(REPO / "hack" / "k8s-binaries.sh"), "--print"], capture_output=True, text=True, check=True
     ).stdout.strip()
     binary = Path(bin_dir) / "kubectl"
-    k = Kubectl(str(binary) if binary.exists() else "kubectl", str(Path(kubeconfig).resolve()))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_SERVICE_")}
+    env["KUBECONFIG"] = str(Path(kubeconfig).resolve())
+    k = Kubectl(binary=binary if binary.exists() else Path("kubectl"), env=env)
     k.run("get", "crd", "tfdataservices.tfdata.dev")  # the chart installed the CRD
     return k
 
@@ -64,5 +68,7 @@ def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]
         time.sleep(0.5)
     yield name
     # The TFDataService first, while the operator runs, then the namespace.
-    kubectl.run("delete", "tfdataservices", "--all", "-n", name, "--wait=true", "--timeout=120s", check=False)
+    kubectl.run(
+        "delete", "tfdataservices", "--all", "-n", name, "--wait=true", "--timeout=120s", check=False, timeout=130
+    )
     kubectl.run("delete", "namespace", name, "--wait=false", "--ignore-not-found")

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from kind_support import Kubectl
+
+if TYPE_CHECKING:
+    from conftest import Kubectl
 
 NAME = "kindsvc"
 SERVER_IMAGE_PROBE = "tfdata-server:0.1.0"
