@@ -22,6 +22,8 @@ import nodeagent
 import pytest
 from support import ROOT, OperatorProcess, wait_for
 
+from tfdata_operator import builders
+
 if TYPE_CHECKING:
     from conftest import Kubectl
 
@@ -174,6 +176,11 @@ class Services:
         with self.reader(address, mode, files, f"--timeout={timeout - 10:.0f}", *extra) as reader:
             return reader.finish(timeout)
 
+    def journal(self, name: str) -> str:
+        """The work_dir the dispatcher's pod template gives it."""
+        sts = self.kubectl.json("get", "statefulset", f"{name}-dispatcher", "-n", self.ns)
+        return str((builders.read_config(sts) or {}).get("work_dir"))
+
     def pod(self, name: str) -> dict[str, Any]:
         return dict(self.kubectl.json("get", "pod", name, "-n", self.ns))
 
@@ -259,6 +266,9 @@ def test_deleting_a_worker_mid_epoch_under_file_rereads_its_shard(services: Serv
 
 def test_static_scale_up_and_down_while_idle(services: Services) -> None:
     address = services.create("grow", "FILE")
+    journals = [services.journal("grow")]
+    read = services.read(address, "FILE")  # the workers now hold tasks of this journal
+    assert read.counts() == Counter(ALL), read.describe()
     services.kubectl.run("scale", "tfdata/grow", "--replicas=3", "-n", services.ns)
     wait_for(
         lambda: services.get("grow")["status"]["workers"]["summary"] == "3/3",
@@ -275,6 +285,7 @@ def test_static_scale_up_and_down_while_idle(services: Services) -> None:
     assert read.counts() == Counter(ALL), read.describe()
     everywhere = services.read(address, "OFF")
     assert everywhere.counts() == Counter(ALL * 3), "3 workers should each produce the dataset once"
+    journals.append(services.journal("grow"))
 
     services.kubectl.run("scale", "tfdata/grow", "--replicas=2", "-n", services.ns)
     wait_for(
@@ -284,6 +295,10 @@ def test_static_scale_up_and_down_while_idle(services: Services) -> None:
         show=lambda: services.describe("grow"),
     )
     services.wait_ready("grow")
+    # Back to 2 workers, but never back to the first journal: replaying it would hand out task
+    # ids the workers already finished under the second one, and lose their shards.
+    journals.append(services.journal("grow"))
+    assert len(set(journals)) == 3, journals
     read = services.read(address, "FILE")
     assert read.counts() == Counter(ALL), read.describe()
     services.delete("grow")

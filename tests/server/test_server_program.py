@@ -287,6 +287,36 @@ def test_fault_tolerant_dispatcher_ready_only_once_started_and_stops_on_sigterm(
     assert dispatcher.terminate(timeout=15) == 0, dispatcher.log()
 
 
+def test_static_dispatcher_deletes_the_journals_it_replaces_once_started(launch: Launch, tmp_path: Path) -> None:
+    for old in ("2-workers-g1", "2-workers", "4-workers-g9"):
+        (tmp_path / old / "tf_data_dispatcher_journal").mkdir(parents=True)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "2-workers.txt").write_text("not a journal")
+    own = tmp_path / "3-workers-g5"
+    config = DispatcherServerConfig(
+        port=free_port(),
+        health_port=free_port(),
+        work_dir=str(own),
+        fault_tolerant_mode=True,
+        worker_addresses=tuple(f"127.0.0.1:{free_port()}" for _ in range(3)),
+        prune_old_journals=True,
+    )
+    dispatcher = launch(config)
+    # Not ready (no worker registers here), but started: the old journals go.
+    dispatcher.wait_probe("/readyz", 503, contains="0 of 3 workers registered")
+    wait_for(
+        "the old journals to be deleted",
+        lambda: (
+            True if sorted(p.name for p in tmp_path.iterdir()) == ["2-workers.txt", "3-workers-g5", "notes"] else None
+        ),
+        lambda: f"{sorted(p.name for p in tmp_path.iterdir())}\n--- dispatcher log ---\n{dispatcher.log()}",
+        START_TIMEOUT,
+    )
+    assert f"deleted the old journal {tmp_path}/2-workers-g1 (this dispatcher journals in {own})" in dispatcher.log()
+    assert (own / "tf_data_dispatcher_journal").is_dir()
+    assert dispatcher.terminate(timeout=15) == 0, dispatcher.log()
+
+
 def test_sigterm_while_a_worker_waits_for_its_dispatcher_exits_0(launch: Launch) -> None:
     # TensorFlow's start() holds the GIL until a dispatcher accepts the worker: only the
     # supervisor process can still answer probes and signals.

@@ -12,17 +12,17 @@ from tfdata_operator.builders import BuildSettings
 IMAGE = "tfdata-server:test"
 
 
-def body(name: str = "demo", namespace: str = "ml", **spec_fields: Any) -> dict[str, Any]:
+def body(name: str = "demo", namespace: str = "ml", generation: int = 1, **spec_fields: Any) -> dict[str, Any]:
     return {
         "apiVersion": "tfdata.dev/v1alpha1",
         "kind": "TFDataService",
-        "metadata": {"name": name, "namespace": namespace, "uid": "uid-1", "generation": 1},
+        "metadata": {"name": name, "namespace": namespace, "uid": "uid-1", "generation": generation},
         "spec": spec_fields,
     }
 
 
-def parse(**spec_fields: Any) -> spec.ServiceSpec:
-    return spec.parse(body(**spec_fields), IMAGE)
+def parse(generation: int = 1, **spec_fields: Any) -> spec.ServiceSpec:
+    return spec.parse(body(generation=generation, **spec_fields), IMAGE)
 
 
 @pytest.fixture

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
-from tfdata_operator import builders, serverconfig
+from tfdata_operator import builders, serverconfig, spec
 from tfdata_operator.builders import BuildSettings
 
 from conftest import parse
@@ -253,13 +254,42 @@ def test_worker_disruption_budget_where_losing_a_worker_costs_data(policy: str, 
         assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "worker"
 
 
-def test_static_dispatchers_journal_per_worker_count(settings: BuildSettings) -> None:
-    """TensorFlow's journal keeps every worker that ever registered: a shorter list needs a fresh one."""
-    svc = parse(shardingPolicy="FILE")
-    dirs = {n: builders.dispatcher_config(svc, settings, n).work_dir for n in (2, 3)}
-    assert dirs == {2: f"{builders.DEFAULT_WORK_DIR}/2-workers", 3: f"{builders.DEFAULT_WORK_DIR}/3-workers"}
+def test_a_new_static_dispatcher_journals_per_worker_count_and_generation(settings: BuildSettings) -> None:
+    """TensorFlow's journal keeps every worker that ever registered: each list gets its own."""
+    svc = parse(generation=4, shardingPolicy="FILE")
+    configs = {n: builders.dispatcher_config(svc, settings, n) for n in (2, 3)}
+    assert {n: c.work_dir for n, c in configs.items()} == {
+        2: f"{builders.DEFAULT_WORK_DIR}/2-workers-g4",
+        3: f"{builders.DEFAULT_WORK_DIR}/3-workers-g4",
+    }
+    assert all(c.prune_old_journals for c in configs.values())
     custom = parse(shardingPolicy="DATA", dispatcher={"workDir": "gs://bucket/journal/"})
-    assert builders.dispatcher_config(custom, settings, 4).work_dir == "gs://bucket/journal/4-workers"
-    assert (
-        builders.dispatcher_config(parse(shardingPolicy="DYNAMIC"), settings, 4).work_dir == builders.DEFAULT_WORK_DIR
-    )
+    assert builders.dispatcher_config(custom, settings, 4).work_dir == "gs://bucket/journal/4-workers-g1"
+    dynamic = builders.dispatcher_config(parse(shardingPolicy="DYNAMIC"), settings, 4)
+    assert (dynamic.work_dir, dynamic.prune_old_journals) == (builders.DEFAULT_WORK_DIR, False)
+    no_journal = parse(shardingPolicy="FILE", dispatcher={"faultTolerantMode": False, "storage": {"enabled": False}})
+    assert (builders.dispatcher_config(no_journal, settings, 2).work_dir, no_journal.is_static) == (None, True)
+
+
+def live_dispatcher(svc: spec.ServiceSpec, settings: BuildSettings, workers: int, work_dir: str) -> dict[str, Any]:
+    config = dataclasses.replace(builders.dispatcher_config(svc, settings, workers), work_dir=work_dir)
+    return {"worker_addresses": list(config.worker_addresses or ()), "work_dir": config.work_dir}
+
+
+@pytest.mark.parametrize(
+    ("live_workers", "live_dir", "expected"),
+    [
+        (2, "2-workers-g3", "2-workers-g3"),  # same list: the running journal is replayed
+        (2, "2-workers", "2-workers"),  # a service from before generations keeps its journal too
+        (3, "3-workers-g3", "2-workers-g7"),  # the list changes: a fresh journal
+        (2, "elsewhere/2-workers-g3", "2-workers-g7"),  # not one of ours (e.g. workDir changed)
+        (2, "tf_data_dispatcher_journal", "2-workers-g7"),
+    ],
+)
+def test_a_static_dispatcher_keeps_its_journal_only_while_its_list_stays(
+    settings: BuildSettings, live_workers: int, live_dir: str, expected: str
+) -> None:
+    svc = parse(generation=7, shardingPolicy="FILE")
+    live = live_dispatcher(svc, settings, live_workers, f"{builders.DEFAULT_WORK_DIR}/{live_dir}")
+    assert builders.static_journal(svc, settings, 2, live) == expected
+    assert builders.static_journal(svc, settings, 2, None) == "2-workers-g7"

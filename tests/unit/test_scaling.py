@@ -116,6 +116,29 @@ def test_scale_down_moves_the_workers_first() -> None:
     assert len(builders.read_config(cluster.dispatcher)["worker_addresses"]) == 2  # type: ignore[index]
 
 
+def test_every_static_list_change_starts_a_journal_never_used_before() -> None:
+    """2 -> 3 -> 2 -> 3 workers: replaying an older journal would hand out task ids the
+    long-running workers already finished under a newer one (they answer end of sequence)."""
+    cluster = FakeCluster()
+    journals = []
+
+    def converge(generation: int, replicas: int) -> None:
+        svc = parse(generation=generation, shardingPolicy="FILE", workers={"replicas": replicas})
+        for _ in range(4):
+            cluster.apply(svc)
+            cluster.settle()
+            work_dir = builders.read_config(cluster.dispatcher)["work_dir"]  # type: ignore[index]
+            if work_dir not in journals[-1:]:
+                journals.append(work_dir)
+
+    for generation, replicas in enumerate([2, 3, 2, 3], start=1):
+        converge(generation, replicas)
+    assert [j.rsplit("/", 1)[1] for j in journals] == ["2-workers-g1", "3-workers-g2", "2-workers-g3", "3-workers-g4"]
+
+    converge(5, 3)  # a change that leaves the list alone (say, resources) keeps the journal
+    assert journals[-1].endswith("/3-workers-g4") and len(journals) == 4
+
+
 def test_dynamic_scaling_follows_the_spec_at_once() -> None:
     cluster = FakeCluster()
     cluster.apply(parse(shardingPolicy="DYNAMIC", workers={"replicas": 2}))

@@ -14,9 +14,10 @@ from tfdata_operator.serverconfig import ConfigError, DispatcherServerConfig, Wo
 DISPATCHER = DispatcherServerConfig(
     port=5050,
     health_port=8080,
-    work_dir="/journal",
+    work_dir="/journal/2-workers-g3",
     fault_tolerant_mode=True,
     worker_addresses=("w-0.w.ns.svc:5051", "w-1.w.ns.svc:5051"),
+    prune_old_journals=True,
     job_gc_check_interval_ms=1000,
     job_gc_timeout_ms=2000,
     client_timeout_ms=3000,
@@ -59,6 +60,8 @@ def test_round_trip(config: serverconfig.ServerConfig) -> None:
 def test_json_is_deterministic_and_leaves_out_unset_fields() -> None:
     text = serverconfig.to_json(DispatcherServerConfig(port=5050, health_port=8080))
     assert text == '{"fault_tolerant_mode":false,"health_port":8080,"kind":"dispatcher","port":5050,"protocol":"grpc"}'
+    # Added later, so left out at its default: an upgraded operator does not restart every dispatcher.
+    assert '"prune_old_journals":true' in serverconfig.to_json(DISPATCHER)
 
 
 def test_worker_announces_its_pod_name_never_localhost() -> None:
@@ -93,6 +96,8 @@ def test_worker_announces_its_pod_name_never_localhost() -> None:
         (dispatcher_json(worker_addresses=[1]), "dispatcher", "worker_addresses must be a list of strings"),
         (dispatcher_json(job_gc_timeout_ms=-5), "dispatcher", "job_gc_timeout_ms must be an integer of at least -1"),
         (dispatcher_json(client_timeout_ms=True), "dispatcher", "client_timeout_ms must be an integer, got True"),
+        (dispatcher_json(prune_old_journals=True), "dispatcher", "prune_old_journals needs a work_dir whose last"),
+        (dispatcher_json(prune_old_journals=True, work_dir="/j/"), "dispatcher", "static journal name"),
         (worker_json(dispatcher_address="grpc://d:5050"), "worker", "dispatcher_address must be host:port"),
         (worker_json(dispatcher_address=5050), "worker", "dispatcher_address must be a string, got 5050"),
         (worker_json(worker_address_format="w-0:5051"), "worker", "worker_address_format must contain {pod_name}"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,16 +130,48 @@ def _metadata(svc: ServiceSpec, name: str, component: str) -> dict[str, Any]:
 # --- Server configuration ------------------------------------------------------------
 
 
-def dispatcher_config(
-    svc: ServiceSpec, settings: BuildSettings, worker_count: int
-) -> serverconfig.DispatcherServerConfig:
-    """The dispatcher's configuration; ``worker_count`` sizes the static worker list."""
+def journal_base(svc: ServiceSpec) -> str | None:
+    """Where the dispatcher journals: the user's workDir, or the journal volume, or nowhere."""
     d = svc.dispatcher
-    work_dir = d.work_dir or (DEFAULT_WORK_DIR if d.storage.enabled else None)
+    return d.work_dir or (DEFAULT_WORK_DIR if d.storage.enabled else None)
+
+
+def static_journal(
+    svc: ServiceSpec, settings: BuildSettings, worker_count: int, live_config: Mapping[str, Any] | None
+) -> str:
+    """The journal subdirectory of a static dispatcher with ``worker_count`` workers.
+
+    The running dispatcher's journal is kept while its worker list stays the same (a restart
+    replays it). A changed list gets a journal of its own, named after the generation that
+    changed it, and never an older one: TensorFlow's journal keeps every worker that ever
+    registered (a shorter list would then fail every new job), and a replayed older journal
+    would count workers as registered before they heartbeat and hand out task ids those
+    long-running workers already used under the newer one, which they answer with end of
+    sequence (the client silently misses their shards).
+    """
+    base = (journal_base(svc) or "").rstrip("/")
+    live = live_config or {}
+    live_dir = live.get("work_dir")
+    if live.get("worker_addresses") == worker_addresses(svc, settings, worker_count) and isinstance(live_dir, str):
+        leaf = live_dir[len(base) + 1 :] if live_dir.startswith(base + "/") else ""
+        if serverconfig.STATIC_JOURNAL_NAME.fullmatch(leaf):
+            return leaf
+    return f"{worker_count}-workers-g{svc.generation}"
+
+
+def dispatcher_config(
+    svc: ServiceSpec, settings: BuildSettings, worker_count: int, journal: str | None = None
+) -> serverconfig.DispatcherServerConfig:
+    """The dispatcher's configuration; ``worker_count`` sizes the static worker list.
+
+    ``journal`` is a static dispatcher's journal subdirectory (see ``static_journal``); by
+    default the one a new service starts with.
+    """
+    d = svc.dispatcher
+    work_dir = journal_base(svc)
+    static_journal_dir = work_dir is not None and svc.is_static
     if work_dir is not None and svc.is_static:
-        # TensorFlow's journal keeps every worker that ever registered, and a dispatcher whose
-        # static list lacks one fails every new job. So each list length journals on its own.
-        work_dir = f"{work_dir.rstrip('/')}/{worker_count}-workers"
+        work_dir = f"{work_dir.rstrip('/')}/{journal or static_journal(svc, settings, worker_count, None)}"
     return serverconfig.DispatcherServerConfig(
         port=d.port,
         health_port=d.health_port,
@@ -151,6 +183,7 @@ def dispatcher_config(
         client_timeout_ms=d.client_timeout_ms,
         worker_timeout_ms=d.worker_timeout_ms,
         worker_max_concurrent_snapshots=d.worker_max_concurrent_snapshots,
+        prune_old_journals=static_journal_dir,
     )
 
 
@@ -233,9 +266,11 @@ def build_worker_service(svc: ServiceSpec, settings: BuildSettings) -> Manifest:
     }
 
 
-def build_dispatcher_statefulset(svc: ServiceSpec, settings: BuildSettings, worker_count: int) -> Manifest:
+def build_dispatcher_statefulset(
+    svc: ServiceSpec, settings: BuildSettings, worker_count: int, journal: str | None = None
+) -> Manifest:
     """One dispatcher pod; its journal claim comes from volumeClaimTemplates."""
-    config = dispatcher_config(svc, settings, worker_count)
+    config = dispatcher_config(svc, settings, worker_count, journal)
     d = svc.dispatcher
     mounts = [{"name": JOURNAL_VOLUME, "mountPath": JOURNAL_MOUNT}] if d.storage.enabled else []
     sts: Manifest = {

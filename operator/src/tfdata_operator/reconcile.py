@@ -101,7 +101,8 @@ def observe(kube: Kube, namespace: str, name: str, uid: str) -> Children:
 
 def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: Children) -> Desired:
     """The pure part of a reconcile: what the children should be now, given what they are."""
-    live_list = scaling.live_worker_list(builders.read_config(children.dispatcher))
+    live_config = builders.read_config(children.dispatcher)
+    live_list = scaling.live_worker_list(live_config)
     step = scaling.plan(
         svc,
         children.workers,
@@ -114,7 +115,12 @@ def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: C
     apply = [
         builders.build_dispatcher_service(svc, settings),
         builders.build_worker_service(svc, settings),
-        builders.build_dispatcher_statefulset(svc, settings, step.dispatcher_workers),
+        builders.build_dispatcher_statefulset(
+            svc,
+            settings,
+            step.dispatcher_workers,
+            builders.static_journal(svc, settings, step.dispatcher_workers, live_config),
+        ),
         builders.build_worker_statefulset(svc, settings, step.worker_replicas),
     ]
     delete = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -22,6 +23,9 @@ CONFIG_ENV = "TFDATA_SERVER_CONFIG"
 POD_NAME_ENV = "POD_NAME"
 # The placeholder in ``WorkerServerConfig.worker_address_format`` replaced by the pod name.
 POD_NAME_PLACEHOLDER = "{pod_name}"
+# The names of a static dispatcher's journal directories under the service's workDir:
+# ``<N>-workers-g<generation>`` (``<N>-workers`` from earlier operator versions).
+STATIC_JOURNAL_NAME = re.compile(r"[0-9]+-workers(-g[0-9]+)?")
 
 
 class ConfigError(ValueError):
@@ -44,6 +48,9 @@ class DispatcherServerConfig:
     client_timeout_ms: int | None = None
     worker_timeout_ms: int | None = None
     worker_max_concurrent_snapshots: int | None = None
+    # Once started, delete the directories beside work_dir named like static journals: the
+    # operator never sends a dispatcher back to one (see builders.static_journal).
+    prune_old_journals: bool = False
 
     def validate(self) -> None:
         _check_port("port", self.port)
@@ -52,6 +59,11 @@ class DispatcherServerConfig:
             raise ConfigError(f"port and health_port must differ (both are {self.port})")
         if self.fault_tolerant_mode and not self.work_dir:
             raise ConfigError("fault_tolerant_mode needs work_dir: set work_dir to a journal location")
+        if self.prune_old_journals and not (self.work_dir and STATIC_JOURNAL_NAME.fullmatch(_leaf(self.work_dir))):
+            raise ConfigError(
+                "prune_old_journals needs a work_dir whose last component is a static journal name "
+                f"(<N>-workers-g<generation>), got {self.work_dir!r}"
+            )
         if self.worker_addresses is not None:
             if not self.worker_addresses:
                 raise ConfigError("worker_addresses, when set, must list at least one worker")
@@ -129,10 +141,19 @@ def worker_address(address_format: str, pod_name: str) -> str:
     return address_format.replace(POD_NAME_PLACEHOLDER, pod_name)
 
 
+# Fields added after the first release are left out of the JSON at their default, so an
+# operator upgrade does not restart pods whose configuration means the same.
+_LEFT_OUT_AT_DEFAULT = ("prune_old_journals",)
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DispatcherServerConfig)}
+
+
 def to_json(config: ServerConfig) -> str:
     """Serialises a config deterministically (sorted keys), so equal configs give equal text."""
     kind = "dispatcher" if isinstance(config, DispatcherServerConfig) else "worker"
     body = {k: v for k, v in dataclasses.asdict(config).items() if v is not None}
+    for name in _LEFT_OUT_AT_DEFAULT:
+        if name in body and body[name] == _DEFAULTS[name]:
+            del body[name]
     if "worker_addresses" in body:
         body["worker_addresses"] = list(body["worker_addresses"])
     return json.dumps({"kind": kind, **body}, sort_keys=True, separators=(",", ":"))
@@ -223,3 +244,7 @@ __all__ = [
     "to_json",
     "worker_address",
 ]
+
+
+def _leaf(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]

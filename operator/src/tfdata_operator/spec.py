@@ -119,6 +119,8 @@ class ServiceSpec:
     namespace: str
     uid: str
     image: str
+    # metadata.generation: names the journal a static dispatcher starts when its worker list changes.
+    generation: int = 0
     sharding_policy: str = "OFF"
     image_pull_policy: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
@@ -295,6 +297,7 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
         namespace=namespace,
         uid=str(metadata.get("uid") or ""),
         image=image,
+        generation=_generation(metadata.get("generation")),
         sharding_policy=policy,
         image_pull_policy=pull_policy,
         image_pull_secrets=pull_secrets,
@@ -303,6 +306,11 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
         autoscaling=autoscaling,
         network_policy=network_policy,
     )
+
+
+def _generation(value: Any) -> int:
+    """metadata.generation as the API server sets it; 0 for a manifest that was never stored."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _network_policy(r: _Reader) -> NetworkPolicySpec:

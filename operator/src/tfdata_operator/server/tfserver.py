@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import sys
@@ -184,6 +185,8 @@ def run(kind: str, config: serverconfig.ServerConfig, pod_name: str | None, repo
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     log.info("%s", server.started)
+    if isinstance(config, DispatcherServerConfig) and config.prune_old_journals:
+        prune_old_journals(config, log)
     while not stop.is_set():
         try:
             report(RUNNING, *server.status())
@@ -195,6 +198,32 @@ def run(kind: str, config: serverconfig.ServerConfig, pod_name: str | None, repo
     server.server.stop()
     log.info("%s stopped", kind)
     return 0
+
+
+def prune_old_journals(config: DispatcherServerConfig, log: logging.Logger) -> None:
+    """Deletes the static journals beside this dispatcher's own: none is ever replayed again.
+
+    Runs once this dispatcher has started on its own journal, so a failed start leaves
+    everything as it was. A failure to delete is logged and otherwise ignored.
+    """
+    import tensorflow as tf
+
+    assert config.work_dir is not None, "validate() checks it"
+    parent, own = config.work_dir.rstrip("/").rsplit("/", 1)
+    try:
+        entries = tf.io.gfile.listdir(parent or "/")
+    except Exception as exc:  # tf.errors.OpError and friends
+        log.warning("could not list %s to delete old journals: %s", parent, exc)
+        return
+    for entry in sorted(e.rstrip("/") for e in entries):
+        if entry == own or not serverconfig.STATIC_JOURNAL_NAME.fullmatch(entry):
+            continue
+        path = f"{parent}/{entry}"
+        try:
+            tf.io.gfile.rmtree(path)
+            log.info("deleted the old journal %s (this dispatcher journals in %s)", path, config.work_dir)
+        except Exception as exc:
+            log.warning("could not delete the old journal %s: %s", path, exc)
 
 
 def _die_with_parent() -> None:
