@@ -113,7 +113,7 @@ kind-down: ## Delete the kind cluster and its kubeconfig.
 	hack/kind/cluster.sh down
 
 .PHONY: test-kind
-test-kind: venv ## Tests on the kind cluster (make kind-up first): server pods Ready, journal claim bound, NetworkPolicy enforced.
+test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, journal claim bound and surviving a dispatcher deletion, NetworkPolicy enforced.
 	TFDATA_TEST_KUBECONFIG=$(ROOT)/.local/kind-kubeconfig $(PYTEST) -q -m kind tests/kind
 
 .PHONY: test-e2e-kind

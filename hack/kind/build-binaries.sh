@@ -7,7 +7,7 @@
 #   hack/kind/build-binaries.sh [name...]   default: all
 #
 # Names: kind kubernetes etcd coredns local-path-provisioner pause containerd runc
-# cni-plugins.
+# cni-plugins kube-network-policies.
 #
 # Go: the module and build caches are hack/k8s-binaries.sh's ($CACHE/go), so
 # Kubernetes' dependencies are downloaded and compiled once for both. Kubernetes and
@@ -130,8 +130,7 @@ build_etcd() {
 
 # --- coredns, local-path-provisioner, CNI plugins ---------------------------------------
 # Not built: kindnetd (sigs.k8s.io/kind/images/kindnetd is a nested module the module
-# proxy does not serve, nor does it serve its sigs.k8s.io/kube-network-policies
-# dependency) and crictl (sigs.k8s.io/cri-tools is not served either). See
+# proxy does not serve) and crictl (sigs.k8s.io/cri-tools is not served either). See
 # hack/kind/README.md.
 
 build_coredns() {
@@ -171,6 +170,30 @@ build_cni_plugins() {
     go build -ldflags "$ld" -o "$OUT/cni/portmap" ./plugins/meta/portmap
   )
   stamp cni-plugins "$CNI_PLUGINS_VERSION"
+}
+
+# kube-network-policies: the proxy serves the module but its checksum database has no
+# entry, so the download skips that lookup (GONOSUMDB, this module only) and the hash is
+# checked against the pin in versions.sh instead. Its dependencies are checked by its
+# own go.sum as usual. kube-network-policies-xt-nfqueue.patch is applied to the copy: it
+# queues packets through the xtables NFQUEUE target, as kernels without CONFIG_NFT_QUEUE
+# (this workplace's) refuse nftables' own queue expression.
+build_kube_network_policies() {
+  local module="sigs.k8s.io/kube-network-policies" patch="$HERE/kube-network-policies-xt-nfqueue.patch" want sum dir
+  want="$KNP_VERSION+$(sha256sum "$patch" | cut -c1-12)"
+  [[ -x "$OUT/kube-network-policies" ]] && stamped kube-network-policies "$want" && return
+  dir="$WORK/kube-network-policies-$want"
+  log "building kube-network-policies $KNP_VERSION with $(basename "$patch")"
+  sum="$(GONOSUMDB="$module" go mod download -json "$module@$KNP_VERSION" | sed -nE 's/^\s*"Sum": "(.*)",?$/\1/p')"
+  [[ "$sum" == "$KNP_MODULE_SUM" ]] || die "$module@$KNP_VERSION has hash '$sum', pinned: $KNP_MODULE_SUM"
+  GONOSUMDB="$module" module_copy "$module@$KNP_VERSION" "$dir"
+  if [[ ! -f "$dir/.patched" ]]; then
+    patch -d "$dir" -p1 --forward --quiet <"$patch" || die "$(basename "$patch") does not apply to $module@$KNP_VERSION"
+    touch "$dir/.patched"
+  fi
+  (cd "$dir" && go build -ldflags "-s -w" -o "$OUT/kube-network-policies.tmp" ./cmd)
+  mv "$OUT/kube-network-policies.tmp" "$OUT/kube-network-policies"
+  stamp kube-network-policies "$want"
 }
 
 # --- containerd and runc (their go.mod has `exclude`: build inside a copy) ------------
@@ -224,7 +247,7 @@ build_pause() {
   mv "$OUT/pause.tmp" "$OUT/pause"
 }
 
-ALL=(kind kubernetes etcd coredns local-path-provisioner pause containerd runc cni-plugins)
+ALL=(kind kubernetes etcd coredns local-path-provisioner pause containerd runc cni-plugins kube-network-policies)
 targets=("$@")
 ((${#targets[@]})) || targets=("${ALL[@]}")
 
@@ -242,6 +265,7 @@ for t in "${targets[@]}"; do
     containerd) build_containerd ;;
     runc) build_runc ;;
     cni-plugins) build_cni_plugins ;;
+    kube-network-policies) build_kube_network_policies ;;
     *) die "unknown binary $t (known: ${ALL[*]})" ;;
   esac
 done

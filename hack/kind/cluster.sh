@@ -13,9 +13,10 @@
 #      PATH: on hosts where `docker run --privileged` cannot work (a capability missing
 #      from the bounding set) the shim passes the explicit equivalent; elsewhere it
 #      changes nothing;
-#   3. `kind load docker-image` tfdata-operator:<version> and tfdata-server:<version>
+#   3. on a node image built here, kube-network-policies (network-policies.yaml);
+#   4. `kind load docker-image` tfdata-operator:<version> and tfdata-server:<version>
 #      (hack/images.sh builds them when missing);
-#   4. `helm upgrade --install` of charts/tfdata-operator (the CRD from its crds/) into
+#   5. `helm upgrade --install` of charts/tfdata-operator (the CRD from its crds/) into
 #      namespace tfdata-system with image.pullPolicy=Never, and waits for the operator.
 # The kubeconfig is written to .local/kind-kubeconfig.
 #
@@ -64,6 +65,12 @@ up() {
       --kubeconfig "$KUBECONFIG_OUT" --wait 5m >&2
   fi
   export KUBECONFIG="$KUBECONFIG_OUT"
+  if [[ "$image" == "$KIND_NODE_IMAGE_LOCAL" ]]; then
+    # No kindnetd in this image: its NetworkPolicy engine runs on its own.
+    grep -qF "image: $KNP_IMAGE" "$HERE/network-policies.yaml" || die "network-policies.yaml does not run $KNP_IMAGE"
+    kubectl apply -f "$HERE/network-policies.yaml" >&2
+    kubectl -n kube-system rollout status daemonset/kube-network-policies --timeout=3m >&2
+  fi
 
   local img
   for img in "tfdata-operator:$VERSION" "tfdata-server:$VERSION"; do
@@ -88,7 +95,8 @@ up() {
 
 # One control-plane node. With a node image built here (no kindnetd: see
 # hack/kind/README.md) kind's default CNI is off and the node gets a static ptp
-# configuration instead; with the published image kind's own kindnetd runs.
+# configuration instead, with kube-network-policies (network-policies.yaml, applied by
+# `up`) enforcing NetworkPolicies; with the published image kind's own kindnetd runs.
 write_config() {
   cat <<EOF
 kind: Cluster
@@ -101,9 +109,6 @@ EOF
   disableDefaultCNI: true
 nodes:
 - role: control-plane
-  labels:
-    # Read by tests/kind: nothing here enforces NetworkPolicies.
-    tfdata.dev/networkpolicy: unenforced
   extraMounts:
   - hostPath: $HERE/cni/10-tfdata-ptp.conflist
     containerPath: /etc/cni/net.d/10-tfdata-ptp.conflist

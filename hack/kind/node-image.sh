@@ -12,13 +12,14 @@
 # registries), as $KIND_NODE_IMAGE_LOCAL:
 #
 #   1. binaries (hack/kind/build-binaries.sh): kubeadm, kubelet, kubectl and the control
-#      plane, etcd, coredns, local-path-provisioner, pause, containerd, runc, CNI plugins;
+#      plane, etcd, coredns, local-path-provisioner, pause, containerd, runc, CNI plugins,
+#      kube-network-policies;
 #   2. the base image ($KIND_BASE_IMAGE, hack/kind/base/Dockerfile): kind v0.30.0's
 #      images/base on the local Debian bookworm root filesystem;
 #   3. the images the node runs, under exactly the names kubeadm and kind's manifests
 #      use: registry.k8s.io/{kube-apiserver,kube-controller-manager,kube-scheduler,
-#      kube-proxy}:$K8S_VERSION, etcd, coredns, pause, and kind's local-path-provisioner
-#      and local-path-helper;
+#      kube-proxy}:$K8S_VERSION, etcd, coredns, pause, kind's local-path-provisioner
+#      and local-path-helper, and kube-network-policies (cluster.sh installs it);
 #   4. the node: kind's buildImage steps: kubeadm/kubelet/kubectl in /usr/bin,
 #      /kind/version, /kind/manifests/default-{cni,storage}.yaml (printed from kind's Go
 #      sources), every image imported into containerd's k8s.io namespace, pinned;
@@ -208,12 +209,17 @@ RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq 
 COPY kube-proxy /usr/local/bin/kube-proxy
 ENTRYPOINT [\"/usr/local/bin/kube-proxy\"]" "$BIN/kube-proxy"
 static_image "$LPP_IMAGE" local-path-provisioner
+# Where upstream runs it: /bin/netpol on a static base (nftables and nfqueue go through
+# netlink; no tools needed).
+image "$KNP_IMAGE" "FROM scratch
+COPY kube-network-policies /bin/netpol
+ENTRYPOINT [\"/bin/netpol\"]" "$BIN/kube-network-policies"
 # The helper pod runs sh, mkdir and rm.
 image "$LPP_HELPER_IMAGE" "FROM $LOCAL_BASE_IMAGE"
 
 # kubeadm must ask for exactly what was built (pause aside: kind uses containerd's sandbox_image).
 want="$("$BIN/kubeadm" config images list --kubernetes-version "$K8S_VERSION" 2>/dev/null | grep -v /pause: | sort)"
-have="$(printf '%s\n' "${IMAGES[@]}" | grep -E '^registry.k8s.io/' | grep -v /pause: | sort)"
+have="$(printf '%s\n' "${IMAGES[@]}" | grep -E '^registry.k8s.io/' | grep -v -e /pause: -e "^$KNP_IMAGE\$" | sort)"
 [[ "$want" == "$have" ]] || die "kubeadm expects:
 $want
 built:

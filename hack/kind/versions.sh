@@ -23,6 +23,13 @@ PAUSE_TAG="${PAUSE_TAG:-3.10}"
 # kind v0.30.0's own images (pkg/build/nodeimage/const_*.go) and their sources.
 # kindnetd (the default CNI manifest's image) is not built here: README.md says why.
 KINDNETD_IMAGE="docker.io/kindest/kindnetd:v20250512-df8de77b"
+# In its place the built-here node runs kindnetd's NetworkPolicy engine on its own:
+# kube-network-policies (SIG Network). The module proxy serves it, but the checksum
+# database it relays has no entry for it, so the build checks this pinned module hash
+# (what `go mod download -json` reports as "Sum") itself.
+KNP_VERSION="${KNP_VERSION:-v0.7.0}"
+KNP_MODULE_SUM="h1:UmQnkPKpJ/KJReIpOarEAt3kyZvF44jXp4AWPG9czkY="
+KNP_IMAGE="registry.k8s.io/networking/kube-network-policies:$KNP_VERSION"
 LPP_IMAGE="docker.io/kindest/local-path-provisioner:v20250214-acbabc1a"
 LPP_VERSION="${LPP_VERSION:-v0.0.30}"           # github.com/rancher/local-path-provisioner
 LPP_HELPER_IMAGE="docker.io/kindest/local-path-helper:v20241212-8ac705d0"

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tfdata_operator import __version__
+
 if TYPE_CHECKING:
     from conftest import Kubectl
 
 NAME = "kindsvc"
-SERVER_IMAGE_PROBE = "tfdata-server:0.1.0"
+SERVER_IMAGE = f"tfdata-server:{__version__}"  # hack/kind/cluster.sh loads it
 READY_TIMEOUT = 300
-# hack/kind/cluster.sh labels nodes whose CNI enforces no NetworkPolicy.
-UNENFORCED_LABEL = "tfdata.dev/networkpolicy"
 
 
 def tfdata_service(name: str) -> dict[str, Any]:
@@ -76,6 +76,48 @@ def test_journal_claim_is_bound_by_local_path_provisioner(kubectl: Kubectl, read
     assert annotations.get("pv.kubernetes.io/provisioned-by") == "rancher.io/local-path", annotations
 
 
+def start_pod(kubectl: Kubectl, namespace: str, name: str, labels: dict[str, str], script: str, *args: str) -> None:
+    """A pod from our server image (it has Python and TensorFlow) running ``script``."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "client",
+                    "image": SERVER_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["python3", "-c", script, *args],
+                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+                }
+            ],
+        },
+    }
+    kubectl.apply(pod)
+
+
+def logs(kubectl: Kubectl, namespace: str, name: str) -> str:
+    return kubectl.run("logs", name, "-n", namespace, check=False).stdout
+
+
+def wait_finished(kubectl: Kubectl, namespace: str, name: str, timeout: float) -> tuple[str, str]:
+    """Waits for a pod from ``start_pod`` to end; returns its phase and log, and deletes it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        phase = kubectl.json("get", "pod", name, "-n", namespace)["status"].get("phase")
+        if phase in ("Succeeded", "Failed"):
+            break
+        if time.monotonic() > deadline:
+            described = kubectl.run("describe", "pod", name, "-n", namespace, check=False).stdout
+            pytest.fail(f"pod {name} did not finish in {timeout:.0f}s (phase {phase}):\n{described}")
+        time.sleep(1)
+    log = logs(kubectl, namespace, name)
+    kubectl.run("delete", "pod", name, "-n", namespace, "--wait=false")
+    return phase, log
+
+
 def connect_from_pod(kubectl: Kubectl, namespace: str, name: str, labels: dict[str, str], target: str) -> bool:
     """Runs a pod that opens a TCP connection to `target` (host:port); True when it connected."""
     host, port = target.rsplit(":", 1)
@@ -87,46 +129,14 @@ def connect_from_pod(kubectl: Kubectl, namespace: str, name: str, labels: dict[s
         "    print('refused:', exc); sys.exit(3)\n"
         "print('connected')\n"
     )
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "probe",
-                    "image": SERVER_IMAGE_PROBE,
-                    "imagePullPolicy": "Never",
-                    "command": ["python3", "-c", script],
-                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-                }
-            ],
-        },
-    }
-    kubectl.apply(pod)
-    deadline = time.monotonic() + 120
-    while True:
-        phase = kubectl.json("get", "pod", name, "-n", namespace)["status"].get("phase")
-        if phase in ("Succeeded", "Failed"):
-            break
-        if time.monotonic() > deadline:
-            described = kubectl.run("describe", "pod", name, "-n", namespace, check=False).stdout
-            pytest.fail(f"pod {name} did not finish in 120s (phase {phase}):\n{described}")
-        time.sleep(1)
-    log = kubectl.run("logs", name, "-n", namespace, check=False).stdout.strip()
-    kubectl.run("delete", "pod", name, "-n", namespace, "--wait=false")
+    start_pod(kubectl, namespace, name, labels, script)
+    phase, log = wait_finished(kubectl, namespace, name, 120)
+    log = log.strip()
     assert log in ("connected",) or log.startswith("refused:"), f"unexpected output of {name}: {log!r}"
     return phase == "Succeeded"
 
 
 def test_network_policy_admits_only_labelled_clients(kubectl: Kubectl, ready_service: str) -> None:
-    nodes = kubectl.json("get", "nodes")["items"]
-    if any(n["metadata"].get("labels", {}).get(UNENFORCED_LABEL) == "unenforced" for n in nodes):
-        pytest.skip(
-            f"the nodes say {UNENFORCED_LABEL}=unenforced: a node image built without kindnetd "
-            "(see hack/kind/README.md) runs a CNI that does not enforce NetworkPolicies"
-        )
     policies = kubectl.json("get", "networkpolicies", "-n", ready_service)["items"]
     assert policies, "the operator wrote no NetworkPolicy"
     svc = kubectl.json("get", f"tfdata/{NAME}", "-n", ready_service)
@@ -140,3 +150,53 @@ def test_network_policy_admits_only_labelled_clients(kubectl: Kubectl, ready_ser
         f"a pod without tfdata.dev/client={NAME} reached the dispatcher at {target}: the NetworkPolicy "
         f"{json.dumps(policies[0]['spec'])} is not enforced by this cluster's network plugin"
     )
+
+
+# A slow DYNAMIC reader of range(COUNT): one line per element, so the test sees its progress.
+READER = """
+import sys, time
+import tensorflow as tf
+service, count = sys.argv[1], int(sys.argv[2])
+dataset = tf.data.Dataset.range(count).apply(
+    tf.data.experimental.service.distribute(processing_mode="distributed_epoch", service=service))
+for element in dataset:
+    print("element", int(element), flush=True)
+    time.sleep(0.1)
+print("done", flush=True)
+"""
+COUNT = 400
+
+
+def elements(log: str) -> list[int]:
+    return [int(line.split()[1]) for line in log.splitlines() if line.startswith("element ")]
+
+
+def test_journal_on_the_claim_survives_deleting_the_dispatcher_mid_epoch(kubectl: Kubectl, ready_service: str) -> None:
+    """Fault tolerance on a real node: the new dispatcher pod replays the journal from the same
+    local-path volume, and the client finishes its epoch with nothing lost and nothing repeated."""
+    ns = ready_service
+    svc = kubectl.json("get", f"tfdata/{NAME}", "-n", ns)
+    claim = f"journal-{NAME}-dispatcher-0"
+    volume = kubectl.json("get", "pvc", claim, "-n", ns)["spec"]["volumeName"]
+    address = svc["status"]["dispatcherAddress"]
+    start_pod(kubectl, ns, "reader", {"tfdata.dev/client": NAME}, READER, address, str(COUNT))
+    deadline = time.monotonic() + 240
+    while len(elements(logs(kubectl, ns, "reader"))) < 40:
+        if time.monotonic() > deadline:
+            pods = kubectl.run("get", "pods", "-n", ns, "-o", "wide", check=False).stdout
+            pytest.fail(f"the reader got fewer than 40 elements in 240s:\n{logs(kubectl, ns, 'reader')}\n{pods}")
+        time.sleep(1)
+
+    dispatcher = f"{NAME}-dispatcher-0"
+    old_uid = kubectl.json("get", "pod", dispatcher, "-n", ns)["metadata"]["uid"]
+    kubectl.run("delete", "pod", dispatcher, "-n", ns, "--wait=false")
+    phase, log = wait_finished(kubectl, ns, "reader", 300)
+    assert phase == "Succeeded" and log.rstrip().endswith("done"), log[-2000:]
+    got = elements(log)
+    assert sorted(got) == list(range(COUNT)), (
+        f"{len(got)} elements, {len(set(got))} distinct; missing {sorted(set(range(COUNT)) - set(got))[:20]}"
+    )
+    restarted = kubectl.json("get", "pod", dispatcher, "-n", ns)
+    assert restarted["metadata"]["uid"] != old_uid, "the dispatcher pod was not replaced"
+    assert kubectl.json("get", "pvc", claim, "-n", ns)["spec"]["volumeName"] == volume
+    assert "replaying the journal" in logs(kubectl, ns, dispatcher)
