@@ -70,6 +70,13 @@ up() {
     grep -qF "image: $KNP_IMAGE" "$HERE/network-policies.yaml" || die "network-policies.yaml does not run $KNP_IMAGE"
     kubectl apply -f "$HERE/network-policies.yaml" >&2
     kubectl -n kube-system rollout status daemonset/kube-network-policies --timeout=3m >&2
+    # It has no readiness probe: enforcing means its nftables table exists in the node.
+    local i
+    for i in $(seq 1 120); do
+      "$DOCKER" exec "$CLUSTER-control-plane" nft list table inet kube-network-policies >/dev/null 2>&1 && break
+      ((i < 120)) || die "kube-network-policies wrote no nftables rules in 120 s: $(kubectl -n kube-system logs daemonset/kube-network-policies --tail=20 2>&1)"
+      sleep 1
+    done
   fi
 
   local img
@@ -102,7 +109,9 @@ write_config() {
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 networking:
+  # The built-here node keeps these inside itself (base/entrypoint).
   podSubnet: 10.244.0.0/16
+  serviceSubnet: 10.96.0.0/16
 EOF
   if [[ "$1" == "$KIND_NODE_IMAGE_LOCAL" ]]; then
     cat <<EOF
