@@ -18,7 +18,8 @@
 #      (hack/images.sh builds them when missing);
 #   5. `helm upgrade --install` of charts/tfdata-operator (the CRD from its crds/) into
 #      namespace tfdata-system with image.pullPolicy=Never, and waits for the operator.
-# The kubeconfig is written to .local/kind-kubeconfig.
+# The kubeconfig is written to .local/kind-kubeconfig (.local/kind-<name>-kubeconfig for a
+# cluster named otherwise).
 #
 # Settings (environment): TFDATA_KIND_CLUSTER (default tfdata), TFDATA_CACHE.
 set -euo pipefail
@@ -28,7 +29,8 @@ REPO="$(cd "$HERE/../.." && pwd)"
 . "$HERE/versions.sh"
 
 CLUSTER="${TFDATA_KIND_CLUSTER:-tfdata}"
-KUBECONFIG_OUT="$REPO/.local/kind-kubeconfig"
+# The default cluster's kubeconfig is .local/kind-kubeconfig; another's is named after it.
+if [[ "$CLUSTER" == tfdata ]]; then KUBECONFIG_OUT="$REPO/.local/kind-kubeconfig"; else KUBECONFIG_OUT="$REPO/.local/kind-$CLUSTER-kubeconfig"; fi
 NAMESPACE=tfdata-system
 RELEASE=tfdata-operator
 KIND="$KIND_BIN/kind-$KIND_VERSION"
@@ -58,7 +60,7 @@ up() {
     log "cluster $CLUSTER exists; reusing it"
     kind_ get kubeconfig --name "$CLUSTER" >"$KUBECONFIG_OUT"
   else
-    config="$REPO/.local/kind-config.yaml"
+    config="$REPO/.local/kind-$CLUSTER-config.yaml"
     write_config "$image" >"$config"
     log "creating cluster $CLUSTER from $image"
     kind_ create cluster --name "$CLUSTER" --image "$image" --config "$config" \
