@@ -229,6 +229,27 @@ def test_deleting_the_dispatcher_mid_epoch_loses_and_repeats_nothing(services: S
     services.delete("ft")
 
 
+def test_workers_restart_after_a_journal_less_dispatcher_restarts(services: Services) -> None:
+    """Without faultTolerantMode a restarted dispatcher reuses task ids the running workers still
+    hold: the operator replaces the workers that registered with its earlier run."""
+    address = services.create("nojournal", "DYNAMIC", dispatcher={"faultTolerantMode": False})
+    read = services.read(address, "DYNAMIC")  # the workers now hold tasks of this dispatcher run
+    assert read.counts() == Counter(ALL), read.describe()
+    workers = {name: services.pod(name)["metadata"]["uid"] for name in ("nojournal-worker-0", "nojournal-worker-1")}
+    old = services.delete_pod("nojournal-dispatcher-0")
+    wait_for(
+        lambda: all(services.pod(name)["metadata"]["uid"] != uid for name, uid in workers.items()),
+        180,
+        "both workers replaced after the dispatcher restarted",
+        show=lambda: services.describe("nojournal"),
+    )
+    assert services.pod("nojournal-dispatcher-0")["metadata"]["uid"] != old
+    services.wait_ready("nojournal")
+    read = services.read(address, "DYNAMIC")
+    assert read.counts() == Counter(ALL), read.describe()
+    services.delete("nojournal")
+
+
 def _files_of(elements: list[str] | set[str]) -> set[str]:
     return {element.split("-")[0] for element in elements}
 

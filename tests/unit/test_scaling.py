@@ -195,3 +195,31 @@ def test_a_dispatcher_counts_as_moved_once_its_new_pod_started_ready_or_not() ->
     assert not scaling.started_on_current_revision(sts, [pod("old", True)])
     stale = {**sts, "status": {**sts["status"], "observedGeneration": 1}}
     assert not scaling.started_on_current_revision(stale, [pod("new", True)])
+
+
+def _pod(name: str, created: str, ready_since: str | None = None, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "creationTimestamp": created}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:10:00Z"
+    conditions = [{"type": "Ready", "status": "True", "lastTransitionTime": ready_since}] if ready_since else []
+    return {"metadata": meta, "status": {"conditions": conditions}}
+
+
+def test_workers_of_an_earlier_journal_less_dispatcher_pod_are_stale() -> None:
+    svc = parse(shardingPolicy="DYNAMIC", dispatcher={"faultTolerantMode": False})
+    dispatcher = [_pod("demo-dispatcher-0", created="2026-01-01T00:05:00Z")]
+    workers = [
+        # created and registered with the earlier dispatcher pod:
+        _pod("demo-worker-0", created="2026-01-01T00:00:00Z", ready_since="2026-01-01T00:01:00Z"),
+        # created first at service creation, but ready only once this dispatcher ran:
+        _pod("demo-worker-1", created="2026-01-01T00:04:59Z", ready_since="2026-01-01T00:05:09Z"),
+        # a replacement, even if its node's clock is behind:
+        _pod("demo-worker-2", created="2026-01-01T00:05:30Z", ready_since="2026-01-01T00:04:00Z"),
+        _pod("demo-worker-3", created="2026-01-01T00:00:00Z"),  # not ready
+        _pod("demo-worker-4", created="2026-01-01T00:00:00Z", ready_since="2026-01-01T00:01:00Z", deleting=True),
+    ]
+    assert [p["metadata"]["name"] for p in scaling.stale_workers(svc, dispatcher, workers)] == ["demo-worker-0"]
+    assert scaling.stale_workers(svc, [], workers) == []  # no dispatcher pod (yet)
+    # With a journal the new dispatcher continues the task ids: the workers stay.
+    journaled = parse(shardingPolicy="DYNAMIC", dispatcher={"faultTolerantMode": True})
+    assert scaling.stale_workers(journaled, dispatcher, workers) == []

@@ -211,6 +211,15 @@ def _reconcile_locked(kube: Kube, config: OperatorConfig, body: Manifest) -> Non
                 message = f"Deleted pod {meta_pod['name']}: it is not ready and runs an old configuration"
                 log.info(message)
                 kube.event(body, "Normal", "RestartedStuckPod", message)
+    for pod in scaling.stale_workers(svc, children.pods_of(builders.DISPATCHER), children.pods_of(builders.WORKER)):
+        meta_pod = pod["metadata"]
+        if kube.delete("v1", "Pod", namespace, meta_pod["name"], uid=meta_pod.get("uid")):
+            message = (
+                f"Deleted pod {meta_pod['name']}: it registered with an earlier dispatcher pod, and without "
+                "faultTolerantMode the new dispatcher hands out task ids the worker still holds"
+            )
+            log.info(message)
+            kube.event(body, "Normal", "RestartedStaleWorker", message)
     for api_version, kind, child in desired.delete:
         if kube.delete(api_version, kind, namespace, child):
             log.info("Deleted %s %s/%s", kind, namespace, child)

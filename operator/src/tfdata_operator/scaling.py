@@ -157,3 +157,39 @@ def stuck_pods(sts: Manifest | None, pods: list[Manifest]) -> list[Manifest]:
         and not p["metadata"].get("deletionTimestamp")
         and not _pod_ready(p)
     ]
+
+
+def _ready_since(pod: Manifest) -> str | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("status") == "True":
+            since = c.get("lastTransitionTime")
+            return since if isinstance(since, str) else None
+    return None
+
+
+def stale_workers(svc: ServiceSpec, dispatcher_pods: list[Manifest], worker_pods: list[Manifest]) -> list[Manifest]:
+    """Workers that registered with an earlier dispatcher pod, when the dispatcher keeps no journal.
+
+    Without faultTolerantMode a new dispatcher starts from nothing and hands out task ids
+    from the start again, while a worker that kept running still holds tasks of those ids
+    from before; TensorFlow's worker then answers a new task with the old one (end of
+    sequence, or elements of another dataset). Such a worker was created, and ready, before
+    the current dispatcher pod was created. The creation times both come from the API
+    server's clock, so a replacement worker is never taken for a stale one. (A dispatcher
+    container restarting in place, in the same pod, is not detected.) RFC 3339 timestamps
+    in UTC compare as strings.
+    """
+    if svc.dispatcher.fault_tolerant_mode:
+        return []  # the journal carries the task ids across restarts
+    live = [p for p in dispatcher_pods if not p["metadata"].get("deletionTimestamp")]
+    if len(live) != 1 or not isinstance(created := live[0]["metadata"].get("creationTimestamp"), str):
+        return []  # no current dispatcher pod (yet)
+    stale = []
+    for pod in worker_pods:
+        meta = pod["metadata"]
+        since = _ready_since(pod)
+        if meta.get("deletionTimestamp") or since is None:
+            continue
+        if str(meta.get("creationTimestamp", "")) < created and since < created:
+            stale.append(pod)
+    return stale
