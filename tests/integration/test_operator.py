@@ -41,6 +41,8 @@ class Cluster:
     def __init__(self, kubectl: Kubectl, namespace: str) -> None:
         self.kubectl = kubectl
         self.ns = namespace
+        # On a cluster with nodes (kind, through TFDATA_TEST_KUBECONFIG) kubelets report pod status.
+        self.has_nodes = bool(kubectl.json("get", "nodes")["items"])
 
     def run(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
         return self.kubectl.run(*args, "-n", self.ns, **kwargs)
@@ -79,7 +81,9 @@ class Cluster:
         return sts["spec"]["replicas"] if sts else None
 
     def mark_pod_ready(self, pod: str) -> None:
-        """Acts as the kubelet would for a pod whose server came up."""
+        """Acts as the kubelet would for a pod whose server came up (where no kubelet does)."""
+        if self.has_nodes:
+            return  # the pod's kubelet reports it, and would overwrite what a test writes
         status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
         self.run("patch", "pod", pod, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
 
@@ -186,6 +190,8 @@ def test_kubectl_explain_documents_the_fields(k8s: Cluster) -> None:
 
 
 def test_kubectl_wait_works_on_the_conditions(k8s: Cluster) -> None:
+    if k8s.has_nodes:
+        pytest.skip("this cluster's kubelets report pod readiness (tests/kind waits for Ready with real pods)")
     wait_reconciled(k8s, "augment")
     k8s.run("wait", "--for=condition=DispatcherReady=False", "tfdata/augment", "--timeout=30s")
     wait_for(lambda: k8s.get("pod", "augment-dispatcher-0"), 30, "the dispatcher pod")
