@@ -9,6 +9,7 @@ PYTEST := $(VENV)/bin/pytest
 PYTHON_BOOTSTRAP ?= python3
 # The kind cluster `make test-e2e-kind` creates and deletes (not `make kind-up`'s "tfdata").
 KIND_TEST_CLUSTER ?= tfdata-test
+KIND_WITH_INTEGRATION ?= 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 ##@ General
@@ -119,18 +120,21 @@ test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, j
 	TFDATA_TEST_KUBECONFIG=$(ROOT)/.local/kind-kubeconfig $(PYTEST) -q -m kind tests/kind
 
 .PHONY: test-e2e-kind
-test-e2e-kind: images venv ## On a kind cluster of its own (tfdata-test; `make kind-up`'s stays): the kind tests, then the integration suite through TFDATA_TEST_KUBECONFIG; deletes it (logs in .local/kind-test-logs on failure).
+test-e2e-kind: images venv ## On a kind cluster of its own (tfdata-test; `make kind-up`'s stays): the kind tests, then the integration suite through TFDATA_TEST_KUBECONFIG (KIND_WITH_INTEGRATION=0 skips it); deletes it (logs in .local/kind-test-logs on failure).
 	@set -e; export TFDATA_KIND_CLUSTER=$(KIND_TEST_CLUSTER); kc=$(ROOT)/.local/kind-$(KIND_TEST_CLUSTER)-kubeconfig; \
 	  trap 'rc=$$?; [ $$rc -eq 0 ] || hack/kind/cluster.sh logs $(ROOT)/.local/kind-test-logs || true; hack/kind/cluster.sh down' EXIT; \
 	  hack/kind/cluster.sh up; \
 	  TFDATA_TEST_KUBECONFIG=$$kc $(PYTEST) -q -m kind tests/kind; \
-	  $(HELM) uninstall tfdata-operator -n tfdata-system --kubeconfig $$kc --wait; \
-	  TFDATA_TEST_KUBECONFIG=$$kc $(PYTEST) -q tests/integration
+	  if [ "$(KIND_WITH_INTEGRATION)" != 0 ]; then \
+	    $(HELM) uninstall tfdata-operator -n tfdata-system --kubeconfig $$kc --wait; \
+	    TFDATA_TEST_KUBECONFIG=$$kc $(PYTEST) -q tests/integration; \
+	  fi
 
 ##@ Tests
 
 .PHONY: test
-test: lint test-unit test-server test-integration test-nodeagent test-e2e test-images test-e2e-kind ## The full suite (what CI runs).
+test: lint test-unit test-server test-integration test-nodeagent test-e2e test-images ## The full suite (what CI runs); on kind: readiness, storage, the fault case and NetworkPolicy.
+	$(MAKE) test-e2e-kind KIND_WITH_INTEGRATION=0
 
 .PHONY: test-unit
 test-unit: venv ## Unit tests: pure, fast, no cluster.

@@ -471,7 +471,14 @@ def test_deletion_collects_every_child_and_keeps_the_journal_as_told(k8s: Cluste
         assert _claim(k8s, name) is not None, "a retained journal claim was deleted"
         k8s.run("delete", "pvc", f"journal-{name}-dispatcher-0")
     else:
-        wait_for(lambda: _claim(k8s, name) is None, 60, "the journal claim to be deleted")
+        # With nodes, the claim goes once the dispatcher pod using it has terminated (pvc-protection).
+        timeout = 180 if k8s.has_nodes else 60
+        wait_for(
+            lambda: _claim(k8s, name) is None,
+            timeout,
+            "the journal claim to be deleted",
+            show=lambda: _claim(k8s, name),
+        )
 
 
 def test_a_foreign_object_with_a_childs_name_is_never_touched(k8s: Cluster) -> None:
