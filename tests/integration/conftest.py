@@ -145,19 +145,25 @@ def kubectl(cluster: devcluster.Cluster, kube_env: dict[str, str]) -> Kubectl:
 NAMESPACE_DELETE_TIMEOUT = 60.0
 
 
-@pytest.fixture(scope="module")
-def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
-    """A fresh namespace for the test module, deleted afterwards."""
+def create_namespace(request: pytest.FixtureRequest, kubectl: Kubectl, prefix: str, timeout: float) -> str:
+    """A fresh namespace named after the test module, once Pods may be created in it."""
     module = re.sub(r"[^a-z0-9]+", "-", request.module.__name__.rsplit(".", 1)[-1].lower()).strip("-")
-    name = f"t-{module[:40]}-{secrets.token_hex(3)}"
+    name = f"{prefix}-{module[:40]}-{secrets.token_hex(3)}"
     kubectl.run("create", "namespace", name)
     # The ServiceAccount admission plugin refuses Pods until the namespace's
     # `default` ServiceAccount exists, which the controller-manager adds shortly after.
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     while kubectl.run("get", "serviceaccount", "default", "-n", name, check=False).returncode != 0:
         if time.monotonic() > deadline:
-            pytest.fail(f"no ServiceAccount 'default' in new namespace {name} after 30s")
+            pytest.fail(f"no ServiceAccount 'default' in new namespace {name} after {timeout:.0f}s")
         time.sleep(0.2)
+    return name
+
+
+@pytest.fixture(scope="module")
+def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
+    """A fresh namespace for the test module, deleted afterwards."""
+    name = create_namespace(request, kubectl, "t", 30)
     yield name
     kubectl.run("delete", "namespace", name, "--wait=false", "--ignore-not-found")
     # Waiting surfaces stuck finalizers (e.g. an operator that stopped first),

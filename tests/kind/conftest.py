@@ -12,10 +12,7 @@ Without $TFDATA_TEST_KUBECONFIG they are skipped. Every test here is marked `kin
 from __future__ import annotations
 
 import os
-import re
-import secrets
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,14 +55,7 @@ def kubectl() -> Kubectl:
 @pytest.fixture(scope="module")
 def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
     """A fresh namespace for the test module, deleted afterwards (claims and all)."""
-    module = re.sub(r"[^a-z0-9]+", "-", request.module.__name__.rsplit(".", 1)[-1].lower()).strip("-")
-    name = f"k-{module[:40]}-{secrets.token_hex(3)}"
-    kubectl.run("create", "namespace", name)
-    deadline = time.monotonic() + 60
-    while kubectl.run("get", "serviceaccount", "default", "-n", name, check=False).returncode != 0:
-        if time.monotonic() > deadline:
-            pytest.fail(f"no ServiceAccount 'default' in new namespace {name} after 60s")
-        time.sleep(0.5)
+    name = integration_conftest().create_namespace(request, kubectl, "k", 60)
     yield name
     # The TFDataService first, while the operator runs, then the namespace.
     kubectl.run(
