@@ -82,7 +82,9 @@ OBSERVED: tuple[Kind, ...] = (*CHILDREN, POD)
 
 SERVICE = Kind(f"{API_GROUP}/v1alpha1", "TFDataService", PLURAL, (), "the resource itself")
 BY_KIND: dict[str, Kind] = {k.kind: k for k in (*OBSERVED, SERVICE)}
-EVENT = Kind("v1", "Event", "events", ("create",), "what the operator did and why")
+EVENT = Kind(
+    "v1", "Event", "events", ("create", "list"), "what the operator did and why; why a child of a service is not ready"
+)
 
 
 def path(api_version: str, kind: str, namespace: str, name: str | None = None, subresource: str = "") -> str:
@@ -111,5 +113,5 @@ def namespaced_rules() -> set[Rule]:
     rules.add((API_GROUP, f"{PLURAL}/scale", "patch"))
     # ownerReferences with blockOwnerDeletion need it where OwnerReferencesPermissionEnforcement runs.
     rules.add((API_GROUP, f"{PLURAL}/finalizers", "update"))
-    rules.add((EVENT.group, EVENT.plural, "create"))
+    rules |= {(EVENT.group, EVENT.plural, verb) for verb in EVENT.verbs}
     return rules

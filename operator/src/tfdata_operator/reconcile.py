@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from . import autoscaler, autoscalestatus, builders, faults, metrics, plan, scaling, signals, signalsource, spec, status
 from .builders import API_VERSION, KIND, MANAGER
 from .config import OperatorConfig
+from .diagnose import Finding, claims_to_read, explain, needs_events
 from .kube import describe_api_error
 from .signals import ServiceSignals
 
@@ -45,6 +46,8 @@ class Api(Protocol):
     def event(self, owner: Mapping[str, Any], event_type: str, reason: str, message: str) -> None: ...
 
     def scale(self, namespace: str, name: str, replicas: int) -> Manifest: ...
+
+    def list_events(self, namespace: str, kind: str, name: str) -> list[Manifest]: ...
 
 
 @dataclass
@@ -193,9 +196,13 @@ def reconcile(
 
     if outcome.written:
         outcome.result = "changed"
+    dispatcher_sts = live.get(("StatefulSet", builders.dispatcher_name(svc)))
+    workers_sts = live.get(("StatefulSet", builders.workers_name(svc)))
     observed_now = status.Observed(
-        dispatcher=live.get(("StatefulSet", builders.dispatcher_name(svc))),
-        workers=live.get(("StatefulSet", builders.workers_name(svc))),
+        dispatcher=dispatcher_sts,
+        workers=workers_sts,
+        dispatcher_problem=_explain(api, namespace, dispatcher_sts, children.pods_of(builders.DISPATCHER)),
+        workers_problem=_explain(api, namespace, workers_sts, children.pods_of(builders.WORKER)),
     )
     new_status = status.compute_status(svc, body, observed_now, config.build, now, waiting=desired.waiting)
     new_status["autoscaling"] = auto_status
@@ -358,3 +365,14 @@ def _replace_pod(api: Api, body: Manifest, pod: Manifest, reason: str, why: str,
         metrics.CHANGES.labels(reason).inc()
         api.event(body, "Normal", reason, message)
         outcome.result = "changed"
+
+
+def _explain(api: Api, namespace: str, sts: Manifest | None, pods: list[Manifest]) -> Finding | None:
+    """Why a StatefulSet does not serve (``diagnose.py``): nothing is read for one that is settled,
+    and Events only for pods it could not create or claims that are not bound."""
+    if sts is None or scaling.statefulset_settled(sts):
+        return None
+    name = sts["metadata"]["name"]
+    events = api.list_events(namespace, "StatefulSet", name) if needs_events(sts, pods) else []
+    claims = {c: api.list_events(namespace, "PersistentVolumeClaim", c) for c in claims_to_read(sts, pods)}
+    return explain(sts, pods, events, claims)
