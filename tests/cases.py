@@ -264,7 +264,9 @@ BAD_SPECS = [
         "rescaleMaxWaitSeconds applies only with rescalePolicy WhenIdle",
         "rescaleMaxWaitSeconds applies only with rescalePolicy WhenIdle",
     ),
-    BadSpec("unknown-rescale-policy", "workers: {rescalePolicy: Later}", 'Unsupported value: "Later"', "must be one of"),
+    BadSpec(
+        "unknown-rescale-policy", "workers: {rescalePolicy: Later}", 'Unsupported value: "Later"', "must be one of"
+    ),
     BadSpec("suspend-as-string", 'suspend: "yes"', "spec.suspend: Invalid value", "must be true or false"),
     BadSpec("lowercase-policy", "shardingPolicy: dynamic", 'Unsupported value: "dynamic"', "must be one of"),
     # --- Other wrong types.

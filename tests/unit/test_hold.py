@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from support import service_signals
 
 from tfdata_operator import hold, spec
 from tfdata_operator.signals import ServiceSignals
@@ -20,26 +21,8 @@ def sts(replicas: int) -> dict[str, Any]:
     return {"spec": {"replicas": replicas}}
 
 
-def signal(
-    reading: bool,
-    idle: float = 0.0,
-    reasons: tuple[str, ...] = ("2 clients attached to jobs",),
-) -> ServiceSignals:
-    return ServiceSignals(
-        reading=reading,
-        reasons=reasons if reading else ("no client reads",),
-        idle_seconds=idle,
-        registered_workers=3,
-        workers_answering=3,
-        workers_unreachable=(),
-        worker_tasks=3 if reading else 0,
-        worker_cpu_utilization_mean=None,
-        worker_cpu_utilization_max=None,
-        reporting_clients=0,
-        client_stall_fraction_mean=None,
-        client_stall_fraction_max=None,
-        age_seconds=1.0,
-    )
+def signal(reading: bool, idle: float = 0.0) -> ServiceSignals:
+    return service_signals(reading, idle, ("2 clients attached to jobs",) if reading else ())
 
 
 def svc(policy: str = "FILE", replicas: int = 4, suspend: bool = False, **workers: Any) -> spec.ServiceSpec:

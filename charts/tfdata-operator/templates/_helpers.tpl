@@ -104,6 +104,12 @@ operator/src/tfdata_operator/children.py says it does. */}}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "delete"]
+# A held rescale or suspend (rescalePolicy WhenIdle) reads the dispatcher pod's /v1/signals
+# through the API server where the operator cannot reach the pod's IP (without: such a
+# change waits, counting the unknown answer as reading, until rescaleMaxWaitSeconds).
+- apiGroups: [""]
+  resources: ["pods/proxy"]
+  verbs: ["get"]
 # Events on TFDataServices (Created, Scaled, InvalidSpec, ...).
 - apiGroups: [""]
   resources: ["events"]

@@ -305,7 +305,8 @@ def build_dispatcher_statefulset(
         "kind": "StatefulSet",
         "metadata": _metadata(svc, dispatcher_name(svc), DISPATCHER),
         "spec": {
-            "replicas": 1,
+            # Suspended: no pod, and the same template, so a resume replays the same journal.
+            "replicas": 0 if svc.suspend else 1,
             "serviceName": dispatcher_pods_name(svc),
             "selector": {"matchLabels": selector_labels(svc, DISPATCHER)},
             "updateStrategy": {"type": "RollingUpdate"},
@@ -360,8 +361,8 @@ def build_worker_statefulset(svc: ServiceSpec, settings: BuildSettings, replicas
 def build_hpa(svc: ServiceSpec) -> Manifest | None:
     """A HorizontalPodAutoscaler on this TFDataService's scale subresource, if autoscaling is on."""
     a = svc.autoscaling
-    if a is None:
-        return None
+    if a is None or svc.suspend:
+        return None  # suspended: autoscaling is paused (it would scale on the metrics of no pods)
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",

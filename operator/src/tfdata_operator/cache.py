@@ -48,6 +48,8 @@ def trim_pod(body: Mapping[str, Any]) -> Manifest:
         "metadata": {k: meta[k] for k in _POD_META if k in meta},
         "status": {
             "phase": status.get("phase"),
+            # The hold decision reads the dispatcher's signals at this address (signalclient.py).
+            "podIP": status.get("podIP"),
             "conditions": status.get("conditions") or [],
             "containerStatuses": [
                 {k: c[k] for k in _CONTAINER_STATUS if k in c} for c in status.get("containerStatuses") or []

@@ -110,4 +110,7 @@ def namespaced_rules() -> set[Rule]:
     # ownerReferences with blockOwnerDeletion need it where OwnerReferencesPermissionEnforcement runs.
     rules.add((API_GROUP, f"{PLURAL}/finalizers", "update"))
     rules.add((EVENT.group, EVENT.plural, "create"))
+    # A held rescale reads the dispatcher's /v1/signals through the API server's proxy where the
+    # operator cannot reach the pod directly (signalclient.py).
+    rules.add((POD.group, f"{POD.plural}/proxy", "get"))
     return rules

@@ -18,7 +18,7 @@ from typing import Any
 
 import kopf
 
-from . import cache, children, metrics, reconcile
+from . import cache, children, metrics, reconcile, signalclient
 from .builders import API_GROUP, PLURAL
 from .config import OperatorConfig
 from .kube import Kube, load_client_config
@@ -41,6 +41,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices:
         settings.watching.label_selectors[kind.group, kind.version, kind.plural] = children.MANAGED_SELECTOR
     config: OperatorConfig = memo.config
     memo.kube = Kube(load_client_config())
+    memo.signals = signalclient.SignalClient(proxy=memo.kube)
     memo.overlay = cache.Overlay()
     memo.indices = indices
     memo.indexed = asyncio.Event()
@@ -135,7 +136,9 @@ async def _reconcile(memo: kopf.Memo, key: Any) -> bool:
     started = time.monotonic()
     try:
         loop = asyncio.get_running_loop()
-        outcome = await loop.run_in_executor(memo.pool, reconcile.reconcile, memo.kube, memo.config, body, observed)
+        outcome = await loop.run_in_executor(
+            memo.pool, reconcile.reconcile, memo.kube, memo.config, body, observed, memo.signals
+        )
     except Exception as exc:  # retried with backoff; one line, not a traceback per attempt
         metrics.RECONCILES.labels("error").inc()
         log.error("Reconcile of %s/%s failed, will retry: %s: %s", *key, type(exc).__name__, exc)
@@ -145,6 +148,8 @@ async def _reconcile(memo: kopf.Memo, key: Any) -> bool:
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
     for written in outcome.written:
         memo.overlay.record(key, written)
+    if outcome.requeue_after is not None:
+        memo.queue.add_after(key, outcome.requeue_after)
     metrics.RECONCILES.labels(outcome.result).inc()
     return True
 

@@ -52,14 +52,20 @@ class Kube:
     def __init__(self, api: kubernetes.client.ApiClient) -> None:
         self.api = api
 
-    def _call(
+    def _call(self, *args: Any, **kwargs: Any) -> Manifest:
+        """``_request``, answered with JSON."""
+        data = self._request(*args, **kwargs)
+        return json.loads(data) if data else {}
+
+    def _request(
         self,
         method: str,
         url: str,
         body: Any = None,
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
-    ) -> Manifest:
+        timeout: float = 30,
+    ) -> bytes:
         if body is not None and "json" not in content_type:
             body = json.dumps(body)  # JSON is YAML: what apply-patch+yaml needs, already serialised
         method, full_url, headers, payload, _ = self.api.param_serialize(
@@ -70,13 +76,17 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(method, full_url, header_params=headers, body=payload, _request_timeout=30)
+        response = self.api.call_api(method, full_url, header_params=headers, body=payload, _request_timeout=timeout)
         data = response.read()
         metrics.API_REQUESTS.labels(_VERBS.get(method, method), str(response.status)).inc()
         if not 200 <= response.status < 300:
             text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
             raise ApiException(status=response.status, reason=response.reason, body=text)
-        return json.loads(data) if data else {}
+        return data if isinstance(data, bytes) else str(data).encode()
+
+    def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes:
+        """GET ``path`` on a pod's ``port`` through the API server's proxy (for where pods are not routable)."""
+        return self._request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy{path}", timeout=5)
 
     def apply(self, manifest: Manifest, dry_run: bool = False) -> Manifest:
         """Server-side apply as the operator's field manager, taking over conflicting fields."""

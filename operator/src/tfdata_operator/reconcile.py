@@ -17,10 +17,12 @@ from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
-from . import builders, faults, metrics, plan, scaling, spec, status
+from . import builders, faults, hold, metrics, plan, scaling, spec, status
 from .builders import API_VERSION, KIND, MANAGER
 from .config import OperatorConfig
 from .kube import describe_api_error
+from .signalclient import SignalReader
+from .signals import SignalsError
 
 log = logging.getLogger(__name__)
 Manifest = dict[str, Any]
@@ -52,6 +54,8 @@ class Outcome:
 
     result: str = "idle"
     written: list[Manifest] = field(default_factory=list)
+    # Reconcile again after this many seconds even if nothing changes (a held change re-checks its readers).
+    requeue_after: float | None = None
 
 
 # HTTP codes with which the API server refuses an object for what it is, not for the moment:
@@ -59,8 +63,14 @@ class Outcome:
 _REFUSALS = (400, 403, 422)
 
 
-def reconcile(api: Api, config: OperatorConfig, body: Manifest, observed: Observed) -> Outcome:
-    """Converges one TFDataService from ``observed``; the caller keeps one reconcile per service at a time."""
+def reconcile(
+    api: Api, config: OperatorConfig, body: Manifest, observed: Observed, signals: SignalReader | None = None
+) -> Outcome:
+    """Converges one TFDataService from ``observed``; the caller keeps one reconcile per service at a time.
+
+    ``signals`` reads the dispatcher's "is any client reading?" answer, asked only when a
+    change that would break readers waits on it (``hold.py``).
+    """
     outcome = Outcome()
     if body["metadata"].get("deletionTimestamp"):
         return outcome  # ownerReferences let the garbage collector remove the children
@@ -77,7 +87,9 @@ def reconcile(api: Api, config: OperatorConfig, body: Manifest, observed: Observ
         report.refused(None, f"Invalid spec: {exc}")
         return outcome
 
-    desired = plan.desired_children(svc, config.build, children)
+    decision = _hold_decision(svc, body, children, signals)
+    outcome.requeue_after = decision.requeue_after
+    desired = plan.desired_children(hold.effective_spec(svc, decision), config.build, children)
     if taken := [k for m in desired.apply if (k := plan.key(m)) in observed.objects and k not in owned]:
         report.conflict(svc, taken)
         return outcome
@@ -135,14 +147,74 @@ def reconcile(api: Api, config: OperatorConfig, body: Manifest, observed: Observ
             api.event(body, "Normal", "Deleted", f"Deleted {kind} {child}")
             outcome.result = "changed"
 
+    _hold_events(api, body, svc, children, decision)
     if outcome.written:
         outcome.result = "changed"
     observed_now = status.Observed(
         dispatcher=live.get(("StatefulSet", builders.dispatcher_name(svc))),
         workers=live.get(("StatefulSet", builders.workers_name(svc))),
     )
-    report.write(status.compute_status(svc, body, observed_now, config.build, now, waiting=desired.waiting))
+    report.write(
+        status.compute_status(svc, body, observed_now, config.build, now, waiting=desired.waiting, decision=decision)
+    )
     return outcome
+
+
+def _hold_decision(
+    svc: spec.ServiceSpec, body: Manifest, children: plan.Children, signals: SignalReader | None
+) -> hold.Decision:
+    """Whether a change that would break readers goes ahead; the signal is read only if that depends on it."""
+    live_list = scaling.live_worker_list(builders.read_config(children.dispatcher))
+    pending = hold.pending_change(svc, children.dispatcher, children.workers, live_list)
+    dispatcher_pods = children.pods_of(builders.DISPATCHER)
+    running = hold.dispatcher_running(dispatcher_pods)
+    signal: hold.Signal | None = None
+    if hold.needs_signal(svc, pending, running):
+        pod = next(p for p in dispatcher_pods if (p.get("status") or {}).get("phase") == "Running")
+        if signals is None:
+            signal = hold.Unknown("this operator has no way to read it")
+        else:
+            try:
+                signal = signals(pod, svc.dispatcher.health_port)
+            except SignalsError as exc:
+                signal = hold.Unknown(str(exc))
+    since = _parse_time(((body.get("status") or {}).get("held") or {}).get("since"))
+    return hold.decide(svc, pending, running, signal, since, datetime.now(timezone.utc))
+
+
+def _hold_events(
+    api: Api, body: Manifest, svc: spec.ServiceSpec, children: plan.Children, decision: hold.Decision
+) -> None:
+    """An Event when a change starts to wait, when a waiting one is carried out, and on suspend and resume."""
+    meta = body["metadata"]
+    was_held = bool((body.get("status") or {}).get("held"))
+    pending = decision.pending
+    reason = ""
+    event_type = "Normal"
+    if decision.action == hold.HOLD and pending is not None and not was_held:
+        reason = status.SUSPEND_HELD if pending.is_suspend else status.RESCALE_HELD
+    elif decision.action == hold.FORCE:
+        reason, event_type = "HeldChangeForced", "Warning"
+    elif decision.action == hold.PROCEED and pending is not None and was_held:
+        reason = "HeldChangeCarriedOut"
+    if reason:
+        log.info("%s/%s: %s", meta["namespace"], meta["name"], decision.message)
+        metrics.CHANGES.labels(reason).inc()
+        api.event(body, event_type, reason, decision.message)
+    if decision.action != hold.HOLD and pending is not None and pending.is_suspend:
+        message = "Suspending: every pod of the service stops; its Services, address and journal claim stay."
+        api.event(body, "Normal", "Suspending", message)
+    elif not svc.suspend and scaling.suspended(children.dispatcher):
+        api.event(body, "Normal", "Resuming", "Resuming: the dispatcher and workers start again at the same address.")
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
 
 
 @dataclass
