@@ -309,6 +309,17 @@ BAD_SPECS = [
         "remove dataTransferPort",
     ),
     BadSpec("ram-work-dir", "dispatcher: {workDir: ram://journal}", "should match", "a file or gs URL"),
+    # --- Held changes.
+    BadSpec(
+        "max-wait-with-immediate",
+        "workers: {rescalePolicy: Immediate, rescaleMaxWaitSeconds: 60}",
+        "rescaleMaxWaitSeconds applies only with rescalePolicy WhenIdle",
+        "rescaleMaxWaitSeconds applies only with rescalePolicy WhenIdle",
+    ),
+    BadSpec(
+        "unknown-rescale-policy", "workers: {rescalePolicy: Later}", 'Unsupported value: "Later"', "must be one of"
+    ),
+    BadSpec("suspend-as-string", 'suspend: "yes"', "spec.suspend: Invalid value", "must be true or false"),
     BadSpec("lowercase-policy", "shardingPolicy: dynamic", 'Unsupported value: "dynamic"', "must be one of"),
     # --- Other wrong types.
     BadSpec(

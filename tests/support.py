@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tfdata_operator.signals import ServiceSignals
+
 import devcluster  # hack/ is on pytest.ini's pythonpath
 
 T = TypeVar("T")
@@ -247,3 +249,24 @@ class Kubectl:
         if "(NotFound)" in result.stderr:
             return None
         raise KubectlError(f"kubectl get {' '.join(args)} exited with {result.returncode}\nstderr: {result.stderr}")
+
+
+def service_signals(reading: bool, idle_seconds: float = 0.0, reasons: tuple[str, ...] = ()) -> ServiceSignals:
+    """A dispatcher's /v1/signals answer: ``reading`` clients (one attached job unless ``reasons`` say), else idle."""
+    if not reasons:
+        reasons = ("1 clients attached to jobs (the dispatcher's journal)",) if reading else ("no client reads",)
+    return ServiceSignals(
+        reading=reading,
+        reasons=reasons,
+        idle_seconds=idle_seconds,
+        registered_workers=2,
+        workers_answering=2,
+        workers_unreachable=(),
+        worker_tasks=2 if reading else 0,
+        worker_cpu_utilization_mean=None,
+        worker_cpu_utilization_max=None,
+        reporting_clients=0,
+        client_stall_fraction_mean=None,
+        client_stall_fraction_max=None,
+        age_seconds=0.5,
+    )

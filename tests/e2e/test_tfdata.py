@@ -338,6 +338,126 @@ def test_clear_errors_instead_of_hangs(services: Services) -> None:
     services.delete("nolist")
 
 
+# --- Held rescales and suspend (rescalePolicy, spec.suspend) -------------------------------
+
+
+def _condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
+
+
+def _settled(services: Services, name: str, workers: int) -> bool:
+    status = services.get(name).get("status") or {}
+    return (
+        len(status.get("workerAddresses") or []) == workers
+        and status.get("workers", {}).get("summary") == f"{workers}/{workers}"
+        and _condition(status, "Ready").get("status") == "True"
+    )
+
+
+def _patch(services: Services, name: str, patch: str) -> None:
+    services.kubectl.run("patch", "tfdata", name, "-n", services.ns, "--type=merge", "-p", patch)
+
+
+def _scale(services: Services, name: str, replicas: int) -> float:
+    """Scales like a user would; returns when it was asked (monotonic)."""
+    asked = time.monotonic()
+    services.kubectl.run("scale", f"tfdata/{name}", f"--replicas={replicas}", "-n", services.ns)
+    return asked
+
+
+def test_an_idle_static_rescale_2_to_3_is_timed(services: Services) -> None:
+    address = services.create("timed", "FILE")
+    read = services.read(address, "FILE")  # a reader came and went: the service is idle again
+    assert read.counts() == Counter(ALL), read.describe()
+    for replicas in (3, 2):
+        asked = _scale(services, "timed", replicas)
+        wait_for(lambda n=replicas: _settled(services, "timed", n), 120, f"Ready with {replicas} workers",
+                 interval=0.2, show=lambda: services.describe("timed"))  # fmt: skip
+        print(f"idle static rescale to {replicas} workers: {time.monotonic() - asked:.1f} s to Ready")
+    read = services.read(address, "FILE")
+    assert read.counts() == Counter(ALL), read.describe()
+    services.delete("timed")
+
+
+def test_a_rescale_asked_mid_read_waits_for_the_reader_then_is_carried_out(services: Services) -> None:
+    address = services.create("held", "FILE")
+    with services.reader(address, "FILE", "many", "--delay=0.1", "--timeout=200") as reader:
+        reader.wait_elements(20)
+        _scale(services, "held", 3)
+        status = wait_for(lambda: services.get("held")["status"], 30, "the change to show as held",
+                          until=lambda st: (st.get("held") or {}).get("change") == "workers 2→3",
+                          show=lambda: services.describe("held"))  # fmt: skip
+        workers = _condition(status, "WorkersReady")
+        assert workers["reason"] == "RescaleHeld" and "rescalePolicy: Immediate" in workers["message"], status
+        assert status["workers"]["desired"] == 3 and status["workers"]["current"] == 2, status
+        shown = services.kubectl.run("get", "tfdata", "held", "-n", services.ns).stdout
+        assert "workers 2→3" in shown, shown
+        assert len(services.get("held")["status"]["workerAddresses"]) == 2, "the dispatcher restarted mid-read"
+        read = reader.finish(220)
+    ended = time.monotonic()
+    assert read.returncode == 0, read.describe()
+    assert read.counts() == Counter(ALL), read.describe()  # every element exactly once
+    wait_for(lambda: len(services.get("held")["status"].get("workerAddresses") or []) == 3, 30,
+             "the held change carried out within 30 s after the reader ended", interval=0.2,
+             show=lambda: services.describe("held"))  # fmt: skip
+    print(f"held rescale carried out {time.monotonic() - ended:.1f} s after the reader ended")
+    wait_for(
+        lambda: _settled(services, "held", 3),
+        120,
+        "Ready with 3 workers",
+        show=lambda: services.describe("held"),
+    )
+    events = services.kubectl.run("get", "events", "-n", services.ns, "--field-selector",
+                                  "involvedObject.name=held", "-o", "custom-columns=R:.reason").stdout  # fmt: skip
+    assert "RescaleHeld" in events and "HeldChangeCarriedOut" in events, events
+    read = services.read(address, "FILE")
+    assert read.counts() == Counter(ALL), read.describe()
+    services.delete("held")
+
+
+def test_an_immediate_rescale_breaks_the_reader_as_documented(services: Services) -> None:
+    address = services.create("rush", "FILE", workers={"replicas": 2, "rescalePolicy": "Immediate"})
+    with services.reader(address, "FILE", "many", "--delay=0.1", "--timeout=120") as reader:
+        reader.wait_elements(20)
+        _scale(services, "rush", 3)
+        read = reader.finish(150)
+    # The README: the dispatcher restarts with a fresh journal, and the reading job is gone.
+    assert read.returncode != 0 and read.error, read.describe()
+    assert "timed out" not in read.error, f"the reader hung instead of failing: {read.describe()}"
+    assert len(read.elements) < len(ALL), read.describe()
+    print(f"a reader under an Immediate rescale read {len(read.elements)} elements, then: {read.error[:300]}")
+    services.delete("rush")
+
+
+def test_suspend_removes_every_pod_and_resume_serves_at_the_same_address(services: Services) -> None:
+    address = services.create("park", "FILE")
+    with services.reader(address, "FILE", "many", "--delay=0.05", "--timeout=200") as reader:
+        reader.wait_elements(20)
+        _patch(services, "park", '{"spec":{"suspend":true}}')
+        wait_for(lambda: services.get("park")["status"], 30, "the suspend to show as held",
+                 until=lambda st: _condition(st, "Suspended").get("reason") == "SuspendHeld",
+                 show=lambda: services.describe("park"))  # fmt: skip
+        read = reader.finish(220)
+    assert read.returncode == 0 and read.counts() == Counter(ALL), read.describe()
+
+    selector = "app.kubernetes.io/instance=park"
+    wait_for(lambda: not services.kubectl.json("get", "pods", "-n", services.ns, "-l", selector)["items"], 60,
+             "every pod of the suspended service to go", show=lambda: services.describe("park"))  # fmt: skip
+    status = wait_for(lambda: services.get("park")["status"], 30, "Suspended",
+                      until=lambda st: _condition(st, "Suspended").get("status") == "True")  # fmt: skip
+    assert _condition(status, "Ready")["reason"] == "Suspended" and status["dispatcherAddress"] == address, status
+    claims = services.kubectl.json("get", "pvc", "-n", services.ns)["items"]
+    assert "journal-park-dispatcher-0" in [c["metadata"]["name"] for c in claims]
+    for service in ("park-dispatcher", "park-dispatcher-pods", "park-worker"):
+        services.kubectl.run("get", "service", service, "-n", services.ns)
+
+    _patch(services, "park", '{"spec":{"suspend":false}}')
+    assert services.wait_ready("park") == address
+    read = services.read(address, "FILE")
+    assert read.returncode == 0 and read.counts() == Counter(ALL), read.describe()
+    services.delete("park")
+
+
 def test_every_server_pod_ran_without_tracebacks(services: Services) -> None:
     logs = services.state_dir / "logs" / "pods"
     found = sorted(logs.glob(f"{services.ns}_*/*.log"))

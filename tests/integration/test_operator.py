@@ -157,7 +157,7 @@ def test_kubectl_get_shows_the_printer_columns(k8s: Cluster) -> None:
     for name in example_names():
         wait_reconciled(k8s, name)
     table = k8s.run("get", "tfdata").stdout.splitlines()
-    assert table[0].split() == ["NAME", "POLICY", "WORKERS", "READY", "AGE"]
+    assert table[0].split() == ["NAME", "POLICY", "WORKERS", "HELD", "READY", "AGE"]
     rows = {line.split()[0]: line.split() for line in table[1:]}
     assert rows["shards"][1:4] == ["FILE", "0/2", "False"]
     assert rows["augment"][1] == "OFF"
@@ -190,7 +190,13 @@ def test_kubectl_wait_works_on_the_conditions(k8s: Cluster) -> None:
     k8s.run_on_kwok("waited", "dispatcher")
     k8s.run("wait", "--for=condition=DispatcherReady", "tfdata/waited", "--timeout=60s", timeout=70)
     k8s.run("wait", "--for=condition=Ready", "tfdata/waited", "--timeout=60s", timeout=70)
-    assert k8s.service("waited")["status"]["workers"] == {"replicas": 2, "readyReplicas": 2, "summary": "2/2"}
+    assert k8s.service("waited")["status"]["workers"] == {
+        "replicas": 2,
+        "readyReplicas": 2,
+        "summary": "2/2",
+        "desired": 2,
+        "current": 2,
+    }
 
 
 # --- Bad input ----------------------------------------------------------------------------------
@@ -358,17 +364,67 @@ def test_static_scale_up_changes_the_dispatcher_list_before_any_new_worker(k8s: 
     assert_scaled_in_order(_states(watch.events, "shards"), start=(2, 2), middle=(3, 2), end=(3, 3))
 
 
-def test_static_scale_down_removes_workers_before_shortening_the_list(k8s: Cluster) -> None:
+def test_static_scale_down_waits_for_readers_then_removes_workers_before_shortening_the_list(k8s: Cluster) -> None:
     wait_for(lambda: k8s.replicas("shards-worker") == 3, 30, "3 workers")
     watch = StatefulSetWatch(k8s, "shards")
     try:
         wait_for(lambda: len(watch.events) >= 2, 20, "the watch to list the StatefulSets")
         k8s.run("scale", "tfdata/shards", "--replicas=1")
+        if not k8s.has_nodes:
+            # The dispatcher pod runs (marked above) but nothing answers on it: whether a client
+            # reads is unknown, which counts as reading, so rescalePolicy WhenIdle holds the change.
+            status = wait_for(lambda: k8s.service("shards").get("status") or {}, 30, "the change to be held",
+                              until=lambda st: (st.get("held") or {}).get("change") == "workers 3→1")  # fmt: skip
+            assert "unknown" in status["held"]["message"] and "rescalePolicy: Immediate" in status["held"]["message"]
+            assert (status["workers"]["desired"], status["workers"]["current"]) == (1, 3), status["workers"]
+            assert k8s.condition("shards", "WorkersReady")["reason"] == "RescaleHeld"
+            shown = k8s.run("get", "tfdata", "shards").stdout
+            assert "workers 3→1" in shown, shown
+            holds_for(lambda: (k8s.replicas("shards-worker"), len(k8s.worker_list("shards") or [])), HOLD_SECONDS,
+                      "3 workers and the 3-worker list while held", ok=lambda seen: seen == (3, 3))  # fmt: skip
+            policy = {"spec": {"workers": {"rescalePolicy": "Immediate"}}}
+            k8s.run("patch", "tfdata", "shards", "--type=merge", "-p", json.dumps(policy))
         wait_for(lambda: len(k8s.worker_list("shards") or []) == 1, 60, "the dispatcher's 1-worker list")
         watch.wait_for_state("shards", (1, 1))
     finally:
         watch.stop()
     assert_scaled_in_order(_states(watch.events, "shards"), start=(3, 3), middle=(3, 1), end=(1, 1))
+    wait_for(lambda: (k8s.service("shards").get("status") or {}).get("held") is None, 30, "the hold to end")
+
+
+def test_suspend_removes_every_pod_and_keeps_the_claim_services_and_address(k8s: Cluster) -> None:
+    k8s.apply_text(manifest(BadSpec("parked", "shardingPolicy: FILE\nworkers: {replicas: 2}", "", "", name="parked")))
+    selector = "app.kubernetes.io/instance=parked"
+
+    def pods() -> list[str]:
+        return sorted(
+            p["metadata"]["name"]
+            for p in json.loads(k8s.run("get", "pods", "-l", selector, "-o", "json").stdout)["items"]
+        )
+
+    wait_for(lambda: len(pods()) == 3, 30, "the dispatcher and 2 worker pods", show=pods)
+    wait_for(lambda: k8s.get("pvc", "journal-parked-dispatcher-0"), 30, "the journal claim")
+    address = wait_reconciled(k8s, "parked")["status"]["dispatcherAddress"]
+
+    k8s.run("patch", "tfdata", "parked", "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_for(lambda: not pods(), 60, "every pod of the suspended service to go", show=pods)
+    suspended = wait_for(lambda: k8s.condition("parked", "Suspended"), 30, "Suspended=True",
+                         until=lambda c: c.get("status") == "True")  # fmt: skip
+    assert "no pod runs" in suspended["message"] or "stopping" in suspended["message"], suspended
+    assert k8s.condition("parked", "Ready")["reason"] == "Suspended"
+    assert k8s.service("parked")["status"]["dispatcherAddress"] == address
+    assert k8s.get("pvc", "journal-parked-dispatcher-0") is not None, "the journal claim must stay"
+    for service in ("parked-dispatcher", "parked-dispatcher-pods", "parked-worker"):
+        assert k8s.get("service", service) is not None, f"Service {service} must stay"
+    assert (k8s.replicas("parked-dispatcher"), k8s.replicas("parked-worker")) == (0, 0)
+
+    k8s.run("patch", "tfdata", "parked", "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    wait_for(lambda: len(pods()) == 3, 30, "the pods back after the resume", show=pods)
+    resumed = wait_for(lambda: k8s.condition("parked", "Suspended"), 30, "Suspended=False (Resumed)",
+                       until=lambda c: c.get("reason") == "Resumed")  # fmt: skip
+    assert resumed["status"] == "False"
+    assert k8s.service("parked")["status"]["dispatcherAddress"] == address
+    k8s.run("delete", "tfdata", "parked", "--wait=true", "--timeout=60s")
 
 
 def test_autoscaling_creates_an_hpa_that_drives_the_scale_subresource(k8s: Cluster) -> None:

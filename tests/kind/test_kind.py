@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import pytest
-from support import Kubectl
+from support import Kubectl, holds_for, wait_for
 
 from tfdata_operator import __version__
 
@@ -219,3 +219,105 @@ def test_journal_on_the_claim_survives_deleting_the_dispatcher_mid_epoch(kubectl
     assert restarted["metadata"]["uid"] != old_uid, "the dispatcher pod was not replaced"
     assert kubectl.json("get", "pvc", claim, "-n", ns)["spec"]["volumeName"] == volume
     assert "replaying the journal" in logs(kubectl, ns, dispatcher)
+
+
+HELD = "kindheld"
+# A slow DATA-sharded reader: DATA is static sharding, so a change of the worker list would break it.
+STATIC_READER = """
+import sys, time
+import tensorflow as tf
+service, count, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+dataset = tf.data.Dataset.range(count).apply(tf.data.experimental.service.distribute(
+    processing_mode=tf.data.experimental.service.ShardingPolicy.DATA, service=service))
+for element in dataset:
+    print("element", int(element), flush=True)
+    time.sleep(pause)
+print("done", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def static_service(kubectl: Kubectl, namespace: str) -> str:
+    """A DATA-sharded service with one worker and a journal claim (rescalePolicy: the default, WhenIdle)."""
+    body = tfdata_service(HELD)
+    body["metadata"]["namespace"] = namespace
+    body["spec"]["shardingPolicy"] = "DATA"
+    body["spec"]["workers"]["replicas"] = 1
+    kubectl.apply(body)
+    wait_ready(kubectl, namespace, HELD)
+    return namespace
+
+
+def wait_ready(kubectl: Kubectl, namespace: str, name: str, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        svc = kubectl.json("get", f"tfdata/{name}", "-n", namespace)
+        conditions = {c["type"]: c for c in svc.get("status", {}).get("conditions", [])}
+        return svc if conditions.get("Ready", {}).get("status") == "True" else None
+
+    def show() -> str:
+        return kubectl.run("get", f"tfdata/{name}", "pods,pvc", "-n", namespace, "-o", "wide", check=False).stdout
+
+    return wait_for(ready, timeout, f"tfdata/{name} Ready", interval=2, show=show)
+
+
+def instance_pods(kubectl: Kubectl, namespace: str, name: str) -> list[str]:
+    items = kubectl.json("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={name}")["items"]
+    return sorted(p["metadata"]["name"] for p in items)
+
+
+def test_a_static_rescale_waits_for_the_reader_then_goes_ahead(kubectl: Kubectl, static_service: str) -> None:
+    """Under a real kubelet: `kubectl scale` mid-read is held (status and event say so), the reader
+    reads every element exactly once, and the change is carried out within 30 s after it ends."""
+    ns, count = static_service, 200
+    address = kubectl.json("get", f"tfdata/{HELD}", "-n", ns)["status"]["dispatcherAddress"]
+    start_pod(kubectl, ns, "static-reader", {"tfdata.dev/client": HELD}, STATIC_READER, address, str(count), "0.15")
+    wait_for(
+        lambda: len(elements(logs(kubectl, ns, "static-reader"))) >= 20, 240, "the reader read 20 elements",
+        interval=1, show=lambda: logs(kubectl, ns, "static-reader")[-2000:],
+    )  # fmt: skip
+    kubectl.run("scale", f"tfdata/{HELD}", "-n", ns, "--replicas=2")
+
+    def held() -> dict[str, Any] | None:
+        return kubectl.json("get", f"tfdata/{HELD}", "-n", ns).get("status", {}).get("held")
+
+    message = wait_for(held, 60, "status.held", interval=1)["message"]
+    assert "workers 1→2" in message and "rescalePolicy: Immediate" in message, message
+    holds_for(
+        lambda: kubectl.json("get", "statefulset", f"{HELD}-worker", "-n", ns)["spec"]["replicas"], 5,
+        "the worker StatefulSet keeps 1 replica while the reader reads", ok=lambda replicas: replicas == 1,
+    )  # fmt: skip
+
+    phase, log = wait_finished(kubectl, ns, "static-reader", 300)
+    ended = time.monotonic()
+    got = elements(log)
+    assert phase == "Succeeded" and sorted(got) == list(range(count)), (phase, log[-2000:])
+    wait_for(lambda: held() is None, 30, "the held change carried out within 30 s of the reader's end", interval=1)
+    print(f"held change carried out {time.monotonic() - ended:.1f}s after the reader ended")
+    svc = wait_ready(kubectl, ns, HELD)
+    assert svc["status"]["workers"]["readyReplicas"] == 2, svc["status"]
+    events = kubectl.run("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={HELD}").stdout
+    assert "RescaleHeld" in events and "HeldChangeCarriedOut" in events, events
+
+
+def test_suspend_removes_every_pod_and_resume_reads_again(kubectl: Kubectl, static_service: str) -> None:
+    ns = static_service
+    before = kubectl.json("get", f"tfdata/{HELD}", "-n", ns)["status"]["dispatcherAddress"]
+    claim = f"journal-{HELD}-dispatcher-0"
+    volume = kubectl.json("get", "pvc", claim, "-n", ns)["spec"]["volumeName"]
+    kubectl.run("patch", f"tfdata/{HELD}", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_for(lambda: not instance_pods(kubectl, ns, HELD), 120, "every pod of the suspended service gone", interval=1)
+    svc = kubectl.json("get", f"tfdata/{HELD}", "-n", ns)
+    conditions = {c["type"]: c for c in svc["status"]["conditions"]}
+    assert conditions["Suspended"]["status"] == "True", conditions
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "Suspended"), conditions
+    assert svc["status"]["dispatcherAddress"] == before
+    assert kubectl.json("get", "pvc", claim, "-n", ns)["spec"]["volumeName"] == volume
+    kubectl.run("get", "service", f"{HELD}-dispatcher", "-n", ns)
+
+    kubectl.run("patch", f"tfdata/{HELD}", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    svc = wait_ready(kubectl, ns, HELD)
+    assert svc["status"]["dispatcherAddress"] == before
+    start_pod(kubectl, ns, "after-resume", {"tfdata.dev/client": HELD}, STATIC_READER, before, "60", "0")
+    phase, log = wait_finished(kubectl, ns, "after-resume", 240)
+    assert phase == "Succeeded" and sorted(elements(log)) == list(range(60)), log[-2000:]
+    assert "replaying the journal" in logs(kubectl, ns, f"{HELD}-dispatcher-0")

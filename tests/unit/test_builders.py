@@ -413,3 +413,11 @@ def test_a_name_at_the_length_limit_fits_every_name_kubernetes_derives_from_it(s
     assert len(builders.dispatcher_host(svc, settings)) <= 253
     # One more character and the dispatcher's revision label would not fit.
     assert len(f"{builders.dispatcher_name('n' * (spec.MAX_NAME_LENGTH + 1))}-4294967295") > 63
+
+
+def test_static_workers_heartbeat_every_second_unless_the_spec_says() -> None:
+    # The heartbeat bounds a static rescale: workers re-register with the restarted dispatcher on it.
+    assert builders.worker_config(parse(shardingPolicy="FILE"), BuildSettings()).heartbeat_interval_ms == 1000
+    assert builders.worker_config(parse(shardingPolicy="DYNAMIC"), BuildSettings()).heartbeat_interval_ms is None
+    explicit = parse(shardingPolicy="HINT", workers={"heartbeatIntervalMs": 3000})
+    assert builders.worker_config(explicit, BuildSettings()).heartbeat_interval_ms == 3000

@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from support import service_signals
 
-from tfdata_operator import plan, reconcile
+from tfdata_operator import builders, hold, plan, reconcile
 from tfdata_operator.builders import MANAGER
 from tfdata_operator.config import OperatorConfig
+from tfdata_operator.signals import ServiceSignals
 
 from cases import STALLED_SIGNALS
 
@@ -96,10 +98,8 @@ class FakeApi:
 
     def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: Manifest) -> Manifest:
         self.calls.append(("status", name))
-        self.status = {
-            **(self.status or {}),
-            **{k: v for k, v in status.items() if v is not None},
-        }
+        # A merge patch: None removes a field.
+        self.status = {k: v for k, v in {**(self.status or {}), **status}.items() if v is not None}
         return {**service(), "status": self.status}
 
     def scale(self, namespace: str, name: str, replicas: int) -> Manifest:
@@ -471,3 +471,228 @@ def test_a_cpu_autoscaled_service_is_left_to_its_hpa() -> None:
     )
     outcome = reconcile.reconcile(api, CONFIG, body, api.observed(), auto)
     assert ("HorizontalPodAutoscaler", "demo-worker") in api.objects and outcome.requeue_after is None
+
+
+# --- Held changes: rescalePolicy WhenIdle and suspend -------------------------------------
+
+
+def static(**spec: Any) -> Manifest:
+    return service(shardingPolicy="FILE", **spec)
+
+
+def dispatcher_pod(phase: str = "Running") -> Manifest:
+    labels = {
+        "app.kubernetes.io/component": "dispatcher",
+        "app.kubernetes.io/instance": "demo",
+    }
+    return {
+        "kind": "Pod",
+        "metadata": {"name": "demo-dispatcher-0", "namespace": "ml", "labels": labels},
+        "status": {"phase": phase, "podIP": "10.0.0.9"},
+    }
+
+
+class FakeSignals:
+    """The dispatcher's /v1/signals as the test sets it; counts the reads."""
+
+    def __init__(self, reading: bool, idle: float = 0.0) -> None:
+        self.reading, self.idle, self.reads = reading, idle, 0
+        self.error: str | None = None
+
+    def __call__(self, url: str) -> ServiceSignals | str:
+        self.reads += 1
+        assert url == "http://10.0.0.9:8080/v1/signals", url
+        if self.error:
+            return self.error
+        return service_signals(self.reading, self.idle)
+
+
+def run_with(api: FakeApi, body: Manifest, signals: FakeSignals, phase: str = "Running") -> reconcile.Outcome:
+    observed = reconcile.Observed(api.observed().objects, [dispatcher_pod(phase)])
+    return reconcile.reconcile(
+        api, CONFIG, {**body, "status": api.status}, observed, reconcile.Autoscaling(fetch=signals)
+    )
+
+
+def replicas(api: FakeApi, name: str) -> int:
+    return int(api.objects[("StatefulSet", name)]["spec"]["replicas"])
+
+
+def condition(api: FakeApi, kind: str) -> Manifest:
+    return next(c for c in api.status["conditions"] if c["type"] == kind)  # type: ignore[index]
+
+
+def listed(api: FakeApi) -> int:
+    config = builders.read_config(api.objects[("StatefulSet", "demo-dispatcher")])
+    return len((config or {})["worker_addresses"])
+
+
+def test_a_settled_static_service_never_reads_the_signal() -> None:
+    api, signals = FakeApi(), FakeSignals(reading=True)
+    run_with(api, static(), signals)
+    api.take_calls()
+    outcome = run_with(api, static(), signals)
+    assert api.take_calls() == [] and signals.reads == 0 and outcome.requeue_after is None
+
+
+def test_a_static_rescale_is_held_while_a_client_reads_then_carried_out() -> None:
+    api, signals = FakeApi(), FakeSignals(reading=True)
+    run_with(api, static(), signals)
+    api.take_calls()
+    scaled = static(workers={"replicas": 3})
+
+    outcome = run_with(api, scaled, signals)
+    assert api.take_calls() == [("event", "RescaleHeld"), ("status", "demo")]
+    assert signals.reads == 1 and outcome.requeue_after == hold.RECHECK_SECONDS
+    assert replicas(api, "demo-worker") == 2 and listed(api) == 2
+    held = api.status["held"]  # type: ignore[index]
+    assert held["change"] == "workers 2→3" and "rescalePolicy: Immediate" in held["message"]
+    assert api.status["workers"]["desired"] == 3 and api.status["workers"]["current"] == 2  # type: ignore[index]
+    workers = condition(api, "WorkersReady")
+    assert workers["reason"] == "RescaleHeld" and "1 clients attached to jobs" in workers["message"]
+
+    # Still reading: one read, nothing written, and a look again later.
+    outcome = run_with(api, scaled, signals)
+    assert api.take_calls() == [] and signals.reads == 2 and outcome.requeue_after == hold.RECHECK_SECONDS
+
+    signals.reading, signals.idle = False, 8.0
+    outcome = run_with(api, scaled, signals)
+    calls = api.take_calls()
+    assert calls[:2] == [
+        ("dry-run", "StatefulSet/demo-dispatcher"),
+        ("apply", "StatefulSet/demo-dispatcher"),
+    ]
+    assert ("event", "HeldChangeCarriedOut") in calls and calls[-1] == (
+        "status",
+        "demo",
+    )
+    assert listed(api) == 3 and outcome.requeue_after is None
+    assert "held" not in api.status  # type: ignore[operator]
+    # Under way now (the dispatcher has the longer list): never held again, never read again.
+    signals.reading = True
+    run_with(api, scaled, signals)
+    assert signals.reads == 3
+
+
+def test_an_unreadable_signal_counts_as_reading() -> None:
+    api, signals = FakeApi(), FakeSignals(reading=False, idle=60)
+    run_with(api, static(), signals)
+    api.take_calls()
+    signals.error = "connection refused"
+    run_with(api, static(workers={"replicas": 1}), signals)
+    assert api.take_calls() == [("event", "RescaleHeld"), ("status", "demo")]
+    assert "connection refused" in api.status["held"]["message"]  # type: ignore[index]
+    assert replicas(api, "demo-worker") == 2
+
+
+def test_immediate_and_dynamic_rescales_never_read_the_signal() -> None:
+    signals = FakeSignals(reading=True)
+    for body, scaled in [
+        (
+            static(workers={"rescalePolicy": "Immediate"}),
+            static(workers={"replicas": 3, "rescalePolicy": "Immediate"}),
+        ),
+        (service(), service(workers={"replicas": 3})),
+    ]:
+        api = FakeApi()
+        run_with(api, body, signals)
+        api.take_calls()
+        run_with(api, scaled, signals)
+        assert (
+            "apply",
+            "StatefulSet/demo-dispatcher" if "FILE" in str(body) else "StatefulSet/demo-worker",
+        ) in (api.take_calls())
+    assert signals.reads == 0
+
+
+def test_a_change_held_past_rescale_max_wait_goes_ahead_with_a_warning() -> None:
+    api, signals = FakeApi(), FakeSignals(reading=True)
+    body = static(workers={"rescaleMaxWaitSeconds": 60})
+    run_with(api, body, signals)
+    api.take_calls()
+    scaled = static(workers={"replicas": 3, "rescaleMaxWaitSeconds": 60})
+    run_with(api, scaled, signals)
+    assert api.take_calls() == [("event", "RescaleHeld"), ("status", "demo")]
+    api.status["held"]["since"] = "2026-01-01T00:00:00Z"  # type: ignore[index]
+    run_with(api, scaled, signals)
+    assert ("event", "HeldChangeForced") in api.take_calls()
+    assert api.events[-1][0] == "Warning" and "rescaleMaxWaitSeconds 60" in api.events[-1][2]
+    assert listed(api) == 3
+
+
+def test_suspend_is_held_while_reading_then_removes_every_pod_and_keeps_the_rest() -> None:
+    api, signals = FakeApi(), FakeSignals(reading=True)
+    run_with(api, static(), signals)
+    api.take_calls()
+    before = copy.deepcopy(api.objects)
+    address = api.status["dispatcherAddress"]  # type: ignore[index]
+
+    outcome = run_with(api, static(suspend=True), signals)
+    assert api.take_calls() == [("event", "SuspendHeld"), ("status", "demo")]
+    assert outcome.requeue_after == hold.RECHECK_SECONDS
+    assert condition(api, "Suspended")["status"] == "False" and condition(api, "Ready")["reason"] == "SuspendHeld"
+    assert api.status["held"]["change"] == "suspend"  # type: ignore[index]
+
+    signals.reading, signals.idle = False, 30.0
+    run_with(api, static(suspend=True), signals)
+    calls = api.take_calls()
+    assert [c for c in calls if c[0] == "apply"] == [
+        ("apply", "StatefulSet/demo-dispatcher"),
+        ("apply", "StatefulSet/demo-worker"),
+    ]
+    assert ("event", "Suspending") in calls and (
+        "event",
+        "HeldChangeCarriedOut",
+    ) in calls
+    assert replicas(api, "demo-dispatcher") == 0 and replicas(api, "demo-worker") == 0
+    # Same template (so the same journal and list on resume), same Services, same address.
+    for key, obj in before.items():
+        if key[0] == "StatefulSet":
+            assert obj["spec"]["template"] == api.objects[key]["spec"]["template"]
+        else:
+            assert obj == api.objects[key], key
+    assert condition(api, "Suspended")["status"] == "True" and condition(api, "Ready")["reason"] == "Suspended"
+    assert api.status["dispatcherAddress"] == address  # type: ignore[index]
+
+    # Suspended: no pod runs, nothing to read, nothing to do.
+    reads = signals.reads
+    run_with(api, static(suspend=True), signals, phase="Pending")
+    assert api.take_calls() == [] and signals.reads == reads
+
+    run_with(api, static(), signals, phase="Pending")
+    calls = api.take_calls()
+    assert [c for c in calls if c[0] == "apply"] == [
+        ("apply", "StatefulSet/demo-dispatcher"),
+        ("apply", "StatefulSet/demo-worker"),
+    ]
+    assert ("event", "Resuming") in calls
+    assert replicas(api, "demo-dispatcher") == 1 and replicas(api, "demo-worker") == 2 and listed(api) == 2
+    assert condition(api, "Suspended")["reason"] == "Resumed" and signals.reads == reads
+
+
+def test_suspend_pauses_cpu_autoscaling() -> None:
+    api = FakeApi()
+    auto = {
+        "autoscaling": {"metric": "CPU", "maxReplicas": 4},
+        "workers": {"replicas": 2, "resources": {"requests": {"cpu": "1"}}},
+    }
+    run_with(api, service(**auto), FakeSignals(reading=False, idle=60))
+    assert ("HorizontalPodAutoscaler", "demo-worker") in api.objects
+    run_with(api, service(suspend=True, **auto), FakeSignals(reading=False, idle=60))
+    assert ("HorizontalPodAutoscaler", "demo-worker") not in api.objects
+    run_with(api, service(**auto), FakeSignals(reading=False, idle=60))
+    assert ("HorizontalPodAutoscaler", "demo-worker") in api.objects
+
+
+def test_suspend_pauses_tfdata_autoscaling_and_keeps_its_status() -> None:
+    api = FakeApi()
+    auto = {"autoscaling": {"maxReplicas": 4}, "workers": {"replicas": 2, "rescalePolicy": "Immediate"}}
+    signals = FakeSignals(reading=False, idle=600)
+    run_with(api, service(**auto), signals)
+    before = api.status["autoscaling"]  # type: ignore[index]
+    assert signals.reads == 1 and before is not None
+    api.take_calls()
+    outcome = run_with(api, service(suspend=True, **auto), signals)
+    assert signals.reads == 1, "a suspended service's dispatcher is not read"
+    assert not [c for c in api.take_calls() if c[0] == "scale"] and outcome.requeue_after is None
+    assert api.status["autoscaling"] == before  # type: ignore[index]

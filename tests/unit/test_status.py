@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfdata_operator import builders, status
+from tfdata_operator import builders, hold, status
 from tfdata_operator.builders import BuildSettings
 
 from cases import body, parse
@@ -38,7 +38,8 @@ def test_ready_when_dispatcher_and_all_workers_are_ready() -> None:
     c = conditions(st)
     assert c["Ready"]["status"] == "True" and c["Ready"]["reason"] == "Ready"
     assert c["DispatcherReady"]["status"] == c["WorkersReady"]["status"] == "True"
-    assert st["workers"] == {"replicas": 2, "readyReplicas": 2, "summary": "2/2"}
+    assert st["workers"] == {"replicas": 2, "readyReplicas": 2, "summary": "2/2", "desired": 2, "current": 2}
+    assert st["held"] is None and "Suspended" not in c
     assert st["dispatcherAddress"] == "grpc://demo-dispatcher.ml.svc.cluster.local:5050"
     assert st["workerAddresses"] == builders.worker_addresses(svc, SETTINGS, 2)
     assert st["selector"] == builders.worker_selector(svc)
@@ -86,3 +87,61 @@ def test_transition_time_changes_only_when_status_flips() -> None:
     c = conditions(flipped)
     assert c["Ready"]["lastTransitionTime"] == "T3"
     assert c["DispatcherReady"]["lastTransitionTime"] == "T1"
+
+
+def test_a_held_rescale_shows_desired_and_current_and_why() -> None:
+    svc = parse(shardingPolicy="FILE", workers={"replicas": 3})
+    held = hold.Decision(
+        hold.HOLD,
+        hold.Pending("workers 2→3", "worker count change 2→3", 2),
+        "waits: reading",
+    )
+    st = status.compute_status(
+        svc,
+        body(),
+        status.Observed(sts(1, 1), sts(2, 2)),
+        SETTINGS,
+        "T1",
+        decision=held,
+    )
+    c = conditions(st)
+    assert (c["Ready"]["reason"], c["Ready"]["message"]) == (
+        "RescaleHeld",
+        "waits: reading",
+    )
+    assert c["WorkersReady"]["reason"] == "RescaleHeld" and c["DispatcherReady"]["status"] == "True"
+    assert st["held"] == {
+        "change": "workers 2→3",
+        "since": "T1",
+        "message": "waits: reading",
+    }
+    assert (st["workers"]["desired"], st["workers"]["current"]) == (3, 2)
+    # Still held later: it has waited since the first time.
+    again = status.compute_status(
+        svc,
+        {**body(), "status": st},
+        status.Observed(sts(1, 1), sts(2, 2)),
+        SETTINGS,
+        "T2",
+        decision=held,
+    )
+    assert again["held"]["since"] == "T1"
+
+
+def test_suspended_and_resumed() -> None:
+    svc = parse(suspend=True)
+    stopping = status.compute_status(svc, body(), status.Observed(sts(0, 0), sts(0, 0)), SETTINGS, "T1")
+    c = conditions(stopping)
+    assert c["Suspended"]["status"] == "True" and "no pod runs" in c["Suspended"]["message"]
+    assert c["Ready"]["reason"] == c["DispatcherReady"]["reason"] == c["WorkersReady"]["reason"] == "Suspended"
+    assert stopping["dispatcherAddress"] == "grpc://demo-dispatcher.ml.svc.cluster.local:5050"
+    resumed = status.compute_status(
+        parse(),
+        {**body(), "status": stopping},
+        status.Observed(sts(1, 1), sts(2, 2)),
+        SETTINGS,
+        "T2",
+    )
+    c = conditions(resumed)
+    assert (c["Suspended"]["status"], c["Suspended"]["reason"]) == ("False", "Resumed")
+    assert c["Ready"]["status"] == "True"

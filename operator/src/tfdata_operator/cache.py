@@ -80,6 +80,7 @@ def trim_pod(body: Mapping[str, Any]) -> Manifest:
         "metadata": {k: meta[k] for k in _POD_META if k in meta},
         "status": {
             "phase": status.get("phase"),
+            # The autoscaler and the hold decision read the dispatcher's signals at this address.
             "podIP": status.get("podIP"),
             "conditions": conditions,
             "containerStatuses": containers,

@@ -77,7 +77,7 @@ def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: C
             step.dispatcher_workers,
             builders.static_journal(svc, settings, step.dispatcher_workers, live_config),
         ),
-        builders.build_worker_statefulset(svc, settings, step.worker_replicas),
+        builders.build_worker_statefulset(svc, settings, 0 if svc.suspend else step.worker_replicas),
     ]
     delete = []
     for api_version, kind, name, manifest in builders.optional_children(svc):

@@ -21,7 +21,20 @@ from typing import Any, Protocol, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
-from . import autoscaler, autoscalestatus, builders, faults, metrics, plan, scaling, signals, signalsource, spec, status
+from . import (
+    autoscaler,
+    autoscalestatus,
+    builders,
+    faults,
+    hold,
+    metrics,
+    plan,
+    scaling,
+    signals,
+    signalsource,
+    spec,
+    status,
+)
 from .builders import API_VERSION, KIND, MANAGER
 from .config import OperatorConfig
 from .diagnose import Finding, claims_to_read, explain, needs_events
@@ -52,7 +65,8 @@ class Api(Protocol):
 
 @dataclass
 class Autoscaling:
-    """What the TFData autoscaler keeps between reconciles, and how it reads a dispatcher (a fake in tests)."""
+    """What the TFData autoscaler keeps between reconciles, and how the operator reads a dispatcher's
+    signals (for the autoscaler and the hold decision alike; a fake in tests)."""
 
     windows: signalsource.Windows = field(default_factory=signalsource.Windows)
     fetch: Callable[[str], ServiceSignals | str] = signalsource.fetch
@@ -73,7 +87,8 @@ class Outcome:
 
     result: str = "idle"
     written: list[Manifest] = field(default_factory=list)
-    # Reconcile again after this many seconds even if nothing changes (the autoscaler's next reading).
+    # Reconcile again after this many seconds even if nothing changes (the autoscaler's next
+    # reading, or a held change re-checking its readers).
     requeue_after: float | None = None
 
 
@@ -126,7 +141,9 @@ def reconcile(
     if autoscaling is not None:
         svc, auto_status = _autoscale(api, config, body, svc, children, autoscaling, outcome)
 
-    desired = plan.desired_children(svc, config.build, children)
+    decision = _hold_decision(svc, body, children, config, autoscaling)
+    outcome.requeue_after = _sooner(outcome.requeue_after, decision.requeue_after)
+    desired = plan.desired_children(hold.effective_spec(svc, decision), config.build, children)
     if taken := [k for m in desired.apply if (k := plan.key(m)) in observed.objects and k not in owned]:
         report.conflict(svc, taken)
         return outcome
@@ -194,6 +211,7 @@ def reconcile(
             api.event(body, "Normal", "Deleted", f"Deleted {kind} {child}")
             outcome.result = "changed"
 
+    _hold_events(api, body, svc, children, decision)
     if outcome.written:
         outcome.result = "changed"
     dispatcher_sts = live.get(("StatefulSet", builders.dispatcher_name(svc)))
@@ -204,7 +222,9 @@ def reconcile(
         dispatcher_problem=_explain(api, namespace, dispatcher_sts, children.pods_of(builders.DISPATCHER)),
         workers_problem=_explain(api, namespace, workers_sts, children.pods_of(builders.WORKER)),
     )
-    new_status = status.compute_status(svc, body, observed_now, config.build, now, waiting=desired.waiting)
+    new_status = status.compute_status(
+        svc, body, observed_now, config.build, now, waiting=desired.waiting, decision=decision
+    )
     new_status["autoscaling"] = auto_status
     report.write(new_status)
     return outcome
@@ -229,6 +249,8 @@ def _autoscale(
     if svc.autoscaling is None or svc.autoscaling.metric != spec.TFDATA_METRIC:
         autoscaling.windows.forget(key)
         return svc, None
+    if svc.suspend:
+        return svc, old  # paused: no pods to read, and a resume starts from the count it left
     now = autoscaling.clock()
     window = autoscaling.windows.get(key)
     if not autoscaling.windows.due(key, now):
@@ -264,6 +286,71 @@ def _signals_url(svc: spec.ServiceSpec, config: OperatorConfig, children: plan.C
         if (ip := (pod.get("status") or {}).get("podIP")) and not pod["metadata"].get("deletionTimestamp"):
             return f"http://{ip}:{svc.dispatcher.health_port}{signals.SIGNALS_PATH}"
     return builders.dispatcher_health_url(svc, config.build, signals.SIGNALS_PATH)
+
+
+def _hold_decision(
+    svc: spec.ServiceSpec,
+    body: Manifest,
+    children: plan.Children,
+    config: OperatorConfig,
+    autoscaling: Autoscaling | None,
+) -> hold.Decision:
+    """Whether a change that would break readers goes ahead; the signal is read only if that depends on it.
+
+    It is the same ``/v1/signals`` answer the TFData autoscaler reads, through the same ``fetch``.
+    """
+    live_list = scaling.live_worker_list(builders.read_config(children.dispatcher))
+    pending = hold.pending_change(svc, children.dispatcher, children.workers, live_list)
+    running = hold.dispatcher_running(children.pods_of(builders.DISPATCHER))
+    signal: hold.Signal | None = None
+    if hold.needs_signal(svc, pending, running):
+        if autoscaling is None:
+            signal = hold.Unknown("this operator has no way to read it")
+        else:
+            fetched = autoscaling.fetch(_signals_url(svc, config, children))
+            signal = hold.Unknown(fetched) if isinstance(fetched, str) else fetched
+    since = _parse_time(((body.get("status") or {}).get("held") or {}).get("since"))
+    return hold.decide(svc, pending, running, signal, since, datetime.now(timezone.utc))
+
+
+def _sooner(a: float | None, b: float | None) -> float | None:
+    """The earlier of two requeue delays (None: no requeue asked)."""
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _hold_events(
+    api: Api, body: Manifest, svc: spec.ServiceSpec, children: plan.Children, decision: hold.Decision
+) -> None:
+    """An Event when a change starts to wait, when a waiting one is carried out, and on suspend and resume."""
+    meta = body["metadata"]
+    was_held = bool((body.get("status") or {}).get("held"))
+    pending = decision.pending
+    reason = ""
+    event_type = "Normal"
+    if decision.action == hold.HOLD and pending is not None and not was_held:
+        reason = status.SUSPEND_HELD if pending.is_suspend else status.RESCALE_HELD
+    elif decision.action == hold.FORCE:
+        reason, event_type = "HeldChangeForced", "Warning"
+    elif decision.action == hold.PROCEED and pending is not None and was_held:
+        reason = "HeldChangeCarriedOut"
+    if reason:
+        log.info("%s/%s: %s", meta["namespace"], meta["name"], decision.message)
+        metrics.CHANGES.labels(reason).inc()
+        api.event(body, event_type, reason, decision.message)
+    if decision.action != hold.HOLD and pending is not None and pending.is_suspend:
+        message = "Suspending: every pod of the service stops; its Services, address and journal claim stay."
+        api.event(body, "Normal", "Suspending", message)
+    elif not svc.suspend and scaling.suspended(children.dispatcher):
+        api.event(body, "Normal", "Resuming", "Resuming: the dispatcher and workers start again at the same address.")
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
 
 
 @dataclass

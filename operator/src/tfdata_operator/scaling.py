@@ -49,6 +49,11 @@ def statefulset_settled(sts: Manifest | None) -> bool:
     )
 
 
+def suspended(sts: Manifest | None) -> bool:
+    """Whether the StatefulSet runs no pod on purpose (spec.suspend)."""
+    return sts is not None and int(sts.get("spec", {}).get("replicas", 1)) == 0
+
+
 def live_worker_list(dispatcher_config: dict[str, Any] | None) -> list[str] | None:
     if dispatcher_config is None:
         return None
@@ -106,7 +111,9 @@ def plan(
     # The list always covers every worker pod that still exists, even one that is stopping.
     dispatcher_workers = max(desired, worker_pods_present)
     if desired > current:
-        dispatcher_moved = started_on_current_revision(live_dispatcher, dispatcher_pods)
+        # A suspended dispatcher (no pod) starts with the live list when it resumes, so no running
+        # dispatcher lacks a worker of it.
+        dispatcher_moved = started_on_current_revision(live_dispatcher, dispatcher_pods) or suspended(live_dispatcher)
         if live_dispatcher_list == list_for(dispatcher_workers) and dispatcher_moved:
             return ScalePlan(dispatcher_workers, desired)
         return ScalePlan(

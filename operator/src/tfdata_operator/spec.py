@@ -32,6 +32,9 @@ WORK_DIR_SCHEMES = ("file", "gs")
 # These need the dispatcher to know the exact worker list, fixed when it starts.
 STATIC_POLICIES = frozenset({"FILE", "DATA", "FILE_OR_DATA", "HINT"})
 AUTOSCALING_POLICIES = frozenset({"OFF", "DYNAMIC"})
+# spec.workers.rescalePolicy: when a static rescale or a suspend is carried out (see hold.py).
+WHEN_IDLE, IMMEDIATE = "WhenIdle", "Immediate"
+RESCALE_POLICIES = (WHEN_IDLE, IMMEDIATE)
 # The StatefulSet controller labels each pod controller-revision-hash=<statefulset>-<hash of
 # up to 10 digits>, and a label value has at most 63 characters: <name>-dispatcher must stay
 # within 52, so the name within 41. Every other derived name is shorter (a unit test checks).
@@ -125,6 +128,8 @@ class WorkersSpec:
     dispatcher_timeout_ms: int | None = None
     data_transfer_protocol: str | None = None
     data_transfer_port: int | None = None
+    rescale_policy: str = WHEN_IDLE
+    rescale_max_wait_seconds: int | None = None
     pod: PodSettings = PodSettings()
 
 
@@ -174,6 +179,8 @@ class ServiceSpec:
     workers: WorkersSpec = WorkersSpec()
     autoscaling: AutoscalingSpec | None = None
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
+    # No pod runs: the Services, the journal claim and the address stay.
+    suspend: bool = False
 
     @property
     def is_static(self) -> bool:
@@ -315,6 +322,7 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
     image = spec.string("image", default_image, max_length=512)
     pull_policy = spec.enum("imagePullPolicy", ("Always", "IfNotPresent", "Never"), None)
     pull_secrets = _pull_secrets(spec.raw("imagePullSecrets"), problems)
+    suspend = spec.boolean("suspend", False)
     dispatcher = _dispatcher(spec.child("dispatcher"))
     workers = _workers(spec.child("workers"))
     autoscaling = _autoscaling(spec.child("autoscaling")) if spec.has("autoscaling") else None
@@ -353,6 +361,7 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
         workers=workers,
         autoscaling=autoscaling,
         network_policy=network_policy,
+        suspend=suspend,
     )
 
 
@@ -445,6 +454,8 @@ def _workers(r: _Reader) -> WorkersSpec:
     dispatcher_timeout = r.integer("dispatcherTimeoutMs", None, 1, _MAX_MS)
     protocol = r.enum("dataTransferProtocol", TRANSFER_PROTOCOLS, None)
     transfer_port = r.integer("dataTransferPort", None, 1, 65535)
+    rescale_policy = r.enum("rescalePolicy", RESCALE_POLICIES, WHEN_IDLE)
+    max_wait = r.integer("rescaleMaxWaitSeconds", None, 1, 604_800)
     pod = _pod_settings(r)
     r.finish()
     if port == health_port:
@@ -458,7 +469,12 @@ def _workers(r: _Reader) -> WorkersSpec:
             f"spec.workers.dataTransferPort is not used with dataTransferProtocol {protocol}: TensorFlow 2.21 "
             "sends elements over the workers' gRPC port (spec.workers.port); remove dataTransferPort"
         )
-    assert replicas is not None and port is not None and health_port is not None
+    if max_wait is not None and rescale_policy == IMMEDIATE:
+        r.problems.append(
+            "spec.workers.rescaleMaxWaitSeconds applies only with rescalePolicy WhenIdle: an Immediate change "
+            "never waits. Remove rescaleMaxWaitSeconds or the rescalePolicy"
+        )
+    assert replicas is not None and port is not None and health_port is not None and rescale_policy is not None
     return WorkersSpec(
         replicas=replicas,
         port=port,
@@ -467,6 +483,8 @@ def _workers(r: _Reader) -> WorkersSpec:
         dispatcher_timeout_ms=dispatcher_timeout,
         data_transfer_protocol=protocol,
         data_transfer_port=transfer_port,
+        rescale_policy=rescale_policy,
+        rescale_max_wait_seconds=max_wait,
         pod=pod,
     )
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import builders, scaling
+from . import builders, hold, scaling
 from .builders import BuildSettings
 from .diagnose import Finding
 from .spec import ServiceSpec
@@ -19,9 +19,13 @@ from .spec import ServiceSpec
 READY = "Ready"
 DISPATCHER_READY = "DispatcherReady"
 WORKERS_READY = "WorkersReady"
-CONDITION_TYPES = (READY, DISPATCHER_READY, WORKERS_READY)
+# Present once the service was suspended (as with Kubernetes Jobs): True while suspended.
+SUSPENDED = "Suspended"
+CONDITION_TYPES = (READY, DISPATCHER_READY, WORKERS_READY, SUSPENDED)
 INVALID_SPEC = "InvalidSpec"
 NAME_CONFLICT = "NameConflict"
+RESCALE_HELD = "RescaleHeld"
+SUSPEND_HELD = "SuspendHeld"
 
 Manifest = dict[str, Any]
 
@@ -43,6 +47,10 @@ class Observed:
     # Why each StatefulSet does not serve (diagnose.explain), when the reconcile looked.
     dispatcher_problem: Finding | None = None
     workers_problem: Finding | None = None
+
+    def pods(self) -> int:
+        """Pods of either StatefulSet that still exist (stopping ones included)."""
+        return sum(int(((sts or {}).get("status") or {}).get("replicas", 0)) for sts in (self.dispatcher, self.workers))
 
 
 def dispatcher_condition(observed: Observed) -> Condition:
@@ -126,6 +134,22 @@ def merge_conditions(
     return merged
 
 
+def suspended_condition(svc: ServiceSpec, observed: Observed, held: hold.Decision | None, address: str) -> Condition:
+    if held is not None:
+        return Condition(SUSPENDED, False, SUSPEND_HELD, held.message)
+    if not svc.suspend:
+        return Condition(SUSPENDED, False, "Resumed", "The service was resumed: spec.suspend is false.")
+    pods = observed.pods()
+    now = f"{pods} pod(s) are still stopping" if pods else "no pod runs"
+    return Condition(
+        SUSPENDED,
+        True,
+        SUSPENDED,
+        f"The service is suspended: {now}. Its Services, address ({address}), journal claim and configuration "
+        "stay; set spec.suspend: false to resume it.",
+    )
+
+
 def compute_status(
     svc: ServiceSpec | None,
     body: Mapping[str, Any],
@@ -135,33 +159,61 @@ def compute_status(
     invalid: str | None = None,
     waiting: str | None = None,
     reason: str = INVALID_SPEC,
+    decision: hold.Decision | None = None,
 ) -> dict[str, Any]:
-    """The whole status. ``svc`` is None when the spec is invalid and cannot be parsed at all."""
+    """The whole status. ``svc`` is None when the spec is invalid and cannot be parsed at all.
+
+    ``decision`` is the hold decision of this reconcile: a held change shows in ``held``, in
+    ``WorkersReady`` (a rescale) or ``Suspended`` (a suspend), and so in ``Ready``.
+    """
     old = body.get("status") or {}
     generation = int(body.get("metadata", {}).get("generation", 0))
+    held = decision if decision is not None and decision.action == hold.HOLD and decision.pending else None
+    held_suspend = held if held is not None and held.pending is not None and held.pending.is_suspend else None
+    address = builders.dispatcher_address(svc, settings) if svc else old.get("dispatcherAddress")
     dispatcher = explained(dispatcher_condition(observed), observed.dispatcher_problem)
     if svc is not None:
         workers = explained(workers_condition(svc, observed, waiting), observed.workers_problem)
+        if held is not None and held_suspend is None:
+            workers = Condition(WORKERS_READY, False, RESCALE_HELD, held.message)
     else:
         workers = Condition(WORKERS_READY, False, INVALID_SPEC, "The spec is invalid; see the Ready condition.")
-    ready = summary_condition(dispatcher, workers, invalid, reason)
+    suspended: Condition | None = None
+    if svc is not None and (svc.suspend or any(c.get("type") == SUSPENDED for c in old.get("conditions") or [])):
+        suspended = suspended_condition(svc, observed, held_suspend, str(address))
+    if suspended is not None and suspended.status:
+        dispatcher = Condition(DISPATCHER_READY, False, SUSPENDED, "The service is suspended: no dispatcher runs.")
+        workers = Condition(WORKERS_READY, False, SUSPENDED, "The service is suspended: no worker runs.")
+        ready = Condition(READY, False, SUSPENDED, suspended.message)
+    elif held_suspend is not None and invalid is None:
+        ready = Condition(READY, False, SUSPEND_HELD, held_suspend.message)
+    else:
+        ready = summary_condition(dispatcher, workers, invalid, reason)
+    conditions = [ready, dispatcher, workers] + ([suspended] if suspended is not None else [])
 
     worker_status = (observed.workers or {}).get("status") or {}
     desired = svc.workers.replicas if svc else int(body.get("spec", {}).get("workers", {}).get("replicas", 0))
     ready_replicas = int(worker_status.get("readyReplicas", 0))
     live_list = scaling.live_worker_list(builders.read_config(observed.dispatcher))
+    held_status = None
+    if held is not None and held.pending is not None:
+        since = (old.get("held") or {}).get("since") or now
+        held_status = {"change": held.pending.change, "since": since, "message": held.message}
     status: dict[str, Any] = {
         "observedGeneration": generation,
-        "conditions": merge_conditions(old.get("conditions"), [ready, dispatcher, workers], generation, now),
+        "conditions": merge_conditions(old.get("conditions"), conditions, generation, now),
         "workers": {
             "replicas": int(worker_status.get("replicas", 0)),
             "readyReplicas": ready_replicas,
             "summary": f"{ready_replicas}/{desired}",
+            "desired": desired,
+            "current": int((observed.workers or {}).get("spec", {}).get("replicas", 0)),
         },
         # None removes the field in a merge patch.
         "workerAddresses": live_list,
-        "dispatcherAddress": builders.dispatcher_address(svc, settings) if svc else old.get("dispatcherAddress"),
+        "dispatcherAddress": address,
         "selector": builders.worker_selector(svc) if svc else old.get("selector"),
+        "held": held_status,
     }
     return status
 

@@ -1,0 +1,175 @@
+"""Whether a change that breaks readers may be carried out now: ``spec.workers.rescalePolicy``.
+
+Two changes fail every client that reads from a service: a new worker count of a static
+service (the dispatcher restarts with a new worker list and a fresh journal, so the
+clients' jobs are gone) and a suspend (every pod goes). With ``WhenIdle`` (the default)
+such a change waits while the dispatcher's "is any client reading?" signal
+(``signals.ServiceSignals``) says yes, or cannot be read: an unknown answer counts as
+reading, so a change never breaks a reader it could not see. ``Immediate`` carries it out
+at once. ``rescaleMaxWaitSeconds`` bounds the wait.
+
+Pure functions: the reconcile loop (``reconcile.py``) gives them the spec, what it
+observed and the signal, and reads the signal only when ``needs_signal`` says a decision
+depends on it, never for a settled service.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from .signals import ServiceSignals
+from .spec import IMMEDIATE, ServiceSpec
+
+Manifest = dict[str, Any]
+
+# The signal must have said "nobody reads" for this long: a trainer that ends one epoch's
+# iterator and opens the next one a moment later is not idle.
+QUIET_SECONDS = 5.0
+# How often a held change asks again. With the signal's own delay (0 s after a reader
+# releases its iteration, ~12 s after a plain trainer's last element) and QUIET_SECONDS,
+# a held change is carried out within 30 s after the last reader ends.
+RECHECK_SECONDS = 5.0
+
+PROCEED, HOLD, FORCE = "proceed", "hold", "force"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A change that would break readers, not carried out yet."""
+
+    change: str  # short, for `kubectl get`: "workers 3→4" or "suspend"
+    what: str  # for sentences: "worker count change 3→4" or "suspend"
+    current_workers: int  # the worker count the service keeps while the change is held
+
+    @property
+    def is_suspend(self) -> bool:
+        return self.change == "suspend"
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """The signal could not be read; ``why`` says what went wrong. Counts as reading."""
+
+    why: str
+
+
+Signal = ServiceSignals | Unknown
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # PROCEED, HOLD, or FORCE (carried out after rescaleMaxWaitSeconds despite readers)
+    pending: Pending | None = None
+    message: str = ""
+    # Seconds until the loop should look again (a held change), else None.
+    requeue_after: float | None = None
+
+
+def pending_change(
+    svc: ServiceSpec, live_dispatcher: Manifest | None, live_workers: Manifest | None, live_list: list[str] | None
+) -> Pending | None:
+    """The reader-breaking change the spec asks for, given the live StatefulSets; None if there is none.
+
+    A service whose pods are already gone (suspended) has no readers: resuming it, or changing
+    its worker count meanwhile, is never held. Nor is a rescale already under way (the
+    dispatcher's list and the worker count differ): its readers are broken already, and
+    stopping halfway would leave the dispatcher waiting for workers that never come.
+    """
+    if live_dispatcher is None or live_workers is None:
+        return None  # a new service: nobody can be reading yet
+    if int(live_dispatcher.get("spec", {}).get("replicas", 1)) == 0:
+        return None
+    current = int(live_workers.get("spec", {}).get("replicas", 0))
+    if svc.suspend:
+        return Pending("suspend", "suspend", current)
+    if not svc.is_static or svc.workers.replicas == current:
+        return None
+    if live_list is not None and len(live_list) != current:
+        return None  # under way
+    arrow = f"{current}→{svc.workers.replicas}"
+    return Pending(f"workers {arrow}", f"worker count change {arrow}", current)
+
+
+def dispatcher_running(dispatcher_pods: list[Manifest]) -> bool:
+    """Whether a dispatcher pod runs: without one, no client can be reading."""
+    return any(
+        (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        for p in dispatcher_pods
+    )
+
+
+def needs_signal(svc: ServiceSpec, pending: Pending | None, running: bool) -> bool:
+    return pending is not None and svc.workers.rescale_policy != IMMEDIATE and running
+
+
+def decide(
+    svc: ServiceSpec,
+    pending: Pending | None,
+    running: bool,
+    signal: Signal | None,
+    held_since: datetime | None,
+    now: datetime,
+) -> Decision:
+    """Proceed, hold (with a message a person can act on, and when to look again), or force after the maximum wait.
+
+    ``signal`` is what the dispatcher answered, read only when ``needs_signal``; ``held_since``
+    is when the change started waiting (from the status), None if it does not wait yet.
+    """
+    if pending is None:
+        return Decision(PROCEED)
+    if svc.workers.rescale_policy == IMMEDIATE:
+        return Decision(PROCEED, pending, f"{_capital(pending.what)} carried out at once (rescalePolicy Immediate).")
+    if not running:
+        return Decision(
+            PROCEED, pending, f"{_capital(pending.what)} carried out: no dispatcher pod runs, so no client reads."
+        )
+    if signal is None:
+        signal = Unknown("the signal was not read")
+    if isinstance(signal, ServiceSignals) and not signal.reading:
+        if signal.idle_seconds >= QUIET_SECONDS:
+            idle = f"no client has read for {signal.idle_seconds:.0f} s"
+            return Decision(PROCEED, pending, f"{_capital(pending.what)} carried out: {idle}.")
+        message = (
+            f"{_capital(pending.what)} waits for a quiet moment: no client reads, for {signal.idle_seconds:.0f} s "
+            f"of the {QUIET_SECONDS:.0f} s it waits for."
+        )
+        return Decision(HOLD, pending, message, max(0.5, QUIET_SECONDS - signal.idle_seconds))
+
+    if isinstance(signal, Unknown):
+        why = f"whether a client reads is unknown ({signal.why}), so it counts as reading"
+    else:
+        why = "clients read from the service: " + "; ".join(signal.reasons)
+    max_wait = svc.workers.rescale_max_wait_seconds
+    since = held_since or now
+    waited = (now - since).total_seconds()
+    if max_wait is not None and waited >= max_wait:
+        message = (
+            f"{_capital(pending.what)} carried out after waiting {waited:.0f} s (rescaleMaxWaitSeconds {max_wait}) "
+            f"although {why}. Those readers fail."
+        )
+        return Decision(FORCE, pending, message)
+    deadline = ""
+    requeue = RECHECK_SECONDS
+    if max_wait is not None:
+        at = (since + timedelta(seconds=max_wait)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        deadline = f", or at {at} (rescaleMaxWaitSeconds)"
+        requeue = min(requeue, max(0.5, max_wait - waited))
+    message = (
+        f"{_capital(pending.what)} waits: {why}. It is carried out within 30 s after the last reader ends{deadline}; "
+        "set spec.workers.rescalePolicy: Immediate to carry it out now (reading clients then fail)."
+    )
+    return Decision(HOLD, pending, message, requeue)
+
+
+def effective_spec(svc: ServiceSpec, decision: Decision) -> ServiceSpec:
+    """The spec the children follow now: while a change is held, the worker count and pods it would change stay."""
+    if decision.action != HOLD or decision.pending is None:
+        return svc
+    replicas = decision.pending.current_workers if svc.is_static else svc.workers.replicas
+    return replace(svc, suspend=False, workers=replace(svc.workers, replicas=replicas))
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]

@@ -1,0 +1,182 @@
+"""The hold decision: a change that would break readers waits while any client reads (or nobody knows)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from support import service_signals
+
+from tfdata_operator import hold, spec
+from tfdata_operator.signals import ServiceSignals
+
+from cases import parse
+
+NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)
+LIST3 = ["a", "b", "c"]
+
+
+def sts(replicas: int) -> dict[str, Any]:
+    return {"spec": {"replicas": replicas}}
+
+
+def signal(reading: bool, idle: float = 0.0) -> ServiceSignals:
+    return service_signals(reading, idle, ("2 clients attached to jobs",) if reading else ())
+
+
+def svc(policy: str = "FILE", replicas: int = 4, suspend: bool = False, **workers: Any) -> spec.ServiceSpec:
+    return parse(
+        shardingPolicy=policy,
+        suspend=suspend,
+        workers={"replicas": replicas, **workers},
+    )
+
+
+# (id, spec, live dispatcher replicas, live worker replicas, live list, the change it finds)
+PENDING = [
+    ("settled static service", svc(replicas=3), 1, 3, LIST3, None),
+    ("static scale up", svc(replicas=4), 1, 3, LIST3, "workers 3→4"),
+    ("static scale down", svc(replicas=2), 1, 3, LIST3, "workers 3→2"),
+    (
+        "static scale under way (dispatcher has the longer list)",
+        svc(replicas=4),
+        1,
+        3,
+        ["a", "b", "c", "d"],
+        None,
+    ),
+    ("dynamic scale", svc("DYNAMIC", replicas=4), 1, 3, None, None),
+    ('"OFF" scale', svc("OFF", replicas=4), 1, 3, None, None),
+    (
+        "suspend of a running service",
+        svc(replicas=3, suspend=True),
+        1,
+        3,
+        LIST3,
+        "suspend",
+    ),
+    (
+        "suspend of a running dynamic service",
+        svc("DYNAMIC", replicas=3, suspend=True),
+        1,
+        3,
+        None,
+        "suspend",
+    ),
+    ("already suspended", svc(replicas=3, suspend=True), 0, 0, LIST3, None),
+    ("resume", svc(replicas=3), 0, 0, LIST3, None),
+    ("rescale while suspended", svc(replicas=5, suspend=True), 0, 0, LIST3, None),
+    ("a new service", svc(replicas=3), None, None, None, None),
+]
+
+
+@pytest.mark.parametrize(("spec_", "dispatcher", "workers", "live_list", "change"), [p[1:] for p in PENDING],
+                         ids=[p[0] for p in PENDING])  # fmt: skip
+def test_the_pending_change(
+    spec_: spec.ServiceSpec,
+    dispatcher: int | None,
+    workers: int | None,
+    live_list: list[str] | None,
+    change: str | None,
+) -> None:
+    d = None if dispatcher is None else sts(dispatcher)
+    w = None if workers is None else sts(workers)
+    pending = hold.pending_change(spec_, d, w, live_list)
+    assert (pending.change if pending else None) == change
+
+
+UP = hold.Pending("workers 3→4", "worker count change 3→4", 3)
+SUSPEND = hold.Pending("suspend", "suspend", 3)
+IMMEDIATE = svc(rescalePolicy="Immediate")
+MAX_WAIT = svc(rescaleMaxWaitSeconds=600)
+LONG_AGO = NOW - timedelta(seconds=601)
+RECENTLY = NOW - timedelta(seconds=60)
+
+# (id, spec, pending, dispatcher running, signal, held since, action, requeue after, words in the message)
+DECISIONS = [
+    ("nothing pending", svc(), None, True, None, None, hold.PROCEED, None, ""),
+    ("idle for long enough", svc(), UP, True, signal(False, idle=9), None, hold.PROCEED, None,
+     "no client has read for 9 s"),
+    ("idle, but not for long", svc(), UP, True, signal(False, idle=2), None, hold.HOLD, 3.0, "quiet moment"),
+    ("a client reads", svc(), UP, True, signal(True), None, hold.HOLD, 5.0,
+     "Worker count change 3→4 waits: clients read from the service: 2 clients attached to jobs"),
+    ("the message says how to go ahead", svc(), UP, True, signal(True), None, hold.HOLD, 5.0,
+     "set spec.workers.rescalePolicy: Immediate to carry it out now"),
+    ("unknown counts as reading", svc(), UP, True, hold.Unknown("connection refused"), None, hold.HOLD, 5.0,
+     "unknown (connection refused), so it counts as reading"),
+    ("not read counts as reading", svc(), UP, True, None, None, hold.HOLD, 5.0, "unknown"),
+    ("Immediate never waits", IMMEDIATE, UP, True, signal(True), None, hold.PROCEED, None, "at once"),
+    ("no dispatcher pod runs: nobody reads", svc(), UP, False, None, None, hold.PROCEED, None,
+     "no dispatcher pod runs"),
+    ("max wait not reached", MAX_WAIT, UP, True, signal(True), RECENTLY, hold.HOLD, 5.0,
+     "or at 2026-11-23T12:09:00Z (rescaleMaxWaitSeconds)"),
+    ("max wait nearly reached: look again then", MAX_WAIT, UP, True, signal(True), NOW - timedelta(seconds=598),
+     hold.HOLD, 2.0, "waits"),
+    ("max wait passed", MAX_WAIT, UP, True, signal(True), LONG_AGO, hold.FORCE, None,
+     "carried out after waiting 601 s (rescaleMaxWaitSeconds 600) although clients read"),
+    ("max wait passed, unknown signal", MAX_WAIT, UP, True, hold.Unknown("timed out"), LONG_AGO, hold.FORCE, None,
+     "unknown (timed out)"),
+    ("a suspend waits like a rescale", svc(suspend=True), SUSPEND, True, signal(True), None, hold.HOLD, 5.0,
+     "Suspend waits"),
+    ("a suspend goes ahead when idle", svc(suspend=True), SUSPEND, True, signal(False, 30), None, hold.PROCEED, None,
+     "Suspend carried out"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spec_", "pending", "running", "signal_", "since", "action", "requeue", "says"),
+    [d[1:] for d in DECISIONS],
+    ids=[d[0] for d in DECISIONS],
+)
+def test_the_decision(
+    spec_: spec.ServiceSpec,
+    pending: hold.Pending | None,
+    running: bool,
+    signal_: hold.Signal | None,
+    since: datetime | None,
+    action: str,
+    requeue: float | None,
+    says: str,
+) -> None:
+    decision = hold.decide(spec_, pending, running, signal_, since, NOW)
+    assert decision.action == action
+    assert decision.requeue_after == (pytest.approx(requeue) if requeue is not None else None)
+    assert says in decision.message
+
+
+@pytest.mark.parametrize(
+    ("spec_", "pending", "running", "needed"),
+    [
+        (svc(), None, True, False),  # a settled service: never read
+        (svc(), UP, True, True),
+        (IMMEDIATE, UP, True, False),
+        (svc(), UP, False, False),
+        (svc(suspend=True), SUSPEND, True, True),
+    ],
+)
+def test_the_signal_is_read_only_when_the_decision_depends_on_it(
+    spec_: spec.ServiceSpec, pending: hold.Pending | None, running: bool, needed: bool
+) -> None:
+    assert hold.needs_signal(spec_, pending, running) is needed
+
+
+def test_a_held_change_keeps_the_current_worker_count_and_the_pods() -> None:
+    held = hold.decide(svc(replicas=4), UP, True, signal(True), None, NOW)
+    assert hold.effective_spec(svc(replicas=4), held).workers.replicas == 3
+    held_suspend = hold.decide(svc(replicas=3, suspend=True), SUSPEND, True, signal(True), None, NOW)
+    kept = hold.effective_spec(svc(replicas=3, suspend=True), held_suspend)
+    assert kept.suspend is False and kept.workers.replicas == 3
+    go = hold.decide(svc(replicas=4), UP, True, signal(False, 60), None, NOW)
+    assert hold.effective_spec(svc(replicas=4), go) == svc(replicas=4)
+
+
+def test_a_dispatcher_pod_that_is_pending_or_stopping_serves_no_reader() -> None:
+    running = {"metadata": {"name": "d-0"}, "status": {"phase": "Running"}}
+    stopping = {
+        "metadata": {"name": "d-0", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {"phase": "Running"},
+    }
+    assert hold.dispatcher_running([running])
+    assert not hold.dispatcher_running([stopping, {"metadata": {"name": "d-0"}, "status": {"phase": "Pending"}}])
+    assert not hold.dispatcher_running([])
