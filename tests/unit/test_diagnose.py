@@ -227,3 +227,39 @@ def test_a_problem_never_overrides_a_ready_or_missing_statefulset() -> None:
     by_type = conditions(status.Observed(None, None, dispatcher_problem=found, workers_problem=found))
     assert by_type["DispatcherReady"]["reason"] == "DispatcherMissing"
     assert by_type["WorkersReady"]["reason"] == "WorkersMissing"
+
+
+# --- A server's own readiness detail ------------------------------------------------------------
+
+
+def running_pod(name: str, ready: bool = False, ip: str | None = "10.0.0.7") -> Manifest:
+    body = pod(name, [{"type": "Ready", "status": "True" if ready else "False"}], state={"running": {}})
+    if ip:
+        body["status"]["podIP"] = ip
+    return body
+
+
+@pytest.mark.parametrize(
+    ("pods", "expected"),
+    [
+        pytest.param([running_pod("demo-worker-0")], "demo-worker-0", id="running-not-ready"),
+        pytest.param([running_pod("demo-worker-0", ready=True), running_pod("demo-worker-1")], "demo-worker-1",
+                     id="the-unready-one"),
+        pytest.param([running_pod("demo-worker-0", ready=True)], None, id="ready"),
+        pytest.param([running_pod("demo-worker-0", ip=None)], None, id="no-address-to-ask"),
+        pytest.param([pod(state={"waiting": {"reason": "ContainerCreating"}})], None, id="not-started"),
+    ],
+)  # fmt: skip
+def test_the_server_asked_is_one_that_runs_but_is_not_ready(pods: list[Manifest], expected: str | None) -> None:
+    found = diagnose.unready_server(sts(pods=len(pods)), pods)
+    assert (found["metadata"]["name"] if found else None) == expected
+
+
+def test_a_readiness_detail_becomes_the_finding() -> None:
+    detail = "not ok: running: dispatcher serving on port 5050; 2 of 3 workers registered: waiting for every listed "
+    found = diagnose.from_readiness(running_pod("demo-dispatcher-0"), detail + "worker to register")
+    assert found == Finding(
+        "ServerNotReady",
+        "Pod demo-dispatcher-0 runs but is not ready: running: dispatcher serving on port 5050; 2 of 3 workers "
+        "registered: waiting for every listed worker to register",
+    )

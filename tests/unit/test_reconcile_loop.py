@@ -405,6 +405,36 @@ def test_unschedulable_and_crashing_pods_are_explained_from_the_cache_alone() ->
     assert by_type["Ready"]["reason"] == "Unschedulable"
 
 
+def test_a_running_but_unready_dispatcher_is_asked_why_and_a_ready_one_is_not() -> None:
+    api = FakeApi()
+    asked: list[str] = []
+    detail = "not ok: running: dispatcher serving on port 5050; 2 of 3 workers registered: waiting for every listed"
+
+    def read(url: str) -> str:
+        asked.append(url)
+        return detail
+
+    readers = reconcile.Autoscaling(read_readiness=read)
+    run(api, service())
+    settle(api, "demo-dispatcher", ready=0)
+    settle(api, "demo-worker")
+    dispatcher = pod_of(api, "demo-dispatcher", 0, podIP="10.1.2.3",
+                        conditions=[{"type": "Ready", "status": "False"}],
+                        containerStatuses=[{"name": "dispatcher", "state": {"running": {}}}])  # fmt: skip
+    api.take_calls()
+    reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, reconcile.Observed(api.objects, [dispatcher]),
+                        readers)  # fmt: skip
+    assert asked == ["http://10.1.2.3:8080/readyz"]
+    assert api.take_calls() == [("status", "demo")]  # no request to the API server for it
+    ready = next(c for c in api.status["conditions"] if c["type"] == "DispatcherReady")  # type: ignore[index]
+    assert ready["reason"] == "ServerNotReady" and ready["message"].endswith("2 of 3 workers registered: "
+                                                                             "waiting for every listed")  # fmt: skip
+    settle(api, "demo-dispatcher")
+    reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, reconcile.Observed(api.objects, [dispatcher]),
+                        readers)  # fmt: skip
+    assert len(asked) == 1, "a ready dispatcher is not asked"
+
+
 def autoscaled(replicas: int = 1) -> Manifest:
     return service(workers={"replicas": replicas}, autoscaling={"minReplicas": 1, "maxReplicas": 4})
 

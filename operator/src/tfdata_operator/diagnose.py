@@ -5,7 +5,10 @@ with the reason Kubernetes itself gives (the StatefulSet controller's ``FailedCr
 scheduler's ``Unschedulable``, the kubelet's ``CrashLoopBackOff`` or ``ImagePullBackOff``, the
 volume controller's ``ProvisioningFailed``) and its message, so a user never has to go
 looking. Pure: the reconcile loop (``reconcile.py``) reads the few Events it needs, only for
-a StatefulSet that is not settled, and only where ``needs_events``/``claims_to_read`` ask.
+a StatefulSet that is not settled, and only where ``needs_events``/``claims_to_read`` ask; and,
+when nothing here explains it, what the server of a running but unready pod says on its
+``/readyz`` (``unready_server``, ``from_readiness``: "2 of 3 workers registered: waiting for every
+listed worker to register").
 """
 
 from __future__ import annotations
@@ -194,3 +197,23 @@ def explain(
     if claims and unschedulable is not None and (found := _claim_pending(claims, unschedulable.message)):
         return found
     return unschedulable or _waiting(live)
+
+
+def unready_server(sts: Manifest | None, pods: Sequence[Manifest]) -> Manifest | None:
+    """The first pod whose server runs (its container started) but is not ready, with an address to
+    ask it why at: its ``/readyz`` says more than Kubernetes can."""
+    if not sts:
+        return None
+    for pod in _live_pods(sts, pods):
+        status = pod.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        running = any("running" in (c.get("state") or {}) for c in status.get("containerStatuses") or [])
+        if running and not ready and status.get("podIP"):
+            return pod
+    return None
+
+
+def from_readiness(pod: Manifest, detail: str) -> Finding:
+    """A server's own readiness detail, as a finding (its probe answers "not ok: <phase>: <detail>")."""
+    detail = detail.removeprefix("not ok:").strip()
+    return Finding("ServerNotReady", f"Pod {pod['metadata']['name']} runs but is not ready: {_quote(detail)}")
