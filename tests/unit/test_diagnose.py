@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tfdata_operator import diagnose, spec, status
+from tfdata_operator import diagnose, hold, spec, status
 from tfdata_operator.builders import BuildSettings
 from tfdata_operator.diagnose import Finding
 
@@ -263,3 +263,15 @@ def test_a_readiness_detail_becomes_the_finding() -> None:
         "Pod demo-dispatcher-0 runs but is not ready: running: dispatcher serving on port 5050; 2 of 3 workers "
         "registered: waiting for every listed worker to register",
     )
+
+
+def test_a_held_rescale_is_reported_rather_than_a_workers_problem() -> None:
+    """A held change is the operator's own decision: it names it, whatever else keeps workers unready."""
+    body = {"metadata": {"name": "demo", "namespace": "ml", "uid": "u", "generation": 1},
+            "spec": {"shardingPolicy": "FILE", "workers": {"replicas": 3}}}  # fmt: skip
+    held = hold.Decision(hold.HOLD, hold.Pending("workers 2→3", "worker count change 2→3", 2), "waits: reading")
+    problem = Finding("CrashLoopBackOff", "Pod demo-worker-0: container worker is in CrashLoopBackOff")
+    observed = status.Observed(sts("demo-dispatcher", 1, 1), sts(), workers_problem=problem)
+    st = status.compute_status(spec.parse(body, "img"), body, observed, BuildSettings(), "T1", decision=held)
+    workers = next(c for c in st["conditions"] if c["type"] == "WorkersReady")
+    assert (workers["reason"], workers["message"]) == ("RescaleHeld", "waits: reading")
