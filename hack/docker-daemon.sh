@@ -110,11 +110,21 @@ start_dockerd() {
   else
     log "starting dockerd: socket $SOCKET, data-root $STATE/data-root, log $LOGFILE"
     # --pidfile also keeps two of ours from running at once: dockerd refuses a live one.
-    setsid dockerd \
-      --host "unix://$SOCKET" \
-      --data-root "$STATE/data-root" \
-      --pidfile "$PIDFILE" \
-      >>"$LOGFILE" 2>&1 </dev/null 9>&- &
+    # It outlives its caller, so it must not keep the caller's other descriptors open: a
+    # lock (`flock FILE make images`) or a pipe would be held for as long as dockerd runs.
+    local fd inherited=()
+    for fd in /proc/$$/fd/*; do
+      fd="${fd##*/}"
+      ((fd > 2)) && inherited+=("$fd")
+    done
+    (
+      for fd in "${inherited[@]}"; do eval "exec $fd>&-" 2>/dev/null || true; done
+      exec setsid dockerd \
+        --host "unix://$SOCKET" \
+        --data-root "$STATE/data-root" \
+        --pidfile "$PIDFILE" \
+        >>"$LOGFILE" 2>&1 </dev/null
+    ) &
     disown || true
   fi
   local cli deadline=$((SECONDS + START_TIMEOUT))
