@@ -37,3 +37,7 @@ CHANGES = Counter(
 SERVICES = Gauge(
     "tfdata_operator_services", "TFDataServices by the status of their Ready condition (True, False).", ["ready"]
 )
+LEADER = Gauge(
+    "tfdata_operator_leader",
+    "1 while this operator process reconciles: it holds the leader election's Lease, or runs without an election.",
+)
