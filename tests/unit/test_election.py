@@ -162,9 +162,8 @@ def test_a_partitioned_leader_stops_writing_before_the_standby_may_take_over() -
     assert not both, f"both may write at {both[:3]}"
     assert a_stopped is not None and b_started is not None
     assert b_started - a_stopped >= 10 - 7 - 0.2, "the margin between the renew deadline and the lease duration"
-    with pytest.raises(NotLeading):
-        with a.writing():
-            pass
+    with pytest.raises(NotLeading), a.writing():
+        pass
 
 
 def test_a_released_lease_is_taken_at_the_next_try() -> None:
@@ -196,9 +195,8 @@ def test_release_waits_for_the_writes_in_flight_and_refuses_new_ones() -> None:
     releaser.start()
     time.sleep(0.2)
     assert lease.holder == "a", "released while a write was in flight"
-    with pytest.raises(NotLeading):
-        with a.writing():
-            pass
+    with pytest.raises(NotLeading), a.writing():
+        pass
     finish.set()
     writer.join(5)
     releaser.join(5)
