@@ -41,6 +41,7 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 
 from . import metrics
+from .children import LEASE, path
 from .kube import Kube, describe_api_error
 
 log = logging.getLogger(__name__)
@@ -111,12 +112,13 @@ class Leases(Protocol):
 
 class KubeLeases:
     def __init__(self, kube: Kube, namespace: str, name: str) -> None:
-        self.kube, self.namespace, self.name = kube, namespace, name
-        self.collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self.kube = kube
+        self.collection = path(LEASE.api_version, LEASE.kind, namespace)
+        self.url = path(LEASE.api_version, LEASE.kind, namespace, name)
 
     def get(self, timeout: float) -> Lease | None:
         try:
-            return self.kube.call("GET", f"{self.collection}/{self.name}", timeout=timeout)
+            return self.kube.call("GET", self.url, timeout=timeout)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -126,7 +128,7 @@ class KubeLeases:
         return self.kube.call("POST", self.collection, body=lease, timeout=timeout)
 
     def replace(self, lease: Lease, timeout: float) -> Lease:
-        return self.kube.call("PUT", f"{self.collection}/{self.name}", body=lease, timeout=timeout)
+        return self.kube.call("PUT", self.url, body=lease, timeout=timeout)
 
 
 class NotLeading(RuntimeError):
@@ -197,8 +199,8 @@ class Elector:
         if current is not None:
             metadata["resourceVersion"] = current["metadata"]["resourceVersion"]
         return {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
+            "apiVersion": LEASE.api_version,
+            "kind": LEASE.kind,
             "metadata": metadata,
             "spec": {
                 "holderIdentity": self.identity,
