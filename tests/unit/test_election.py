@@ -11,8 +11,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 from kubernetes.client.exceptions import ApiException
+from support import ROOT
 
 from tfdata_operator import cli, election
 from tfdata_operator.election import ElectionConfig, ElectionError, Elector, NotLeading, Timing
@@ -283,3 +285,11 @@ def test_the_cli_refuses_an_election_that_cannot_work(
 
 def test_micro_time_always_has_six_fraction_digits() -> None:
     assert election.micro_time(datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)) == "2026-01-02T03:04:05.000000Z"
+
+
+def test_the_charts_default_timings_are_the_operators() -> None:
+    """One set of defaults: a user reading values.yaml or `run --help` sees the same numbers."""
+    values = yaml.safe_load((ROOT / "charts/tfdata-operator/values.yaml").read_text())["leaderElection"]
+    chart = (values["leaseDurationSeconds"], values["renewDeadlineSeconds"], values["retryPeriodSeconds"])
+    timing = Timing()
+    assert chart == (timing.lease_duration, timing.renew_deadline, timing.retry_period)
