@@ -135,15 +135,16 @@ def test_the_standby_takes_over_from_a_leader_killed_mid_reconcile(
     standby_of(second, first)
 
     # Mid-reconcile: each service has its first child, and its reconcile hangs there.
-    ns.apply("early-a")
-    ns.apply("early-b")
+    early, late = [f"early-{i}-{secrets.token_hex(2)}" for i in (1, 2)], f"after-kill-{secrets.token_hex(2)}"
+    for name in early:
+        ns.apply(name)
     wait_for(
         lambda: first.log().count("Fault point after-first-apply reached") == 2,
         60,
         "both reconciles to reach the fault point",
         show=first.tail,
     )
-    partial = {name: ns.children(name) for name in ("early-a", "early-b")}
+    partial = {name: ns.children(name) for name in early}
     assert all(len(objects) == 1 for objects in partial.values()), partial
     # Counters only grow: this one reading covers the standby's whole life so far.
     assert idle(second) == STANDING_BY, second.tail()
@@ -152,16 +153,16 @@ def test_the_standby_takes_over_from_a_leader_killed_mid_reconcile(
     assert first.proc is not None
     killed = time.monotonic()
     first.proc.send_signal(signal.SIGKILL)
-    ns.apply("after-kill")
+    ns.apply(late)
     first.proc.wait(10)
     wait_for(lambda: leads(second), 4 * LEASE_DURATION, "the standby to lead", interval=0.1, show=second.tail)
     took_over = time.monotonic() - killed
     wait_for(
-        lambda: ns.reconciled("after-kill"),
+        lambda: ns.reconciled(late),
         60,
         "the service applied after the kill to be reconciled",
         interval=0.2,
-        show=lambda: (ns.names("after-kill"), second.tail()),
+        show=lambda: (ns.names(late), second.tail()),
     )
     reconciled = time.monotonic() - killed
     print(
@@ -172,7 +173,7 @@ def test_the_standby_takes_over_from_a_leader_killed_mid_reconcile(
 
     # Nothing duplicated or orphaned: every service ends with exactly its children, each owned by
     # it once, and the children the killed leader made were adopted, not made again.
-    for name in ("early-a", "early-b", "after-kill"):
+    for name in (*early, late):
         wait_for(lambda n=name: ns.reconciled(n), 60, f"{name} to be reconciled", show=lambda n=name: ns.names(n))
         uid = ns.kubectl.json("get", "tfdataservice", name, "-n", ns.name)["metadata"]["uid"]
         objects = ns.children(name)
