@@ -57,7 +57,8 @@ class ElectionError(ValueError):
 
 @dataclass(frozen=True)
 class Timing:
-    """client-go's three durations, in seconds (its defaults are 15, 10, 2)."""
+    """client-go's three durations, in seconds. Its defaults (15, 10, 2) take 13-19 s to fail over
+    after a leader dies without a clean exit; these take 8-14 s (the goal is 15)."""
 
     lease_duration: int = 10
     renew_deadline: float = 7.0
