@@ -190,5 +190,6 @@ test-images: venv binaries images ## Image tests with real Docker: tf.data throu
 ##@ Benchmarks (figures, not tests; never part of `make test`)
 
 .PHONY: bench
-bench: venv binaries ## The operator at 200 and 1,000 services on a node-less dev cluster of its own, beside the API server's ceiling: throughput, latency, RSS, idle requests by verb (JSON: .local/bench/last.json; takes several minutes).
+bench: venv binaries ## Benchmarks (figures, not tests; ~25 min): the operator at 200 and 1,000 services on a node-less cluster beside the API server's ceiling (throughput, latency, RSS, idle requests by verb), then on a cluster with its node: apply -> Ready, idle static rescales, client throughput vs servers started by hand (JSON: .local/bench/last.json, node-last.json).
 	PYTHONPATH=$(ROOT)/hack $(PY) hack/bench.py $(BENCH_ARGS)
+	PYTHONPATH=$(ROOT)/hack $(PY) hack/bench_node.py $(BENCH_NODE_ARGS)

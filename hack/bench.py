@@ -324,8 +324,9 @@ def main() -> int:
     return 0
 
 
-def report(results: dict[str, Any]) -> None:
-    last, previous = OUT / "last.json", OUT / "previous.json"
+def report(results: dict[str, Any], prefix: str = "") -> None:
+    """Prints ``results`` as a table beside the previous run's, and keeps them as ``<prefix>last.json``."""
+    last, previous = OUT / f"{prefix}last.json", OUT / f"{prefix}previous.json"
     before = json.loads(last.read_text()) if last.exists() else None
     if last.exists():
         last.replace(previous)

@@ -338,6 +338,32 @@ def test_clear_errors_instead_of_hangs(services: Services) -> None:
     services.delete("nolist")
 
 
+def test_a_running_but_unready_dispatcher_is_explained_by_its_own_readyz(services: Services) -> None:
+    """A static dispatcher runs but waits for listed workers that cannot be scheduled: the
+    status quotes the server's own /readyz ("0 of 2 workers registered"), and the workers'
+    condition the scheduler's reason."""
+    body = {
+        "apiVersion": "tfdata.dev/v1alpha1",
+        "kind": "TFDataService",
+        "metadata": {"name": "waits", "namespace": services.ns},
+        "spec": {"shardingPolicy": "FILE", "workers": {"replicas": 2, "nodeSelector": {"tfdata.dev/no": "such-node"}}},
+    }
+    services.kubectl.apply(body)
+
+    def explained() -> dict[str, Any] | None:
+        status = services.get("waits").get("status") or {}
+        dispatcher, workers = _condition(status, "DispatcherReady"), _condition(status, "WorkersReady")
+        return status if dispatcher.get("reason") == "ServerNotReady" and workers.get("reason") else None
+
+    status = wait_for(explained, 180, "DispatcherReady=False with the server's /readyz", interval=1,
+                      show=lambda: services.describe("waits"))  # fmt: skip
+    dispatcher, workers = _condition(status, "DispatcherReady"), _condition(status, "WorkersReady")
+    assert dispatcher["status"] == "False" and "0 of 2 workers registered" in dispatcher["message"], dispatcher
+    assert (workers["status"], workers["reason"]) == ("False", "Unschedulable"), workers
+    assert "node affinity/selector" in workers["message"] or "didn't match" in workers["message"], workers
+    services.delete("waits")
+
+
 # --- Held rescales and suspend (rescalePolicy, spec.suspend) -------------------------------
 
 

@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
+import sys
 import textwrap
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from support import CRD_DIR, ROOT, Kubectl, wait_for
+from prometheus_client.parser import text_string_to_metric_families
+from support import CRD_DIR, ROOT, Kubectl, free_port, wait_for
 
 from tfdata_operator import children
 
@@ -71,9 +74,11 @@ def custom_values(watch: list[str]) -> dict[str, Any]:
         "metrics": {
             "enabled": True,
             "port": 8443,
-            "serviceMonitor": {"enabled": True, "path": "/healthz", "interval": "1m", "labels": {"release": "prom"}},
+            "serviceMonitor": {"enabled": True, "interval": "1m", "labels": {"release": "prom"}},
         },
-    }
+        "dashboard": {"enabled": True, "label": "grafana_dashboard", "labelValue": "1",
+                      "annotations": {"grafana_folder": "ML"}},
+    }  # fmt: skip
 
 
 class Helm:
@@ -165,6 +170,7 @@ def test_custom_render_is_accepted_by_the_api_server(
         [
             ("ClusterRole", None),  # only what kopf needs at cluster scope
             ("ClusterRoleBinding", None),
+            ("ConfigMap", namespace),
             ("Deployment", namespace),
             ("Role", watched[0]),
             ("Role", watched[1]),
@@ -191,7 +197,7 @@ def test_custom_render_is_accepted_by_the_api_server(
         "TFDATA_CLUSTER_DOMAIN": "corp.internal",
         "TFDATA_LOG_FORMAT": "plain",
     }
-    assert container["args"] == ["run", "--liveness=http://0.0.0.0:9090/healthz"]
+    assert container["args"] == ["run", "--liveness=http://0.0.0.0:9090/healthz", "--metrics-port=8443"]
     assert container["resources"] == {"requests": {"cpu": "100m", "memory": "200Mi"}, "limits": {"memory": "1Gi"}}
     assert pod["securityContext"]["runAsUser"] == 10001
     assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}]
@@ -206,6 +212,8 @@ def test_service_monitor_only_with_both_flags(helm: Helm, metrics: bool, monitor
 
 
 def test_service_monitor_scrapes_the_service(helm: Helm) -> None:
+    """ServiceMonitor -> Service port "metrics" -> the container port "metrics" -> the port the
+    Deployment's args tell the operator to serve /metrics on."""
     objects = helm.template("ops", custom_values([]))
     (service,) = [o for o in objects if o["kind"] == "Service"]
     (monitor,) = [o for o in objects if o["kind"] == "ServiceMonitor"]
@@ -214,13 +222,90 @@ def test_service_monitor_scrapes_the_service(helm: Helm) -> None:
     assert selector.items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
     (endpoint,) = monitor["spec"]["endpoints"]
-    assert endpoint == {"port": "http", "path": "/healthz", "interval": "1m"}
+    assert endpoint == {"port": "metrics", "path": "/metrics", "interval": "1m"}
     (port,) = service["spec"]["ports"]
-    assert (port["name"], port["port"], port["targetPort"]) == ("http", 8443, "http")
+    assert (port["name"], port["port"], port["targetPort"]) == ("metrics", 8443, "metrics")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert {"name": "http", "containerPort": 9090, "protocol": "TCP"} in container["ports"]
+    assert {"name": "metrics", "containerPort": 8443, "protocol": "TCP"} in container["ports"]
+    assert "--metrics-port=8443" in container["args"]
+    assert {"name": "http", "containerPort": 9090, "protocol": "TCP"} in container["ports"]  # the liveness probe's
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
     assert monitor["metadata"]["labels"]["release"] == "prom"
+
+
+def test_the_dashboard_configmap_carries_the_dashboard_and_the_sidecars_label(helm: Helm) -> None:
+    assert "ConfigMap" not in {o["kind"] for o in helm.template("ops")}, "the dashboard is off by default"
+    (configmap,) = [o for o in helm.template("ops", custom_values([])) if o["kind"] == "ConfigMap"]
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert configmap["metadata"]["annotations"] == {"grafana_folder": "ML"}
+    (text,) = configmap["data"].values()
+    assert json.loads(text) == json.loads((CHART / "dashboards" / "tfdata-operator.json").read_text())
+
+
+def test_the_same_port_for_metrics_and_health_is_refused(helm: Helm) -> None:
+    result = helm.run("template", "rel", str(CHART), "--set", "metrics.port=8080", check=False)
+    assert result.returncode != 0 and "metrics.port and healthPort are both 8080" in result.stderr, result.stderr
+
+
+def test_the_operator_run_as_the_deployment_says_serves_metrics_on_the_charts_port(
+    helm: Helm, kubectl: Kubectl, kube_env: dict[str, str], namespace: str, crd: None, tmp_path: Path
+) -> None:
+    """The operator started with the rendered Deployment's own command, args and environment serves
+    Prometheus metrics on the port the metrics Service targets. The cluster runs no container (its
+    pods never start), and the API server will not proxy a Service to a process on the loopback:
+    so the process is scraped directly, on the port the chart's wiring names."""
+    values = {"watchNamespaces": [namespace], "healthPort": free_port(), "metrics": {"enabled": True,
+              "port": free_port()}}  # fmt: skip
+    objects = helm.template(namespace, values)
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (service,) = [o for o in objects if o["kind"] == "Service"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    port = ports[service["spec"]["ports"][0]["targetPort"]]
+    command = [str(Path(sys.executable).with_name(container["command"][0])), *container["args"]]
+    env = {**kube_env, **{e["name"]: e["value"] for e in container["env"]}, "PYTHONUNBUFFERED": "1",
+           # In the pod it listens on every address; here only on the loopback.
+           "TFDATA_METRICS_ADDRESS": "127.0.0.1", "TFDATA_RESYNC_SECONDS": "2"}  # fmt: skip
+    log = tmp_path / "operator.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+
+        def scrape() -> dict[str, float]:
+            assert proc.poll() is None, f"the operator exited with {proc.returncode}: {log.read_text()}"
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                text = response.read().decode()
+            return {s.name + str(sorted(s.labels.items())): s.value
+                    for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+
+        kubectl.run("apply", "-n", namespace, "-f", "-", input=SCRAPED_SERVICE)
+        samples = wait_for(
+            scrape,
+            60,
+            "the operator's /metrics to count a changed reconcile and the services by Ready",
+            until=lambda seen: (
+                seen.get("tfdata_operator_reconciles_total[('result', 'changed')]", 0) >= 1
+                and seen.get("tfdata_operator_services[('ready', 'False')]", 0) >= 1
+            ),
+            show=lambda: log.read_text()[-3000:],
+        )
+        assert samples.get("tfdata_operator_api_requests_total[('code', '200'), ('verb', 'patch')]", 0) >= 1
+        assert "tfdata_operator_queue_depth[]" in samples
+    finally:
+        kubectl.run("delete", "-n", namespace, "tfdataservice", "scraped", "--ignore-not-found", "--wait=false")
+        proc.terminate()
+        proc.wait(30)
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+SCRAPED_SERVICE = """
+apiVersion: tfdata.dev/v1alpha1
+kind: TFDataService
+metadata:
+  name: scraped
+spec:
+  shardingPolicy: DYNAMIC
+"""
 
 
 BAD_VALUES = [

@@ -280,8 +280,8 @@ def test_a_static_rescale_waits_for_the_reader_then_goes_ahead(kubectl: Kubectl,
     def held() -> dict[str, Any] | None:
         return kubectl.json("get", f"tfdata/{HELD}", "-n", ns).get("status", {}).get("held")
 
-    message = wait_for(held, 60, "status.held", interval=1)["message"]
-    assert "workers 1→2" in message and "rescalePolicy: Immediate" in message, message
+    waiting = wait_for(held, 60, "status.held", interval=1)
+    assert waiting["change"] == "workers 1→2" and "rescalePolicy: Immediate" in waiting["message"], waiting
     holds_for(
         lambda: kubectl.json("get", "statefulset", f"{HELD}-worker", "-n", ns)["spec"]["replicas"], 5,
         "the worker StatefulSet keeps 1 replica while the reader reads", ok=lambda replicas: replicas == 1,

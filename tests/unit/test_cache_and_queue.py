@@ -64,6 +64,38 @@ def test_a_trimmed_pod_keeps_what_the_scaling_decisions_read() -> None:
     assert trimmed["status"]["containerStatuses"] == [{"name": "server", "ready": True, "started": True}]
 
 
+def test_a_trimmed_pod_keeps_why_it_is_not_scheduled_or_not_running() -> None:
+    long = "x" * 5000
+    pod = {
+        "kind": "Pod",
+        "metadata": {"name": "demo-worker-0", "namespace": "ml"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                            "message": "0/1 nodes are available", "lastProbeTime": None}],
+            "containerStatuses": [
+                {
+                    "name": "server",
+                    "ready": False,
+                    "restartCount": 3,
+                    "imageID": "sha256:...",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+                    "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": long,
+                                                 "containerID": "c", "finishedAt": "t"}},
+                }
+            ],
+        },
+    }  # fmt: skip
+    trimmed = cache.trim_pod(pod)
+    assert trimmed["status"]["conditions"] == [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available"}
+    ]
+    (container,) = trimmed["status"]["containerStatuses"]
+    assert container["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}}
+    terminated = container["lastState"]["terminated"]
+    assert terminated.keys() == {"exitCode", "reason", "message"} and len(terminated["message"]) == 1024
+
+
 def test_instance_of_reads_the_instance_label() -> None:
     body = {"metadata": {"namespace": "ml", "labels": {children.INSTANCE_LABEL: "demo"}}}
     assert cache.instance_of(body) == KEY

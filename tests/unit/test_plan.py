@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tfdata_operator import builders, plan
 from tfdata_operator.builders import BuildSettings
 
@@ -71,3 +73,47 @@ def test_needs_apply_ignores_what_the_server_adds() -> None:
     edited = {**live, "spec": {**live["spec"], "publishNotReadyAddresses": False}}
     assert plan.needs_apply(desired, edited)
     assert plan.needs_apply(desired, None)
+
+
+# --- The Event of each change --------------------------------------------------------------------
+
+
+def _statefulsets(**spec: object) -> dict[str, dict[str, object]]:
+    desired = plan.desired_children(parse(**spec), BuildSettings(), NONE)
+    return {m["metadata"]["name"]: m for m in desired.apply if m["kind"] == "StatefulSet"}
+
+
+def _event(before: dict[str, object], after: dict[str, object], name: str) -> tuple[str, str]:
+    return plan.change_events(_statefulsets(**after)[name], _statefulsets(**before)[name])
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "name", "reason", "says"),
+    [
+        pytest.param({}, {"workers": {"replicas": 3}}, "demo-worker", "Scaled",
+                     "Scaled StatefulSet demo-worker from 2 to 3 replicas", id="dynamic-scale"),
+        pytest.param({"shardingPolicy": "FILE"}, {"shardingPolicy": "FILE", "workers": {"replicas": 3}},
+                     "demo-dispatcher", "RollingOut",
+                     "Rolling out a new pod template to StatefulSet demo-dispatcher (its worker list changes from 2 "
+                     "to 3 workers; the dispatcher restarts because it reads the list only when it starts)",
+                     id="static-dispatcher-roll"),
+        pytest.param({}, {"workers": {"replicas": 3, "resources": {"requests": {"cpu": "2"}}}}, "demo-worker",
+                     "RollingOut",
+                     "Rolling out a new pod template to StatefulSet demo-worker (spec.replicas, spec.template), "
+                     "and scaling it from 2 to 3 replicas", id="roll-and-scale"),
+        pytest.param({}, {"workers": {"resources": {"requests": {"cpu": "2"}}}}, "demo-worker", "RollingOut",
+                     "Rolling out a new pod template to StatefulSet demo-worker (spec.template)", id="roll"),
+    ],
+)  # fmt: skip
+def test_every_change_of_a_statefulset_has_an_event_that_says_what_and_why(
+    before: dict[str, object], after: dict[str, object], name: str, reason: str, says: str
+) -> None:
+    assert _event(before, after, name) == (reason, says)
+
+
+def test_a_new_child_is_created_and_other_changes_are_updates() -> None:
+    service = plan.desired_children(parse(), BuildSettings(), NONE).apply[0]
+    assert plan.change_events(service, None) == ("Created", "Created Service demo-dispatcher")
+    edited = {**service, "spec": {**service["spec"], "publishNotReadyAddresses": False}}
+    updated = ("Updated", "Updated Service demo-dispatcher (spec.publishNotReadyAddresses)")
+    assert plan.change_events(service, edited) == updated

@@ -61,6 +61,8 @@ class FakeApi:
         self.refuse: dict[tuple[str, str], ApiException] = {}
         self.status: Manifest | None = None
         self._versions = itertools.count(100)
+        # The Events the API server holds about each (kind, name).
+        self.object_events: dict[tuple[str, str], list[Manifest]] = {}
 
     def apply(self, manifest: Manifest, dry_run: bool = False) -> Manifest:
         key = plan.key(manifest)
@@ -103,6 +105,10 @@ class FakeApi:
     def scale(self, namespace: str, name: str, replicas: int) -> Manifest:
         self.calls.append(("scale", f"{name}={replicas}"))
         return {"kind": "Scale", "metadata": {"name": name, "resourceVersion": str(next(self._versions))}}
+
+    def list_events(self, namespace: str, kind: str, name: str) -> list[Manifest]:
+        self.calls.append(("list-events", f"{kind}/{name}"))
+        return copy.deepcopy(self.object_events.get((kind, name), []))
 
     def event(self, owner: Any, event_type: str, reason: str, message: str) -> None:
         self.calls.append(("event", reason))
@@ -308,6 +314,125 @@ def test_a_service_being_deleted_is_left_to_the_garbage_collector() -> None:
     body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     run(api, body)
     assert api.take_calls() == []
+
+
+# --- Saying why a service is not ready: what it costs ------------------------------------------
+
+
+def settle(api: FakeApi, name: str, ready: int | None = None, pods: int | None = None) -> None:
+    """The StatefulSet controller's status: it has seen the spec, with ``pods`` pods, ``ready`` of them ready."""
+    sts = api.objects[("StatefulSet", name)]
+    replicas = sts["spec"]["replicas"]
+    sts["metadata"]["generation"] = 1
+    sts["status"] = {
+        "observedGeneration": 1,
+        "replicas": replicas if pods is None else pods,
+        "readyReplicas": replicas if ready is None else ready,
+        "updatedReplicas": replicas if pods is None else pods,
+        "currentRevision": "r1",
+        "updateRevision": "r1",
+    }
+
+
+def pod_of(api: FakeApi, sts_name: str, ordinal: int, **status: Any) -> Manifest:
+    uid = api.objects[("StatefulSet", sts_name)]["metadata"]["uid"]
+    component = "dispatcher" if sts_name.endswith("dispatcher") else "worker"
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{sts_name}-{ordinal}",
+            "namespace": "ml",
+            "labels": {"app.kubernetes.io/component": component, "controller-revision-hash": "r1"},
+            "ownerReferences": [{"uid": uid}],
+        },
+        "status": status,
+    }
+
+
+def test_a_ready_service_reads_nothing_to_explain_itself() -> None:
+    api = FakeApi()
+    run(api, service())
+    settle(api, "demo-dispatcher")
+    settle(api, "demo-worker")
+    api.take_calls()
+    run(api, service())
+    assert api.take_calls() == [("status", "demo")]  # now Ready
+    run(api, service())
+    assert api.take_calls() == []
+
+
+def test_pods_a_statefulset_cannot_create_cost_one_read_of_its_events_and_the_status_says_why() -> None:
+    api = FakeApi()
+    run(api, service())
+    settle(api, "demo-worker", ready=0, pods=0)
+    message = (
+        'create Pod demo-worker-0 in StatefulSet demo-worker failed error: pods "demo-worker-0" is forbidden: '
+        "no PriorityClass with name does-not-exist was found"
+    )
+    api.object_events[("StatefulSet", "demo-worker")] = [
+        {"type": "Warning", "reason": "FailedCreate", "message": message, "lastTimestamp": "t"}
+    ]
+    api.take_calls()
+    run(api, service())
+    assert api.take_calls() == [("list-events", "StatefulSet/demo-worker"), ("status", "demo")]
+    workers = next(c for c in api.status["conditions"] if c["type"] == "WorkersReady")  # type: ignore[index]
+    assert workers["reason"] == "FailedCreate"
+    assert workers["message"].endswith("no PriorityClass with name does-not-exist was found")
+    run(api, service())
+    assert api.take_calls() == [("list-events", "StatefulSet/demo-worker")]  # unchanged: nothing written
+
+
+def test_unschedulable_and_crashing_pods_are_explained_from_the_cache_alone() -> None:
+    api = FakeApi()
+    run(api, service())
+    settle(api, "demo-dispatcher", ready=0)
+    settle(api, "demo-worker", ready=0)
+    scheduler = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+    pods = [
+        pod_of(api, "demo-dispatcher", 0, conditions=[
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": scheduler}]),
+        pod_of(api, "demo-worker", 0, containerStatuses=[
+            {"name": "server", "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}}}]),
+        pod_of(api, "demo-worker", 1),
+    ]  # fmt: skip
+    api.take_calls()
+    reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, reconcile.Observed(api.objects, pods))
+    assert api.take_calls() == [("status", "demo")]
+    by_type = {c["type"]: c for c in api.status["conditions"]}  # type: ignore[index]
+    assert by_type["DispatcherReady"]["reason"] == "Unschedulable"
+    assert by_type["DispatcherReady"]["message"].endswith(f"cannot be scheduled: {scheduler}")
+    assert by_type["WorkersReady"]["reason"] == "CrashLoopBackOff"
+    assert by_type["Ready"]["reason"] == "Unschedulable"
+
+
+def test_a_running_but_unready_dispatcher_is_asked_why_and_a_ready_one_is_not() -> None:
+    api = FakeApi()
+    asked: list[str] = []
+    detail = "not ok: running: dispatcher serving on port 5050; 2 of 3 workers registered: waiting for every listed"
+
+    def read(url: str) -> str:
+        asked.append(url)
+        return detail
+
+    readers = reconcile.Autoscaling(read_readiness=read)
+    run(api, service())
+    settle(api, "demo-dispatcher", ready=0)
+    settle(api, "demo-worker")
+    dispatcher = pod_of(api, "demo-dispatcher", 0, podIP="10.1.2.3",
+                        conditions=[{"type": "Ready", "status": "False"}],
+                        containerStatuses=[{"name": "dispatcher", "state": {"running": {}}}])  # fmt: skip
+    api.take_calls()
+    reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, reconcile.Observed(api.objects, [dispatcher]),
+                        readers)  # fmt: skip
+    assert asked == ["http://10.1.2.3:8080/readyz"]
+    assert api.take_calls() == [("status", "demo")]  # no request to the API server for it
+    ready = next(c for c in api.status["conditions"] if c["type"] == "DispatcherReady")  # type: ignore[index]
+    assert ready["reason"] == "ServerNotReady" and ready["message"].endswith("2 of 3 workers registered: "
+                                                                             "waiting for every listed")  # fmt: skip
+    settle(api, "demo-dispatcher")
+    reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, reconcile.Observed(api.objects, [dispatcher]),
+                        readers)  # fmt: skip
+    assert len(asked) == 1, "a ready dispatcher is not asked"
 
 
 def autoscaled(replicas: int = 1) -> Manifest:

@@ -14,6 +14,7 @@ import pytest
 
 from tfdata_operator import autoscaler, signalsource
 from tfdata_operator.autoscaler import Policy
+from tfdata_operator.server.health import RUNNING, HealthServer, ProbeState, status_line
 from tfdata_operator.signals import SIGNALS_PATH
 
 from cases import STALLED_SIGNALS
@@ -170,3 +171,19 @@ def test_a_failed_read_is_kept_out_of_the_window_and_said_in_the_reason() -> Non
     # Without a fresh reading the decision holds, and says so.
     stale = windows.decide(key, POLICY, 2, "GET http://x/v1/signals answered 503 Service Unavailable", 60.0)
     assert stale.replicas == 2 and "no recent signals from the dispatcher (last read 60s ago)" in stale.reason
+
+
+def test_a_servers_readiness_detail_is_read_from_its_real_probe_endpoint() -> None:
+    state = ProbeState("starting")
+    detail = "dispatcher serving on port 5050; 2 of 3 workers registered: waiting for every listed worker to register"
+    state.apply(status_line(RUNNING, False, detail))
+    server = HealthServer(state, 0, host="127.0.0.1")
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/readyz"
+        assert signalsource.read_readiness(url) == f"not ok: running: {detail}"
+        state.apply(status_line(RUNNING, True, "dispatcher serving on port 5050; 3 of 3 workers registered"))
+        assert signalsource.read_readiness(url) == "dispatcher serving on port 5050; 3 of 3 workers registered"
+    finally:
+        server.stop()
+    assert signalsource.read_readiness(url, timeout=0.5) is None  # nobody there: nothing to say

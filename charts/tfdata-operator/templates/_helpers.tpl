@@ -114,10 +114,12 @@ operator/src/tfdata_operator/children.py says it does. */}}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "delete"]
-# Events on TFDataServices (Created, Scaled, InvalidSpec, ...).
+# Events on TFDataServices (Created, Scaled, InvalidSpec, ...). list (filtered by the object):
+# only for a service that is not ready, the Events of its StatefulSet (FailedCreate) and journal
+# claim (ProvisioningFailed), so its conditions say why (without: they say only "not ready").
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 {{- end }}
 
 {{/* resources: only the quantities that are set (null removes a default). */}}

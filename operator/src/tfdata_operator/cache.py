@@ -35,13 +35,45 @@ def trim(body: Mapping[str, Any]) -> Manifest:
 
 _POD_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",
              "creationTimestamp", "deletionTimestamp")  # fmt: skip
-_CONTAINER_STATUS = ("name", "ready", "started", "state", "restartCount")
+_CONTAINER_STATUS = ("name", "ready", "started", "restartCount")
+_CONDITION = ("type", "status", "reason", "message", "lastTransitionTime")
+_STATE = ("reason", "message", "exitCode", "startedAt")
+# Messages the kubelet or the scheduler write can be long (a whole stack's last words): the cache
+# keeps what a condition would quote (diagnose.MAX_QUOTED).
+_MAX_MESSAGE = 1024
+
+
+def _trimmed_state(state: Mapping[str, Any] | None) -> Manifest:
+    """A container state ({running|waiting|terminated: {...}}) with only what a diagnosis quotes."""
+    out: Manifest = {}
+    for phase, detail in (state or {}).items():
+        detail = detail or {}
+        kept = {k: detail[k] for k in _STATE if k in detail}
+        if isinstance(kept.get("message"), str):
+            kept["message"] = kept["message"][:_MAX_MESSAGE]
+        out[phase] = kept
+    return out
 
 
 def trim_pod(body: Mapping[str, Any]) -> Manifest:
-    """A pod as the scaling decisions read it: identity, revision, readiness (not its spec)."""
+    """A pod as the scaling decisions and the status's diagnosis (``diagnose.py``) read it: identity,
+    revision, readiness, why it is not scheduled or not running (not its spec)."""
     meta = body.get("metadata") or {}
     status = body.get("status") or {}
+    containers = []
+    for c in status.get("containerStatuses") or []:
+        container = {k: c[k] for k in _CONTAINER_STATUS if k in c}
+        if "state" in c:
+            container["state"] = _trimmed_state(c["state"])
+        if last := _trimmed_state(c.get("lastState")):
+            container["lastState"] = last
+        containers.append(container)
+    conditions = []
+    for cond in status.get("conditions") or []:
+        kept = {k: cond[k] for k in _CONDITION if k in cond}
+        if isinstance(kept.get("message"), str):
+            kept["message"] = kept["message"][:_MAX_MESSAGE]
+        conditions.append(kept)
     return {
         "apiVersion": body.get("apiVersion", "v1"),
         "kind": "Pod",
@@ -50,10 +82,8 @@ def trim_pod(body: Mapping[str, Any]) -> Manifest:
             "phase": status.get("phase"),
             # The autoscaler and the hold decision read the dispatcher's signals at this address.
             "podIP": status.get("podIP"),
-            "conditions": status.get("conditions") or [],
-            "containerStatuses": [
-                {k: c[k] for k in _CONTAINER_STATUS if k in c} for c in status.get("containerStatuses") or []
-            ],
+            "conditions": conditions,
+            "containerStatuses": containers,
         },
     }
 

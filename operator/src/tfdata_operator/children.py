@@ -85,7 +85,9 @@ SERVICE = Kind(f"{API_GROUP}/v1alpha1", "TFDataService", PLURAL, (), "the resour
 # and renew the Lease the replicas elect on (election.py).
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases", ("get", "create", "update"), "leader election")
 BY_KIND: dict[str, Kind] = {k.kind: k for k in (*OBSERVED, SERVICE, LEASE)}
-EVENT = Kind("v1", "Event", "events", ("create",), "what the operator did and why")
+EVENT = Kind(
+    "v1", "Event", "events", ("create", "list"), "what the operator did and why; why a child of a service is not ready"
+)
 
 
 def path(api_version: str, kind: str, namespace: str, name: str | None = None, subresource: str = "") -> str:
@@ -114,7 +116,7 @@ def namespaced_rules() -> set[Rule]:
     rules.add((API_GROUP, f"{PLURAL}/scale", "patch"))
     # ownerReferences with blockOwnerDeletion need it where OwnerReferencesPermissionEnforcement runs.
     rules.add((API_GROUP, f"{PLURAL}/finalizers", "update"))
-    rules.add((EVENT.group, EVENT.plural, "create"))
+    rules |= {(EVENT.group, EVENT.plural, verb) for verb in EVENT.verbs}
     return rules
 
 

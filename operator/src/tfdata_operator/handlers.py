@@ -127,7 +127,8 @@ for _kind in children.OBSERVED:
 
 
 async def _resync_forever(memo: kopf.Memo) -> None:
-    """Queues every TFDataService periodically, whether or not anything signalled a change.
+    """Queues every TFDataService periodically, whether or not anything signalled a change, and counts
+    them by their Ready condition for the metrics.
 
     A plain task rather than a kopf timer: kopf puts a finalizer on every object with a
     timer, and a TFDataService must stay deletable while the operator is not running.
@@ -137,7 +138,9 @@ async def _resync_forever(memo: kopf.Memo) -> None:
     await memo.leading.wait()
     while True:
         await asyncio.sleep(config.resync_seconds)
-        for key in list(memo.indices[SERVICES_INDEX]):
+        services = memo.indices[SERVICES_INDEX]
+        metrics.count_services(body for key in list(services) for body in services.get(key, ()))
+        for key in list(services):
             memo.queue.add(key)
 
 

@@ -145,6 +145,13 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
+    def list_events(self, namespace: str, kind: str, name: str) -> list[Manifest]:
+        """The Events about one object: a list filtered by the API server (read only for a service
+        that is not ready, to say why: ``diagnose.py``)."""
+        query = [("fieldSelector", f"involvedObject.kind={kind},involvedObject.name={name}")]
+        items: list[Manifest] = self._call("GET", path("v1", "Event", namespace), query=query).get("items", [])
+        return items
+
     def event(self, owner: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         """Records an Event on the TFDataService; failing to record one never fails a reconcile."""
         meta = owner["metadata"]

@@ -6,6 +6,9 @@ that a reconcile ran in its window by the reconcile counter.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILES = Counter(
@@ -35,8 +38,24 @@ CHANGES = Counter(
     ["reason"],
 )
 SERVICES = Gauge(
-    "tfdata_operator_services", "TFDataServices by the status of their Ready condition (True, False).", ["ready"]
+    "tfdata_operator_services",
+    "TFDataServices by the status of their Ready condition (True, False; Unknown before their first status).",
+    ["ready"],
 )
+READY_STATES = ("True", "False", "Unknown")
+
+
+def count_services(bodies: Iterable[Mapping[str, Any]]) -> None:
+    """Sets ``SERVICES`` from the TFDataServices as the cache has them (at every resync)."""
+    counts = dict.fromkeys(READY_STATES, 0)
+    for body in bodies:
+        conditions = (body.get("status") or {}).get("conditions") or []
+        ready = next((c.get("status") for c in conditions if c.get("type") == "Ready"), "Unknown")
+        counts[ready if ready in counts else "Unknown"] += 1
+    for state, count in counts.items():
+        SERVICES.labels(state).set(count)
+
+
 LEADER = Gauge(
     "tfdata_operator_leader",
     "1 while this operator process reconciles: it holds the leader election's Lease, or runs without an election.",

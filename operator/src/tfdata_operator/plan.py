@@ -116,12 +116,25 @@ def change_events(desired: Manifest, live: Manifest | None) -> tuple[str, str]:
         return "Created", f"Created {kind} {name}"
     if kind == "StatefulSet":
         before, after = (live.get("spec") or {}).get("replicas"), desired["spec"].get("replicas")
-        rolled = needs_apply(desired["spec"].get("template"), (live.get("spec") or {}).get("template"))
-        if rolled:
-            return "RollingOut", f"Rolling out a new pod template to StatefulSet {name} ({_differing(desired, live)})"
+        scaled = f"from {before} to {after} replicas"
+        if needs_apply(desired["spec"].get("template"), (live.get("spec") or {}).get("template")):
+            message = f"Rolling out a new pod template to StatefulSet {name} ({_why_rolled(desired, live)})"
+            return "RollingOut", message + (f", and scaling it {scaled}" if before != after else "")
         if before != after:
-            return "Scaled", f"Scaled StatefulSet {name} from {before} to {after} replicas"
+            return "Scaled", f"Scaled StatefulSet {name} {scaled}"
     return "Updated", f"Updated {kind} {name} ({_differing(desired, live)})"
+
+
+def _why_rolled(desired: Manifest, live: Manifest) -> str:
+    """What a pod template change is for: a static dispatcher's new worker list, else the fields."""
+    old = scaling.live_worker_list(builders.read_config(live))
+    new = scaling.live_worker_list(builders.read_config(desired))
+    if old is not None and new is not None and len(old) != len(new):
+        return (
+            f"its worker list changes from {len(old)} to {len(new)} workers; the dispatcher restarts "
+            "because it reads the list only when it starts"
+        )
+    return _differing(desired, live)
 
 
 def _differing(desired: Manifest, live: Manifest) -> str:

@@ -37,6 +37,7 @@ from . import (
 )
 from .builders import API_VERSION, KIND, MANAGER
 from .config import OperatorConfig
+from .diagnose import Finding, claims_to_read, explain, from_readiness, needs_events, unready_server
 from .kube import describe_api_error
 from .signals import ServiceSignals
 
@@ -59,6 +60,8 @@ class Api(Protocol):
 
     def scale(self, namespace: str, name: str, replicas: int) -> Manifest: ...
 
+    def list_events(self, namespace: str, kind: str, name: str) -> list[Manifest]: ...
+
 
 @dataclass
 class Autoscaling:
@@ -67,6 +70,8 @@ class Autoscaling:
 
     windows: signalsource.Windows = field(default_factory=signalsource.Windows)
     fetch: Callable[[str], ServiceSignals | str] = signalsource.fetch
+    # What a running but unready server says on its /readyz (for the status's explanation).
+    read_readiness: Callable[[str], str | None] = signalsource.read_readiness
     clock: Callable[[], float] = time.time
 
 
@@ -211,9 +216,17 @@ def reconcile(
     _hold_events(api, body, svc, children, decision)
     if outcome.written:
         outcome.result = "changed"
+    dispatcher_sts = live.get(("StatefulSet", builders.dispatcher_name(svc)))
+    workers_sts = live.get(("StatefulSet", builders.workers_name(svc)))
     observed_now = status.Observed(
-        dispatcher=live.get(("StatefulSet", builders.dispatcher_name(svc))),
-        workers=live.get(("StatefulSet", builders.workers_name(svc))),
+        dispatcher=dispatcher_sts,
+        workers=workers_sts,
+        dispatcher_problem=_explain(
+            api, dispatcher_sts, children.pods_of(builders.DISPATCHER), svc.dispatcher.health_port, autoscaling
+        ),
+        workers_problem=_explain(
+            api, workers_sts, children.pods_of(builders.WORKER), svc.workers.health_port, autoscaling
+        ),
     )
     new_status = status.compute_status(
         svc, body, observed_now, config.build, now, waiting=desired.waiting, decision=decision
@@ -445,3 +458,25 @@ def _replace_pod(api: Api, body: Manifest, pod: Manifest, reason: str, why: str,
         metrics.CHANGES.labels(reason).inc()
         api.event(body, "Normal", reason, message)
         outcome.result = "changed"
+
+
+def _explain(
+    api: Api,
+    sts: Manifest | None,
+    pods: list[Manifest],
+    health_port: int,
+    readers: Autoscaling | None,
+) -> Finding | None:
+    """Why a StatefulSet does not serve (``diagnose.py``): nothing is read for one that is settled,
+    Events only for pods it could not create or claims that are not bound, and one server's
+    ``/readyz`` only when its pod runs but is not ready and nothing else explains it."""
+    if sts is None or scaling.statefulset_settled(sts):
+        return None
+    namespace, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
+    events = api.list_events(namespace, "StatefulSet", name) if needs_events(sts, pods) else []
+    claims = {c: api.list_events(namespace, "PersistentVolumeClaim", c) for c in claims_to_read(sts, pods)}
+    found = explain(sts, pods, events, claims)
+    if found is None and readers is not None and (pod := unready_server(sts, pods)) is not None:
+        detail = readers.read_readiness(f"http://{pod['status']['podIP']}:{health_port}/readyz")
+        found = from_readiness(pod, detail) if detail else None
+    return found

@@ -57,6 +57,25 @@ def fetch(url: str, timeout: float = TIMEOUT_SECONDS) -> ServiceSignals | str:
         return f"GET {url}: {exc}"
 
 
+# A readiness detail is one line; more is not a detail.
+MAX_READINESS_BYTES = 4096
+
+
+def read_readiness(url: str, timeout: float = TIMEOUT_SECONDS) -> str | None:
+    """What a server's ``/readyz`` says about itself (its 503 body: "not ok: running: ...; 2 of 3 workers
+    registered: waiting for ..."), or None when it could not be asked (not there, not answering)."""
+    try:
+        with _OPENER.open(url, timeout=timeout) as response:
+            body = response.read(MAX_READINESS_BYTES)
+    except urllib.error.HTTPError as exc:
+        body = exc.read(MAX_READINESS_BYTES)
+        exc.close()
+    except (OSError, http.client.HTTPException):
+        return None
+    text = body.decode("utf-8", "replace").strip()
+    return text or None
+
+
 @dataclass
 class ServiceWindow:
     """One service's recent readings, oldest first, and the decision's memory."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from . import builders, hold, scaling
 from .builders import BuildSettings
+from .diagnose import Finding
 from .spec import ServiceSpec
 
 READY = "Ready"
@@ -43,6 +44,9 @@ class Observed:
 
     dispatcher: Manifest | None
     workers: Manifest | None
+    # Why each StatefulSet does not serve (diagnose.explain), when the reconcile looked.
+    dispatcher_problem: Finding | None = None
+    workers_problem: Finding | None = None
 
     def pods(self) -> int:
         """Pods of either StatefulSet that still exist (stopping ones included)."""
@@ -80,6 +84,20 @@ def workers_condition(svc: ServiceSpec, observed: Observed, waiting: str | None)
     if sts.get("spec", {}).get("replicas") == desired and scaling.statefulset_settled(sts):
         return Condition(WORKERS_READY, True, "WorkersReady", f"{ready}/{desired} workers are ready.")
     return Condition(WORKERS_READY, False, "WorkersNotReady", f"{ready}/{desired} workers are ready and up to date.")
+
+
+# Conditions a diagnosis may explain: a StatefulSet that exists and is not ready (not one that is
+# missing, or held back on purpose while the dispatcher restarts).
+_EXPLAINABLE = frozenset({"DispatcherNotReady", "DispatcherRestarting", "WorkersNotReady"})
+
+
+def explained(condition: Condition, problem: Finding | None) -> Condition:
+    """``condition`` with Kubernetes' own reason and message for why it is not ready, when known."""
+    if problem is None or condition.status or condition.reason not in _EXPLAINABLE:
+        return condition
+    # The workers' message has the count; the dispatcher's generic guesses give way to the cause.
+    what = "The dispatcher is not ready" if condition.type == DISPATCHER_READY else condition.message.rstrip(".")
+    return Condition(condition.type, False, problem.reason, f"{what}: {problem.message}")
 
 
 def summary_condition(
@@ -153,9 +171,9 @@ def compute_status(
     held = decision if decision is not None and decision.action == hold.HOLD and decision.pending else None
     held_suspend = held if held is not None and held.pending is not None and held.pending.is_suspend else None
     address = builders.dispatcher_address(svc, settings) if svc else old.get("dispatcherAddress")
-    dispatcher = dispatcher_condition(observed)
+    dispatcher = explained(dispatcher_condition(observed), observed.dispatcher_problem)
     if svc is not None:
-        workers = workers_condition(svc, observed, waiting)
+        workers = explained(workers_condition(svc, observed, waiting), observed.workers_problem)
         if held is not None and held_suspend is None:
             workers = Condition(WORKERS_READY, False, RESCALE_HELD, held.message)
     else:
