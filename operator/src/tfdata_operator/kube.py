@@ -149,7 +149,7 @@ class Kube:
         """The Events about one object: a list filtered by the API server (read only for a service
         that is not ready, to say why: ``diagnose.py``)."""
         query = [("fieldSelector", f"involvedObject.kind={kind},involvedObject.name={name}")]
-        items: list[Manifest] = self._call("GET", path("v1", "Event", namespace), query=query).get("items", [])
+        items: list[Manifest] = self.call("GET", path("v1", "Event", namespace), query=query).get("items", [])
         return items
 
     def event(self, owner: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
