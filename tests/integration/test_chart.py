@@ -23,6 +23,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from support import CRD_DIR, ROOT, Kubectl, free_port, wait_for
 
+from tfdata_operator import children
+
 CHART = ROOT / "charts" / "tfdata-operator"
 CRD_NAME = "tfdataservices.tfdata.dev"
 INSTANCE = "app.kubernetes.io/instance"
@@ -319,7 +321,59 @@ BAD_VALUES = [
     pytest.param({"logFormat": "xml"}, "at '/logFormat'", id="enum"),
     pytest.param({"resources": {"limits": {"memory": "lots"}}}, "at '/resources/limits/memory'", id="quantity"),
     pytest.param({"watchNamespaces": ["Team_A"]}, "at '/watchNamespaces/0'", id="namespace-name"),
+    pytest.param({"replicaCount": 0}, "at '/replicaCount'", id="no-replica"),
+    pytest.param({"leaderElection": {"leaseDuration": 10}}, "at '/leaderElection'", id="typo-election"),
 ]
+
+
+def test_two_replicas_elect_a_leader_on_a_lease_in_the_release_namespace(
+    helm: Helm, kubectl: Kubectl, namespace: str
+) -> None:
+    objects = helm.template(namespace, {"replicaCount": 2})
+    roles = [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
+    assert kinds(roles) == [("Role", namespace), ("RoleBinding", namespace)]
+    (role,) = [o for o in roles if o["kind"] == "Role"]
+    granted = {
+        (g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+    }
+    assert granted == children.leader_election_rules()
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate", "a new pod starts as a standby"
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["affinity"]["podAntiAffinity"], "a standby on the leader's node would go down with it"
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["TFDATA_LEADER_ELECTION"] == "true"
+    assert env["TFDATA_LEADER_ELECTION_NAMESPACE"] == namespace
+    assert env["TFDATA_LEADER_ELECTION_LEASE"] == "rel-tfdata-operator"
+    result = kubectl.run(
+        "apply", "--dry-run=server", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    )
+    assert result.stdout.count("(server dry run)") == len(objects), result.stdout
+    # One replica: no election, no Lease Role, as before; asked for, one replica elects too.
+    single = helm.template(namespace)
+    assert not [o for o in single if o["kind"] == "Role"]
+    assert "TFDATA_LEADER_ELECTION" not in {
+        e["name"]
+        for o in single
+        if o["kind"] == "Deployment"
+        for e in o["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    asked = helm.template(namespace, {"leaderElection": {"enabled": True}})
+    assert [o["kind"] for o in asked if o["kind"] == "Role"] == ["Role"]
+
+
+@pytest.mark.parametrize(
+    ("election", "message"),
+    [
+        ({"leaseDurationSeconds": 5, "renewDeadlineSeconds": 5}, "must be above renewDeadlineSeconds"),
+        ({"renewDeadlineSeconds": 2, "retryPeriodSeconds": 2}, "must be above 1.2 times retryPeriodSeconds"),
+    ],
+)
+def test_election_timings_that_cannot_work_are_refused(helm: Helm, election: dict[str, Any], message: str) -> None:
+    values = {"replicaCount": 2, "leaderElection": election}
+    result = helm.run("template", "rel", str(CHART), "-f", helm.values_file(values), check=False)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize(("values", "message"), BAD_VALUES)

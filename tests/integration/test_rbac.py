@@ -1,7 +1,8 @@
 """The chart's RBAC, proven both ways: the operator does its whole job with nothing but the
 chart's ServiceAccount and roles, and that identity is refused everything else.
 
-For each mode (every namespace: a ClusterRole; watchNamespaces: a Role per namespace), the
+For each mode (every namespace: a ClusterRole; watchNamespaces: a Role per namespace), with two
+replicas (so the operator elects a leader on a Lease in its own namespace), the
 chart's ServiceAccount and RBAC templates are applied as admin (`helm template --show-only`:
 the Deployment is left out, so no second operator can start on a cluster that has nodes), a
 token is minted for the ServiceAccount, and the operator runs as a real process with a
@@ -52,6 +53,8 @@ NAMESPACED = children.namespaced_rules()
 # kopf's runtime observation, at cluster scope: CRDs always; namespaces with a namespace list.
 CRDS = rules("apiextensions.k8s.io", "customresourcedefinitions", "list", "watch")
 NAMESPACES = rules("", "namespaces", "list", "watch")
+# Leader election, in the operator's own namespace only.
+LEASE = children.leader_election_rules()
 # Every authenticated identity may ask what it may do (system:basic-user).
 SELF_REVIEWS = (
     rules("authorization.k8s.io", "selfsubjectaccessreviews", "create")
@@ -76,6 +79,7 @@ NEVER = [
     ("update", "tfdataservices.tfdata.dev"),
     ("update", "tfdataservices.tfdata.dev/scale"),
     ("create", "rolebindings.rbac.authorization.k8s.io"),
+    ("delete", "leases.coordination.k8s.io"),
 ]
 # ... and at cluster scope.
 NEVER_CLUSTER = [
@@ -107,7 +111,7 @@ class Identity:
 
 def helm_template(kube_env: dict[str, str], namespace: str, watch: list[str], *templates: str) -> str:
     command = ["helm", "template", RELEASE, str(CHART), "-n", namespace]
-    command += ["--set-json", f"watchNamespaces={json.dumps(watch)}"]
+    command += ["--set-json", f"watchNamespaces={json.dumps(watch)}", "--set", "replicaCount=2"]
     command += [arg for template in templates for arg in ("--show-only", f"templates/{template}")]
     result = subprocess.run(command, env=kube_env, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
@@ -119,7 +123,7 @@ def chart_identity(
     kubectl: Kubectl, kube_env: dict[str, str], namespace: str, watch: list[str], tmp_path: Path
 ) -> Iterator[Identity]:
     """The chart's ServiceAccount and RBAC applied as admin; removed again afterwards."""
-    manifests = helm_template(kube_env, namespace, watch, "serviceaccount.yaml", "rbac.yaml")
+    manifests = helm_template(kube_env, namespace, watch, "serviceaccount.yaml", "rbac.yaml", "leaderelection.yaml")
     kubectl.run("apply", "-f", "-", input=manifests)
     try:
         token = kubectl.run("create", "token", SA, "-n", namespace, "--duration=1h").stdout.strip()
@@ -330,13 +334,17 @@ def test_every_namespace_with_a_cluster_role(
 ) -> None:
     with chart_identity(kubectl, kube_env, namespace, [], tmp_path) as identity:
         assert identity.operator_env["TFDATA_NAMESPACES"] == ""
-        with operator_as(identity, kube_env, tmp_path / "operator.log"):
+        assert identity.operator_env["TFDATA_LEADER_ELECTION"] == "true"
+        with operator_as(identity, kube_env, tmp_path / "operator.log") as operator:
             exercise_the_operator(Namespace(kubectl, namespaces[0]))
             other = Namespace(kubectl, namespaces[1])
             other.wait_reconciled(first_example(other))
+        assert "Leading: took the Lease" in operator.log(), "the operator reconciled without electing itself"
 
         # The same rules in every namespace; kopf's CRD watch besides; nothing else.
         assert_permissions(identity, kubectl, namespaces[0], NAMESPACED | CRDS, [namespaces[2], "kube-system"])
+        # The Lease only in its own namespace.
+        assert_permissions(identity, kubectl, namespace, NAMESPACED | CRDS | LEASE)
 
 
 def test_listed_namespaces_with_a_role_each(
@@ -355,6 +363,7 @@ def test_listed_namespaces_with_a_role_each(
             assert not elsewhere.children(unwatched)
 
         assert_permissions(identity, kubectl, watched[0], NAMESPACED | CRDS | NAMESPACES, watched[1:])
+        assert_permissions(identity, kubectl, namespace, CRDS | NAMESPACES | LEASE)
         # Elsewhere only kopf's cluster-scoped observation: not even a read of a TFDataService.
         assert_permissions(identity, kubectl, elsewhere.name, CRDS | NAMESPACES)
         assert not can_i(identity, kubectl, "list", "tfdataservices.tfdata.dev")

@@ -32,6 +32,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/component: operator
 {{- end }}
 
+{{/* "true" when the replicas elect a leader on a Lease (more than one, or asked for), else "". */}}
+{{- define "tfdata-operator.leaderElection" -}}
+{{- if or .Values.leaderElection.enabled (gt (int .Values.replicaCount) 1) }}true{{ end }}
+{{- end }}
+
 {{- define "tfdata-operator.serviceAccountName" -}}
 {{ include "tfdata-operator.fullname" . }}
 {{- end }}

@@ -81,7 +81,10 @@ POD = Kind("v1", "Pod", "pods", ("delete",), "replace stuck and stale pods")
 OBSERVED: tuple[Kind, ...] = (*CHILDREN, POD)
 
 SERVICE = Kind(f"{API_GROUP}/v1alpha1", "TFDataService", PLURAL, (), "the resource itself")
-BY_KIND: dict[str, Kind] = {k.kind: k for k in (*OBSERVED, SERVICE)}
+# Only with leader election (several replicas), only in the operator's own namespace: read, create
+# and renew the Lease the replicas elect on (election.py).
+LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases", ("get", "create", "update"), "leader election")
+BY_KIND: dict[str, Kind] = {k.kind: k for k in (*OBSERVED, SERVICE, LEASE)}
 EVENT = Kind(
     "v1", "Event", "events", ("create", "list"), "what the operator did and why; why a child of a service is not ready"
 )
@@ -115,3 +118,8 @@ def namespaced_rules() -> set[Rule]:
     rules.add((API_GROUP, f"{PLURAL}/finalizers", "update"))
     rules |= {(EVENT.group, EVENT.plural, verb) for verb in EVENT.verbs}
     return rules
+
+
+def leader_election_rules() -> set[Rule]:
+    """What the operator uses in the Lease's namespace when replicas elect a leader."""
+    return {(LEASE.group, LEASE.plural, verb) for verb in LEASE.verbs}

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 import click
 import yaml
 
-from . import __version__, plan, spec, tfrecords
+from . import __version__, election, plan, spec, tfrecords
 from .builders import API_VERSION, KIND, BuildSettings
 from .config import OperatorConfig
 
@@ -60,6 +60,33 @@ def main() -> None:
     "--metrics-address", default="0.0.0.0", envvar="TFDATA_METRICS_ADDRESS", show_default=True,
     help="The address the metrics endpoint listens on.",
 )  # fmt: skip
+@click.option(
+    "--leader-election/--no-leader-election", default=False, envvar="TFDATA_LEADER_ELECTION", show_default=True,
+    help="Run as one of several replicas: reconcile only while holding a Lease, stand by (watching) otherwise.",
+)  # fmt: skip
+@click.option(
+    "--leader-election-namespace", default=None, envvar="TFDATA_LEADER_ELECTION_NAMESPACE",
+    help="The namespace of the Lease.  [default: the operator pod's namespace]",
+)  # fmt: skip
+@click.option(
+    "--leader-election-lease", default="tfdata-operator", envvar="TFDATA_LEADER_ELECTION_LEASE", show_default=True,
+    help="The name of the Lease the replicas elect their leader on.",
+)  # fmt: skip
+@click.option(
+    "--lease-duration", type=click.IntRange(min=1), default=election.Timing.lease_duration,
+    envvar="TFDATA_LEASE_DURATION", show_default=True,
+    help="Seconds a standby waits after the leader's last renewal before it takes over.",
+)  # fmt: skip
+@click.option(
+    "--renew-deadline", type=click.FloatRange(min=0, min_open=True), default=election.Timing.renew_deadline,
+    envvar="TFDATA_RENEW_DEADLINE", show_default=True,
+    help="Seconds the leader keeps trying to renew before it stops writing and exits (below --lease-duration).",
+)  # fmt: skip
+@click.option(
+    "--retry-period", type=click.FloatRange(min=0, min_open=True), default=election.Timing.retry_period,
+    envvar="TFDATA_RETRY_PERIOD", show_default=True,
+    help="Seconds between two tries to take or renew the Lease.",
+)  # fmt: skip
 @click.option("--verbose", is_flag=True, envvar="TFDATA_VERBOSE", help="Log debug messages.")
 def run(
     namespaces: tuple[str, ...],
@@ -71,6 +98,12 @@ def run(
     workers: int,
     metrics_port: int | None,
     metrics_address: str,
+    leader_election: bool,
+    leader_election_namespace: str | None,
+    leader_election_lease: str,
+    lease_duration: int,
+    renew_deadline: float,
+    retry_period: float,
     verbose: bool,
 ) -> None:
     """Runs the operator until SIGTERM or SIGINT."""
@@ -88,6 +121,12 @@ def run(
         namespaces=tuple(watched),
         resync_seconds=resync_seconds,
         workers=workers,
+        election=election_config(
+            leader_election,
+            leader_election_namespace,
+            leader_election_lease,
+            (lease_duration, renew_deadline, retry_period),
+        ),
     )
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
     if not verbose:
@@ -103,11 +142,31 @@ def run(
             clusterwide=not watched,
             namespaces=watched,
             liveness_endpoint=liveness,
-            # One replica with a Recreate strategy: no peering objects to install or to clean up.
+            # Never kopf's peering: it pauses every watch of a standby (a cold cache) and pauses both of
+            # two replicas of the same priority. Replicas elect a leader on a Lease instead (election.py).
             standalone=True,
             memo=handlers.new_memo(config),
         )
     )
+
+
+def election_config(
+    enabled: bool, namespace: str | None, lease: str, timing: tuple[int, float, float]
+) -> election.ElectionConfig | None:
+    """The leader election's settings from ``run``'s options, or None without an election."""
+    if not enabled:
+        return None
+    namespace = namespace or election.default_namespace()
+    if not namespace:
+        raise click.UsageError(
+            "--leader-election needs --leader-election-namespace (or TFDATA_LEADER_ELECTION_NAMESPACE): "
+            "outside a pod there is no namespace of the operator's own to put the Lease in"
+        )
+    try:
+        durations = election.Timing(*timing)
+    except election.ElectionError as exc:
+        raise click.UsageError(f"--lease-duration, --renew-deadline, --retry-period: {exc}") from exc
+    return election.ElectionConfig(namespace=namespace, name=lease, timing=durations)
 
 
 @main.command()

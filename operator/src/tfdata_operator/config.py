@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .builders import BuildSettings
+from .election import ElectionConfig
 
 
 @dataclass(frozen=True)
@@ -18,3 +19,6 @@ class OperatorConfig:
     resync_seconds: float = 60.0
     # How many reconciles run at once (each one service; one service is never reconciled twice at once).
     workers: int = 8
+    # Leader election on a Lease (several replicas: one reconciles, the others stand by); None: this
+    # process reconciles from the start, as the only operator.
+    election: ElectionConfig | None = None

@@ -6,6 +6,10 @@ reconcile ever sees a half-filled cache), and an event handler queues the servic
 belongs to. The periodic resync queues every known service from the cache: it reads nothing.
 kopf writes nothing to the resources (no progress or diff-base annotations, no finalizers):
 the operator only watches with kopf and writes through ``kube.Kube``.
+
+With leader election (``election``), a standby runs all of this but the queue: its watches keep
+the cache warm, and it reconciles and writes nothing until it takes the Lease; then it queues
+every service it knows. Every request of the reconcile loop checks first that it still leads.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 
 import kopf
 
-from . import cache, children, metrics, reconcile
+from . import cache, children, election, metrics, reconcile
 from .builders import API_GROUP, PLURAL
 from .config import OperatorConfig
 from .kube import Kube, load_client_config
@@ -40,15 +44,40 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices:
     for kind in children.OBSERVED:
         settings.watching.label_selectors[kind.group, kind.version, kind.plural] = children.MANAGED_SELECTOR
     config: OperatorConfig = memo.config
-    memo.kube = Kube(load_client_config())
+    api = load_client_config()
     memo.overlay = cache.Overlay()
     memo.autoscaling = reconcile.Autoscaling()
     memo.indices = indices
     memo.indexed = asyncio.Event()
+    memo.leading = asyncio.Event()
     memo.queue = queue = WorkQueue()
     memo.pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="reconcile")
     memo.tasks = [asyncio.create_task(queue.drain(lambda key: _reconcile(memo, key))) for _ in range(config.workers)]
     memo.tasks.append(asyncio.create_task(_resync_forever(memo)))
+    memo.elector = None
+    if config.election is None:
+        memo.kube = Kube(api)
+        _start_leading(memo)
+        return
+    leases = election.KubeLeases(Kube(api, counted=False), config.election.namespace, config.election.name)
+    memo.elector = elector = election.Elector(leases, config.election)
+    memo.kube = Kube(api, guard=elector.writing)
+    metrics.LEADER.set(0)
+    loop = asyncio.get_running_loop()
+    elector.start(lambda: loop.call_soon_threadsafe(_start_leading, memo), election.exit_lost(elector.where))
+
+
+def _start_leading(memo: kopf.Memo) -> None:
+    """From now on this process reconciles: every service the cache knows is queued (a standby queued nothing)."""
+    memo.leading.set()
+    metrics.LEADER.set(1)
+    for key in list(memo.indices[SERVICES_INDEX]):
+        memo.queue.add(key)
+
+
+def _trigger(memo: kopf.Memo, key: cache.InstanceKey) -> None:
+    if memo.leading.is_set():
+        memo.queue.add(key)
 
 
 @kopf.on.cleanup()
@@ -56,6 +85,9 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.tasks:
         task.cancel()
     memo.pool.shutdown(wait=False, cancel_futures=True)
+    if memo.elector is not None:
+        # New writes are refused at once; those in flight may finish before the Lease is handed on.
+        await asyncio.get_running_loop().run_in_executor(None, memo.elector.stop, 10.0)
 
 
 # --- Watches: the cache and the triggers -------------------------------------------------
@@ -69,7 +101,7 @@ async def index_service(body: kopf.Body, namespace: str | None, name: str, **_: 
 @kopf.on.event(API_GROUP, VERSION, PLURAL)
 async def service_event(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
     memo.indexed.set()  # kopf runs event handlers only once every index is filled
-    memo.queue.add((namespace or "", name))
+    _trigger(memo, (namespace or "", name))
 
 
 def _watch(kind: children.Kind) -> None:
@@ -84,7 +116,7 @@ def _watch(kind: children.Kind) -> None:
     async def child_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         memo.indexed.set()
         if key := cache.instance_of(body):
-            memo.queue.add(key)
+            _trigger(memo, key)
 
     kopf.index(kind.group, kind.version, kind.plural, id=kind.index, labels=selector)(index_child)
     kopf.on.event(kind.group, kind.version, kind.plural, id=f"{kind.plural}_event", labels=selector)(child_event)
@@ -103,6 +135,7 @@ async def _resync_forever(memo: kopf.Memo) -> None:
     """
     config: OperatorConfig = memo.config
     await memo.indexed.wait()
+    await memo.leading.wait()
     while True:
         await asyncio.sleep(config.resync_seconds)
         services = memo.indices[SERVICES_INDEX]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timezone
 from typing import Any
 
@@ -52,16 +53,25 @@ _VERBS = {"GET": "get", "PATCH": "patch", "POST": "create", "DELETE": "delete", 
 
 
 class Kube:
-    def __init__(self, api: kubernetes.client.ApiClient) -> None:
-        self.api = api
+    """``guard`` wraps every request (the leader election's check that this process still leads);
+    ``counted`` says whether requests count in ``tfdata_operator_api_requests_total``."""
 
-    def _call(
+    def __init__(
+        self,
+        api: kubernetes.client.ApiClient,
+        guard: Callable[[], AbstractContextManager[None]] = nullcontext,
+        counted: bool = True,
+    ) -> None:
+        self.api, self.guard, self.counted = api, guard, counted
+
+    def call(
         self,
         method: str,
         url: str,
         body: Any = None,
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
+        timeout: float = 30,
     ) -> Manifest:
         if body is not None and "json" not in content_type:
             body = json.dumps(body)  # JSON is YAML: what apply-patch+yaml needs, already serialised
@@ -73,9 +83,13 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(method, full_url, header_params=headers, body=payload, _request_timeout=30)
-        data = response.read()
-        metrics.API_REQUESTS.labels(_VERBS.get(method, method), str(response.status)).inc()
+        with self.guard():
+            response = self.api.call_api(
+                method, full_url, header_params=headers, body=payload, _request_timeout=timeout
+            )
+            data = response.read()
+        if self.counted:
+            metrics.API_REQUESTS.labels(_VERBS.get(method, method), str(response.status)).inc()
         if not 200 <= response.status < 300:
             text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
             raise ApiException(status=response.status, reason=response.reason, body=text)
@@ -84,7 +98,7 @@ class Kube:
     def find(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
         """The object of that name, if any: a list filtered by name, which the watches' list permission covers."""
         query = [("fieldSelector", f"metadata.name={name}")]
-        items: list[Manifest] = self._call("GET", path(api_version, kind, namespace), query=query).get("items", [])
+        items: list[Manifest] = self.call("GET", path(api_version, kind, namespace), query=query).get("items", [])
         return items[0] if items else None
 
     def apply(self, manifest: Manifest, dry_run: bool = False) -> Manifest:
@@ -93,7 +107,7 @@ class Kube:
         query = [("fieldManager", MANAGER), ("force", "true")]
         if dry_run:
             query.append(("dryRun", "All"))
-        return self._call(
+        return self.call(
             "PATCH",
             path(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"]),
             body=manifest,
@@ -107,7 +121,7 @@ class Kube:
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            self._call("DELETE", path(api_version, kind, namespace, name), body=body)
+            self.call("DELETE", path(api_version, kind, namespace, name), body=body)
         except ApiException as exc:
             if exc.status in (404, 409):
                 return False
@@ -115,7 +129,7 @@ class Kube:
         return True
 
     def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: Manifest) -> Manifest:
-        return self._call(
+        return self.call(
             "PATCH",
             path(api_version, kind, namespace, name, "status"),
             body={"status": status},
@@ -124,7 +138,7 @@ class Kube:
 
     def scale(self, namespace: str, name: str, replicas: int) -> Manifest:
         """Sets a TFDataService's worker count through its scale subresource (what `kubectl scale` does)."""
-        return self._call(
+        return self.call(
             "PATCH",
             path(f"{API_GROUP}/v1alpha1", "TFDataService", namespace, name, "scale"),
             body={"spec": {"replicas": replicas}},
@@ -135,7 +149,7 @@ class Kube:
         """The Events about one object: a list filtered by the API server (read only for a service
         that is not ready, to say why: ``diagnose.py``)."""
         query = [("fieldSelector", f"involvedObject.kind={kind},involvedObject.name={name}")]
-        items: list[Manifest] = self._call("GET", path("v1", "Event", namespace), query=query).get("items", [])
+        items: list[Manifest] = self.call("GET", path("v1", "Event", namespace), query=query).get("items", [])
         return items
 
     def event(self, owner: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
@@ -164,6 +178,6 @@ class Kube:
             "reportingComponent": MANAGER,
         }
         try:
-            self._call("POST", path("v1", "Event", meta["namespace"]), body=event)
+            self.call("POST", path("v1", "Event", meta["namespace"]), body=event)
         except ApiException as exc:
             log.warning("Could not record event %s on %s: %s", reason, meta["name"], describe_api_error(exc))

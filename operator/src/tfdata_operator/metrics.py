@@ -54,3 +54,9 @@ def count_services(bodies: Iterable[Mapping[str, Any]]) -> None:
         counts[ready if ready in counts else "Unknown"] += 1
     for state, count in counts.items():
         SERVICES.labels(state).set(count)
+
+
+LEADER = Gauge(
+    "tfdata_operator_leader",
+    "1 while this operator process reconciles: it holds the leader election's Lease, or runs without an election.",
+)
