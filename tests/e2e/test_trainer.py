@@ -175,7 +175,7 @@ def trainers(
 
 def test_identical_trainers_share_one_job_exactly_once_with_settings_from_envfrom(trainers: Trainers) -> None:
     barrier = trainers.data / "barriers" / "shared"
-    pods = [trainers.start(f"same-{i}", DYNAMIC, "--job-name=shared", f"--start-when={barrier}", "--delay=0.02")
+    pods = [trainers.start(f"same-{i}", DYNAMIC, "--job-name=shared", f"--start-when={barrier}", "--delay=0.05")
             for i in range(2)]  # fmt: skip
     for pod in pods:  # both joined the job before either reads, so both get a share
         trainers.wait_line(pod, "ready")
