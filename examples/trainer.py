@@ -42,10 +42,15 @@ def main() -> None:
     )
     dataset = dataset.batch(32).prefetch(tf.data.AUTOTUNE)
     meter = iterate(dataset)  # measures data stalls, reports them, names a corrupt file
+    records = 0
     for step, batch in enumerate(meter):
+        records += int(batch.shape[0])
         if step % 100 == 0:
             print(f"step {step}: batch of {batch.shape[0]}")
-    print(f"done: {meter.total_elements} batches, waited for data {meter.stall_fraction:.0%} of the time")
+    print(
+        f"done: {records} records in {meter.total_elements} batches, "
+        f"waited for data {meter.stall_fraction:.0%} of the time"
+    )
 
 
 if __name__ == "__main__":

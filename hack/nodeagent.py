@@ -41,10 +41,11 @@ What it does NOT do (so what a test on it cannot show):
 - No kubelet API: `kubectl logs/exec/port-forward` do not work. Container output goes
   to DIR/logs/pods/<namespace>_<pod>/<container>.log (kept by `down`, like the
   components' logs).
-- Not supported (logged and skipped): init and ephemeral containers, envFrom and
-  env from configMapKeyRef/secretKeyRef/resourceFieldRef, projected/downwardAPI and
-  other volume types, grpc probes, lifecycle hooks. ConfigMap/Secret volumes are
-  written once, at pod start.
+- Not supported (logged and skipped): init and ephemeral containers, env from
+  configMapKeyRef/secretKeyRef/resourceFieldRef, projected/downwardAPI and other volume
+  types, grpc probes, lifecycle hooks. ConfigMap/Secret volumes and `envFrom` are read
+  once, at pod start; a pod whose ConfigMap or Secret is missing (and not `optional`)
+  stays Pending, saying which, until it exists.
 
 Names are derived from DIR, so several clusters (a dev cluster and test sessions) run
 side by side: netns `tfd<id>` (the bridge), `tfd<id>-<n>` (pods and clients, <n> the
@@ -78,7 +79,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -437,6 +438,31 @@ def expand(text: str, env: dict[str, str]) -> str:
     return "".join(out)
 
 
+def env_from(container: Obj, get: Callable[[str, str], Obj | None]) -> dict[str, str]:
+    """A container's `envFrom` as a kubelet reads it: each ConfigMap's or Secret's keys (after
+    `prefix`), in order, a later source winning; `get(kind, name)` fetches the object. A missing
+    source that is not `optional` raises LookupError, and the pod waits for it."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        kind, ref = (
+            ("configmaps", source["configMapRef"]) if "configMapRef" in source else ("secrets", source.get("secretRef"))
+        )
+        if ref is None:
+            continue
+        obj = get(kind, ref["name"])
+        if obj is None:
+            if ref.get("optional"):
+                continue
+            raise LookupError(f"{kind[:-1]} {ref['name']} of container {container['name']}'s envFrom not found")
+        raw: dict[str, str] = obj.get("data") or {}
+        data = {k: base64.b64decode(v).decode() for k, v in raw.items()} if kind == "secrets" else raw
+        for key, value in data.items():
+            if "=" in key:  # not a name a process environment can hold; a kubelet skips it too
+                continue
+            env[source.get("prefix", "") + key] = value
+    return env
+
+
 def field_ref(pod: Obj, path: str, ip: str, host_ip: str) -> str | None:
     meta, spec = pod["metadata"], pod["spec"]
     simple = {
@@ -504,6 +530,7 @@ class Container:
         }
         self.log_path = pod.agent.layout.logs_dir / pod.dir_name / f"{self.name}.log"
         self.env: dict[str, str] = {}  # once the pod has its IP (fieldRef status.podIP)
+        self.env_from: dict[str, str] = {}  # read with the pod's volumes
 
     def _env(self) -> dict[str, str]:
         pod, agent = self.pod.pod, self.pod.agent
@@ -511,6 +538,7 @@ class Container:
             "PATH": f"{agent.venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOSTNAME": pod["spec"].get("hostname") or pod["metadata"]["name"],
             "HOME": "/root",
+            **self.env_from,  # then `env`, which wins over it, as with a kubelet
         }
         for var in self.spec.get("env", []):
             if "value" in var:
@@ -527,8 +555,6 @@ class Container:
                 log.warning("%s: env %s: only value and fieldRef are supported; left unset", self.pod.key, var["name"])
             else:
                 env[var["name"]] = ""
-        if self.spec.get("envFrom"):
-            log.warning("%s: envFrom is not supported; ignored", self.pod.key)
         return env
 
     def argv(self) -> list[str] | None:
@@ -757,6 +783,8 @@ class PodRunner(threading.Thread):
         while self.stop_request is None:
             try:
                 self.volumes = self._resolve_volumes()
+                for c in self.containers:
+                    c.env_from = env_from(c.spec, self._get_object)
                 break
             except LookupError as e:
                 self.message = str(e)
@@ -775,6 +803,9 @@ class PodRunner(threading.Thread):
         log.info("%s: sandbox ready: %s in netns %s", self.key, self.ip, self.netns)
         return True
 
+    def _get_object(self, kind: str, name: str) -> Obj | None:
+        return self.agent.api.get(f"/api/v1/namespaces/{self.pod['metadata']['namespace']}/{kind}/{name}")
+
     def _resolve_volumes(self) -> dict[str, str]:
         ns = self.pod["metadata"]["namespace"]
         found: dict[str, str] = {}
@@ -788,7 +819,7 @@ class PodRunner(threading.Thread):
                 found[name] = vol["hostPath"]["path"]
             elif "configMap" in vol or "secret" in vol:
                 kind, ref = ("configmaps", vol["configMap"]) if "configMap" in vol else ("secrets", vol["secret"])
-                obj = self.agent.api.get(f"/api/v1/namespaces/{ns}/{kind}/{ref.get('name') or ref.get('secretName')}")
+                obj = self._get_object(kind, ref.get("name") or ref.get("secretName"))
                 if obj is None:
                     if ref.get("optional"):
                         continue

@@ -74,8 +74,11 @@ def test_journal_claim_is_bound_by_local_path_provisioner(kubectl: Kubectl, read
     assert annotations.get("pv.kubernetes.io/provisioned-by") == "rancher.io/local-path", annotations
 
 
-def start_pod(kubectl: Kubectl, namespace: str, name: str, labels: dict[str, str], script: str, *args: str) -> None:
-    """A pod from our server image (it has Python and TensorFlow) running ``script``."""
+def start_pod(
+    kubectl: Kubectl, namespace: str, name: str, labels: dict[str, str], script: str, *args: str, **container: Any
+) -> None:
+    """A pod from our server image (it has Python, TensorFlow and our package) running ``script``;
+    ``container`` adds to its container (``envFrom=...``)."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -89,6 +92,7 @@ def start_pod(kubectl: Kubectl, namespace: str, name: str, labels: dict[str, str
                     "imagePullPolicy": "Never",
                     "command": ["python3", "-c", script, *args],
                     "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+                    **container,
                 }
             ],
         },
@@ -169,6 +173,31 @@ def test_network_policy_admits_only_labelled_clients(kubectl: Kubectl, ready_ser
         f"a pod without tfdata.dev/client={NAME} should have its connection to {target} dropped by the "
         f"NetworkPolicy {json.dumps(policies[0]['spec'])} (a connect timeout); it saw: {denied}"
     )
+
+
+# A trainer that knows only the service's name: its settings come from envFrom alone.
+TRAINER = """
+import json, os, sys
+import tensorflow as tf
+from tfdata_operator.client import distribute
+print("settings", json.dumps({k: v for k, v in os.environ.items() if k.startswith("TFDATA_")}), flush=True)
+dataset = tf.data.Dataset.range(int(sys.argv[2])).apply(distribute(sys.argv[1], job_name="envfrom"))
+print("elements", json.dumps(sorted(int(x) for x in dataset)), flush=True)
+"""
+
+
+def test_a_trainer_pod_finds_the_service_through_envfrom(kubectl: Kubectl, ready_service: str) -> None:
+    ns = ready_service
+    env_from = [{"configMapRef": {"name": f"{NAME}-client"}}]
+    start_pod(kubectl, ns, "trainer", {"tfdata.dev/client": NAME}, TRAINER, NAME, "50", envFrom=env_from)
+    phase, log = wait_finished(kubectl, ns, "trainer", 240)
+    lines = dict(line.split(" ", 1) for line in log.splitlines() if line.startswith(("settings ", "elements ")))
+    assert phase == "Succeeded" and "elements" in lines, log[-3000:]
+    published = kubectl.json("get", "configmap", f"{NAME}-client", "-n", ns)["data"]
+    assert json.loads(lines["settings"]) == published, "the pod's TFDATA_* variables are the ConfigMap's"
+    address = kubectl.json("get", f"tfdata/{NAME}", "-n", ns)["status"]["dispatcherAddress"]
+    assert published["TFDATA_SERVICE_ADDRESS"] == address
+    assert json.loads(lines["elements"]) == list(range(50)), lines["elements"]
 
 
 # A slow DYNAMIC reader of range(COUNT): one line per element, so the test sees its progress.

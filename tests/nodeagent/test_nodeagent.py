@@ -112,9 +112,21 @@ def test_pod_runs_ready_with_its_ip_env_and_args(kubectl: Kubectl, namespace: st
             ("POD_IP", "status.podIP"),
             ("NODE_NAME", "spec.nodeName"),
         ]
-    ] + [{"name": "GREETING", "value": "hello-$(POD_NAME)"}]
-    args = ["$(POD_NAME)", "$(POD_NAMESPACE)", "$(POD_IP)", "$(NODE_NAME)", "$(GREETING)", "$(UNSET)", "$$(POD_NAME)"]
-    kubectl.apply(pod("plain", namespace, server_container(*args, env=env)))
+    ] + [{"name": "GREETING", "value": "hello-$(POD_NAME)"}, {"name": "CM_B", "value": "env-wins"}]
+    # envFrom as a kubelet reads it: in order, with a prefix, a missing optional source skipped,
+    # and `env` winning over it.
+    kubectl.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": namespace},
+                   "data": {"A": "from-configmap", "B": "overridden"}})  # fmt: skip
+    kubectl.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "secret", "namespace": namespace},
+                   "stringData": {"S": "from-secret"}})  # fmt: skip
+    env_from = [
+        {"configMapRef": {"name": "settings"}, "prefix": "CM_"},
+        {"secretRef": {"name": "secret"}},
+        {"configMapRef": {"name": "absent", "optional": True}},
+    ]
+    args = ["$(POD_NAME)", "$(POD_NAMESPACE)", "$(POD_IP)", "$(NODE_NAME)", "$(GREETING)", "$(UNSET)", "$$(POD_NAME)",
+            "$(CM_A)", "$(CM_B)", "$(S)"]  # fmt: skip
+    kubectl.apply(pod("plain", namespace, server_container(*args, env=env, envFrom=env_from)))
 
     p = wait_pod(kubectl, namespace, "plain", is_ready, "Ready", state_dir)
 
@@ -125,8 +137,27 @@ def test_pod_runs_ready_with_its_ip_env_and_args(kubectl: Kubectl, namespace: st
     assert p["spec"]["nodeName"] == devcluster.NODE_NAME
     [status] = p["status"]["containerStatuses"]
     assert status["ready"] and status["started"] and "running" in status["state"], status
-    expected = f"argv: plain {namespace} {ip} {devcluster.NODE_NAME} hello-plain $(UNSET) $(POD_NAME)"
+    expected = (
+        f"argv: plain {namespace} {ip} {devcluster.NODE_NAME} hello-plain $(UNSET) $(POD_NAME) "
+        "from-configmap env-wins from-secret"
+    )
     assert expected in log_of(state_dir, namespace, "plain"), log_of(state_dir, namespace, "plain")
+
+
+def test_a_pod_waits_for_the_configmap_its_envfrom_names(kubectl: Kubectl, namespace: str, state_dir: Path) -> None:
+    container = server_container("$(LATER)", envFrom=[{"configMapRef": {"name": "later"}}])
+    kubectl.apply(pod("waits", namespace, container))
+
+    def waiting(p: dict[str, Any]) -> bool:
+        conditions = {c["type"]: c for c in p.get("status", {}).get("conditions", [])}
+        return "configmap later" in conditions.get("Initialized", {}).get("message", "")
+
+    p = wait_pod(kubectl, namespace, "waits", waiting, "Pending, naming the missing ConfigMap", state_dir)
+    assert p["status"]["phase"] == "Pending", brief(p)
+    kubectl.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "later", "namespace": namespace},
+                   "data": {"LATER": "arrived"}})  # fmt: skip
+    wait_pod(kubectl, namespace, "waits", is_ready, "Ready once the ConfigMap exists", state_dir)
+    assert "argv: arrived" in log_of(state_dir, namespace, "waits")
 
 
 def test_pods_and_clients_reach_pods_by_pod_hostname_and_service_name(

@@ -3,9 +3,17 @@
     python read_dataset.py --service grpc://x-dispatcher.ns.svc.cluster.local:5050 \
         --files '/data/*.tfrecord' --mode DYNAMIC [--hint] [--job-name j] [--timeout 120]
 
+or, as a trainer in a pod that takes the service's published settings with `envFrom`, through the
+client helper (`tfdata_operator.client.distribute("x")`: no address, the mode is the service's):
+
+    python read_dataset.py --discover x --files '/data/*.tfrecord' [--map upper] [--job-name j]
+
 Prints one line per element as it arrives ("element <value>"), then a JSON summary line
-("summary {...}"). A watchdog ends the process with exit code 3 if the whole read takes longer
-than --timeout, so a test never hangs on a client that waits forever.
+("summary {...}"), or "error <type>: <message>" (exit code 2). With --discover it first prints
+the TFDATA_* variables it was given ("settings {...}") and its pipeline's fingerprint
+("fingerprint <digest>"), then "ready" once it has joined the job. A watchdog ends the process
+with exit code 3 if the whole read takes longer than --timeout, so a test never hangs on a
+client that waits forever.
 """
 
 from __future__ import annotations
@@ -16,15 +24,22 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterable
+from typing import Any
 
 MODES = ("OFF", "DYNAMIC", "FILE", "DATA", "FILE_OR_DATA", "HINT")
+# Transformations two trainers may differ by (--map): the seed's case of one job, two map functions.
+MAPS = ("upper", "suffix", "length")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--service", required=True)
+    parser.add_argument("--service", help="the dispatcher's address (TensorFlow's own distribute)")
+    parser.add_argument("--discover", metavar="NAME", help="the client helper with the settings published for NAME")
     parser.add_argument("--files", required=True, help="glob of TFRecord files")
-    parser.add_argument("--mode", choices=MODES, required=True)
+    parser.add_argument("--mode", choices=MODES, help="needed with --service; with --discover, passed on if given")
+    parser.add_argument("--map", choices=MAPS, help="a transformation of each record")
+    parser.add_argument("--start-when", metavar="PATH", help="with --discover: after 'ready', wait for PATH to exist")
     parser.add_argument("--hint", action="store_true", help="shard(SHARD_HINT, SHARD_HINT) after listing files")
     parser.add_argument("--job-name", default=None)
     parser.add_argument("--timeout", type=float, default=120)
@@ -32,6 +47,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="read the files this many times (one job)")
     parser.add_argument("--burn", type=int, default=0, help="256x256 matmuls per element in the workers (CPU load)")
     args = parser.parse_args()
+    if (args.service is None) == (args.discover is None) or (args.service and not args.mode):
+        parser.error("give either --service and --mode, or --discover")
 
     def watchdog() -> None:
         time.sleep(args.timeout)
@@ -42,7 +59,6 @@ def main() -> int:
 
     import tensorflow as tf
 
-    policy = getattr(tf.data.experimental.service.ShardingPolicy, args.mode)
     files = tf.data.Dataset.list_files(args.files, shuffle=False)
     if args.hint:
         files = files.shard(tf.data.experimental.SHARD_HINT, tf.data.experimental.SHARD_HINT)
@@ -60,14 +76,25 @@ def main() -> int:
             return tf.cond(tf.reduce_sum(product) > -1e30, lambda: element, lambda: element + b"!")
 
         dataset = dataset.map(burn)
-    dataset = dataset.apply(
-        tf.data.experimental.service.distribute(processing_mode=policy, service=args.service, job_name=args.job_name)
-    )
+    if args.map:
+        dataset = dataset.map(
+            {"upper": tf.strings.upper, "suffix": lambda r: r + "!", "length": tf.strings.length}[args.map]
+        )
     start = time.monotonic()
     count = 0
     try:
-        for element in dataset:
-            print(f"element {element.numpy().decode()}", flush=True)
+        if args.discover:
+            elements = through_client(args, dataset)
+        else:
+            policy = getattr(tf.data.experimental.service.ShardingPolicy, args.mode)
+            elements = dataset.apply(
+                tf.data.experimental.service.distribute(
+                    processing_mode=policy, service=args.service, job_name=args.job_name
+                )
+            )
+        for element in elements:
+            value = element.numpy()
+            print(f"element {value.decode() if isinstance(value, bytes) else value}", flush=True)
             count += 1
             if args.delay:
                 time.sleep(args.delay)
@@ -77,6 +104,21 @@ def main() -> int:
     seconds = time.monotonic() - start
     print("summary " + json.dumps({"elements": count, "seconds": round(seconds, 3)}), flush=True)
     return 0
+
+
+def through_client(args: argparse.Namespace, dataset: Any) -> Iterable[Any]:
+    """Reads as a trainer does with the client helper: every setting from the environment."""
+    from tfdata_operator import client
+
+    given = {k: v for k, v in os.environ.items() if k.startswith("TFDATA_")}
+    print("settings " + json.dumps(given, sort_keys=True), flush=True)
+    print(f"fingerprint {client.dataset_fingerprint(dataset).digest}", flush=True)
+    dataset = dataset.apply(client.distribute(args.discover, processing_mode=args.mode, job_name=args.job_name))
+    print("ready", flush=True)
+    if args.start_when:
+        while not os.path.exists(args.start_when):  # the watchdog bounds this wait
+            time.sleep(0.1)
+    return client.iterate(dataset)
 
 
 if __name__ == "__main__":
