@@ -3,9 +3,10 @@
     python read_dataset.py --service grpc://x-dispatcher.ns.svc.cluster.local:5050 \
         --files '/data/*.tfrecord' --mode DYNAMIC [--hint] [--job-name j] [--timeout 120]
 
-Prints one line per element as it arrives ("element <value>"), then a JSON summary line
-("summary {...}"). A watchdog ends the process with exit code 3 if the whole read takes longer
-than --timeout, so a test never hangs on a client that waits forever.
+Prints one line per element as it arrives ("element <value>"), one when a read of the whole
+dataset ends ("read <n>"), then a JSON summary line ("summary {...}"). A watchdog ends the
+process with exit code 3 if the whole read takes longer than --timeout, so a test never hangs
+on a client that waits forever.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=0.0, help="seconds to sleep per element (slow reader)")
     parser.add_argument("--repeat", type=int, default=1, help="read the files this many times (one job)")
     parser.add_argument("--burn", type=int, default=0, help="256x256 matmuls per element in the workers (CPU load)")
+    parser.add_argument(
+        "--until-file", default=None,
+        help="read everything again, each time as a new job, until this file exists; then end after the current read",
+    )  # fmt: skip
     args = parser.parse_args()
 
     def watchdog() -> None:
@@ -64,18 +69,25 @@ def main() -> int:
         tf.data.experimental.service.distribute(processing_mode=policy, service=args.service, job_name=args.job_name)
     )
     start = time.monotonic()
-    count = 0
+    count = reads = 0
     try:
-        for element in dataset:
-            print(f"element {element.numpy().decode()}", flush=True)
-            count += 1
-            if args.delay:
-                time.sleep(args.delay)
+        while True:
+            # Each pass over a distributed dataset is a job of its own (an anonymous one, or again
+            # --job-name's once the last ended), read in full.
+            for element in dataset:
+                print(f"element {element.numpy().decode()}", flush=True)
+                count += 1
+                if args.delay:
+                    time.sleep(args.delay)
+            reads += 1
+            print(f"read {reads}", flush=True)
+            if args.until_file is None or os.path.exists(args.until_file):
+                break
     except Exception as exc:  # the test asserts on this message
         print(f"error {type(exc).__name__}: {exc}".replace("\n", " "), flush=True)
         return 2
     seconds = time.monotonic() - start
-    print("summary " + json.dumps({"elements": count, "seconds": round(seconds, 3)}), flush=True)
+    print("summary " + json.dumps({"elements": count, "reads": reads, "seconds": round(seconds, 3)}), flush=True)
     return 0
 
 
