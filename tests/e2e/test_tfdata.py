@@ -8,6 +8,8 @@ timeout (the client's watchdog), so a hang fails fast with what was read so far.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import subprocess
 import sys
@@ -50,6 +52,7 @@ class Read:
 
     elements: list[str] = field(default_factory=list)
     times: list[float] = field(default_factory=list)  # when each element arrived (monotonic)
+    ends: list[int] = field(default_factory=list)  # how many elements had arrived when each read (job) ended
     error: str | None = None
     returncode: int | None = None
     stderr: str = ""
@@ -94,6 +97,8 @@ class Reader:
             if kind == "element":
                 self.read.elements.append(value)
                 self.read.times.append(time.monotonic())
+            elif kind == "read":
+                self.read.ends.append(len(self.read.elements))
             elif kind == "error":
                 self.read.error = value
 
@@ -482,6 +487,124 @@ def test_suspend_removes_every_pod_and_resume_serves_at_the_same_address(service
     read = services.read(address, "FILE")
     assert read.returncode == 0 and read.counts() == Counter(ALL), read.describe()
     services.delete("park")
+
+
+class WorkerCounts:
+    """The service's ready workers over time, polled in the background (one kubectl call every 2 s)."""
+
+    def __init__(self, services: Services, name: str) -> None:
+        self.services, self.name = services, name
+        self.seen: list[tuple[float, int, int]] = []  # (monotonic time, ready workers, spec.workers.replicas)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> WorkerCounts:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(2.0):
+            with contextlib.suppress(Exception):  # a slow API server: the next poll tells
+                svc = self.services.get(self.name)
+                ready = int(str(svc["status"]["workers"]["summary"]).split("/")[0])
+                self.seen.append((time.monotonic(), ready, int(svc["spec"]["workers"]["replicas"])))
+
+    def most_ready(self) -> int:
+        return max((ready for _, ready, _ in self.seen), default=0)
+
+    def phases(self, times: list[float]) -> list[tuple[int, float, int]]:
+        """(ready workers, seconds, elements read) for each stretch of one count while elements
+        arrived, from the first element to the last."""
+        if not times:
+            return []
+        start, end = times[0], times[-1]
+        cuts = [(t, ready) for t, ready, _ in self.seen if start < t < end]
+        before = [ready for t, ready, _ in self.seen if t <= start]
+        spans: list[tuple[int, float, float]] = []
+        current, since = (before[-1] if before else 1), start
+        for t, ready in cuts:
+            if ready != current:
+                spans.append((current, since, t))
+                current, since = ready, t
+        spans.append((current, since, end))
+        return [(ready, b - a, sum(1 for t in times if a <= t < b)) for ready, a, b in spans]
+
+
+def test_tfdata_autoscaling_adds_workers_under_load_and_returns_to_one(
+    services: Services, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    """A TFData-autoscaled DYNAMIC service (1..4 workers) under a CPU-heavy read: the operator adds workers
+    from the dispatcher's signals alone (no metrics-server), the client reads faster with them, every
+    element is read exactly once, and once the client stops the service goes back to one worker."""
+    name = "auto"
+    # The window is a field users set too: 20 s instead of the default 300 s keeps the test short.
+    autoscaling = {"minReplicas": 1, "maxReplicas": 4, "scaleDownStabilizationWindowSeconds": 20}
+    address = services.create(name, "DYNAMIC", replicas=1, autoscaling=autoscaling)
+    # The client reads the dataset again and again, each time as a new job, until told to stop: the
+    # load lasts as long as the scaling takes, and each read is checked for exactly once on its own.
+    stop = tmp_path / "stop"
+    started = time.monotonic()
+    with (
+        WorkerCounts(services, name) as counts,
+        services.reader(address, "DYNAMIC", "many", "--burn=60", f"--until-file={stop}", "--timeout=600") as reader,
+    ):
+        wait_for(
+            lambda: counts.most_ready() >= 3 or reader.proc.poll() is not None,
+            360,
+            "3 ready workers while the client reads",
+            interval=2,
+            show=lambda: f"{services.get(name).get('status', {}).get('autoscaling')}\n{reader.read.describe()}",
+        )
+        assert reader.proc.poll() is None, f"the client ended (seen: {counts.seen}): {reader.read.describe()}"
+        reached = time.monotonic() - started
+        # Long enough at 3 or more workers to measure the client's throughput there.
+        wait_for(lambda: time.monotonic() - started >= reached + 20 or reader.proc.poll() is not None, 30, "20 s")
+        stop.touch()
+        read = reader.finish(120)
+        phases = counts.phases(read.times)
+    assert read.returncode == 0, read.describe()
+    assert read.ends and read.ends[-1] == len(read.elements), f"reads ended at {read.ends}: {read.describe()}"
+    for i, (a, b) in enumerate(itertools.pairwise([0, *read.ends])):
+        missing, twice = Counter(ALL) - Counter(read.elements[a:b]), Counter(read.elements[a:b]) - Counter(ALL)
+        assert not missing and not twice, f"read {i + 1} of {len(read.ends)} lost {missing} and repeated {twice}"
+    print(
+        f"\nautoscaling: 3 ready workers {reached:.0f}s after the client started; {len(read.ends)} reads of the "
+        f"{len(ALL)} elements in {read.times[-1] - read.times[0]:.0f}s, each exactly once"
+    )
+    for ready, seconds, elements in phases:
+        print(f"  {ready} ready workers: {seconds:5.1f}s, {elements:5d} elements, {elements / seconds:6.1f} elements/s")
+    rates: dict[int, list[tuple[float, int]]] = {}
+    for ready, seconds, elements in phases:
+        rates.setdefault(ready, []).append((seconds, elements))
+    rate = {ready: sum(e for _, e in ps) / sum(s for s, _ in ps) for ready, ps in rates.items()}
+    alone = rate.get(1)
+    many = [(s, e) for ready, ps in rates.items() if ready >= 3 for s, e in ps]
+    assert alone and many, f"no time read at 1 and at 3 or more workers: {phases}"
+    scaled = sum(e for _, e in many) / sum(s for s, _ in many)
+    assert scaled > alone, (
+        f"the client read no faster with 3 or more workers ({scaled:.1f}/s) than with 1 ({alone:.1f}/s)"
+    )
+
+    status = services.get(name)["status"]["autoscaling"]
+    assert status["lastScale"]["toReplicas"] >= 3, status
+    events = kubectl.run("describe", "tfdata", name, "-n", services.ns).stdout
+    assert "Scaled workers from 1 to" in events, events
+    print(events[events.index("Events:") :])
+    wait_for(
+        lambda: services.get(name)["spec"]["workers"]["replicas"] == 1,
+        120,
+        "the autoscaler to go back to one worker once the client stopped",
+        interval=2,
+        show=lambda: services.get(name).get("status", {}).get("autoscaling"),
+    )
+    events = kubectl.run("describe", "tfdata", name, "-n", services.ns).stdout
+    assert "to 1: no client has read" in events, events
+    print(f"autoscaling: back to 1 worker {time.monotonic() - started:.0f}s after the client started")
+    services.delete(name)
 
 
 def test_every_server_pod_ran_without_tracebacks(services: Services) -> None:

@@ -60,6 +60,7 @@ def custom_values(watch: list[str]) -> dict[str, Any]:
         "serverImage": {"repository": "registry.example.com/ml/tfdata-server", "tag": "2.21-gpu"},
         "watchNamespaces": watch,
         "clusterDomain": "corp.internal",
+        "networkPolicy": {"operatorNamespace": "infra", "operatorPodLabels": {"example.com/tier": "platform"}},
         "logFormat": "plain",
         "nameOverride": "tfdata",
         "serviceAccount": {"annotations": {"example.com/owner": "ml-platform"}},
@@ -196,6 +197,8 @@ def test_custom_render_is_accepted_by_the_api_server(
         "TFDATA_SERVER_IMAGE": "registry.example.com/ml/tfdata-server:2.21-gpu",
         "TFDATA_CLUSTER_DOMAIN": "corp.internal",
         "TFDATA_LOG_FORMAT": "plain",
+        "TFDATA_OPERATOR_NAMESPACE": "infra",
+        "TFDATA_OPERATOR_POD_LABELS": "example.com/tier=platform",
     }
     assert container["args"] == ["run", "--liveness=http://0.0.0.0:9090/healthz", "--metrics-port=8443"]
     assert container["resources"] == {"requests": {"cpu": "100m", "memory": "200Mi"}, "limits": {"memory": "1Gi"}}
@@ -308,6 +311,17 @@ spec:
 """
 
 
+def test_the_operator_tells_network_policies_its_own_namespace_and_pod_labels(helm: Helm) -> None:
+    """By default, the peer each TFData-autoscaled service's NetworkPolicy admits is the operator pod itself."""
+    (deployment,) = [o for o in helm.template("ops") if o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TFDATA_OPERATOR_NAMESPACE"] == "ops"
+    labels = dict(pair.split("=", 1) for pair in env["TFDATA_OPERATOR_POD_LABELS"].split(","))
+    assert labels and labels.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert labels == deployment["spec"]["selector"]["matchLabels"]
+
+
 BAD_VALUES = [
     pytest.param({"watchNamespace": ["a"]}, "additional properties 'watchNamespace' not allowed", id="typo-top"),
     pytest.param(
@@ -323,6 +337,11 @@ BAD_VALUES = [
     pytest.param({"watchNamespaces": ["Team_A"]}, "at '/watchNamespaces/0'", id="namespace-name"),
     pytest.param({"replicaCount": 0}, "at '/replicaCount'", id="no-replica"),
     pytest.param({"leaderElection": {"leaseDuration": 10}}, "at '/leaderElection'", id="typo-election"),
+    pytest.param(
+        {"networkPolicy": {"operatorNamespace": "Ops"}},
+        "at '/networkPolicy/operatorNamespace'",
+        id="operator-namespace",
+    ),
 ]
 
 

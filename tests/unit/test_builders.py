@@ -311,23 +311,74 @@ def test_the_tfdata_metric_needs_no_hpa_and_no_cpu_request() -> None:
     svc = parse(shardingPolicy="DYNAMIC", autoscaling={"maxReplicas": 4})
     assert svc.autoscaling is not None and svc.autoscaling.metric == "TFData"
     assert builders.build_hpa(svc) is None
-    assert "HorizontalPodAutoscaler" not in [kind for _, kind, _, m in builders.optional_children(svc) if m]
+    assert "HorizontalPodAutoscaler" not in [
+        kind for _, kind, _, m in builders.optional_children(svc, BuildSettings()) if m
+    ]
 
 
 def test_network_policy_admits_only_labelled_clients_and_the_service_itself() -> None:
     svc = parse(networkPolicy={"from": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}]})
-    policy = builders.build_network_policy(svc)
+    policy = builders.build_network_policy(svc, BuildSettings())
     assert policy is not None
     spec = policy["spec"]
     assert spec["podSelector"]["matchLabels"] == builders.instance_labels(svc)
     assert spec["policyTypes"] == ["Ingress"]
-    servers, probes = spec["ingress"]
-    assert {p["port"] for p in servers["ports"]} == {5050, 5051}
+    # The health port too: the dispatcher reads its workers' /metrics there, and trainers report to
+    # the dispatcher's. Kubelets probe from the node, which no NetworkPolicy blocks.
+    (servers,) = spec["ingress"]
+    assert {p["port"] for p in servers["ports"]} == {5050, 5051, 8080}
     assert {"podSelector": {"matchLabels": {"tfdata.dev/client": "demo"}}} in servers["from"]
     assert {"podSelector": {"matchLabels": builders.instance_labels(svc)}} in servers["from"]
     assert {"namespaceSelector": {"matchLabels": {"team": "ml"}}} in servers["from"]
-    assert "from" not in probes and {p["port"] for p in probes["ports"]} == {8080}
-    assert builders.build_network_policy(parse(networkPolicy={"enabled": False})) is None
+    assert len(servers["from"]) == 3
+    assert builders.build_network_policy(parse(networkPolicy={"enabled": False}), BuildSettings()) is None
+
+
+IN_CLUSTER = BuildSettings(
+    operator_namespace="ops", operator_pod_labels=(("app.kubernetes.io/name", "tfdata-operator"),)
+)
+TFDATA = {"shardingPolicy": "DYNAMIC", "autoscaling": {"maxReplicas": 4}}
+CPU = {
+    "shardingPolicy": "DYNAMIC",
+    "autoscaling": {"maxReplicas": 4, "metric": "CPU"},
+    "workers": {"resources": {"requests": {"cpu": "1"}}},
+}
+
+
+def test_network_policy_admits_the_operator_to_the_dispatchers_health_port_only() -> None:
+    svc = parse(**TFDATA, dispatcher={"healthPort": 9090})
+    policy = builders.build_network_policy(svc, IN_CLUSTER)
+    assert policy is not None
+    servers, operator = policy["spec"]["ingress"]
+    assert {p["port"] for p in servers["ports"]} == {5050, 5051, 8080, 9090}
+    # One peer with both selectors: pods with these labels in that namespace (two peers would
+    # admit every pod of the namespace, and pods with these labels anywhere).
+    assert operator == {
+        "from": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "tfdata-operator"}},
+            }
+        ],
+        "ports": [{"protocol": "TCP", "port": 9090}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("fields", "settings"),
+    [
+        pytest.param({}, IN_CLUSTER, id="not-autoscaled"),
+        pytest.param(CPU, IN_CLUSTER, id="cpu-metric"),
+        pytest.param(TFDATA, BuildSettings(), id="operator-outside-the-cluster"),
+    ],
+)
+def test_network_policy_admits_the_operator_only_where_it_reads_signals(
+    fields: dict[str, Any], settings: BuildSettings
+) -> None:
+    policy = builders.build_network_policy(parse(**fields), settings)
+    assert policy is not None
+    (servers,) = policy["spec"]["ingress"]
+    assert all("namespaceSelector" not in peer for peer in servers["from"])
 
 
 @pytest.mark.parametrize(("policy", "expected"), [("OFF", False), ("DYNAMIC", True), ("FILE", True)])
@@ -390,7 +441,7 @@ def test_a_name_at_the_length_limit_fits_every_name_kubernetes_derives_from_it(s
         builders.build_worker_service(svc, settings),
         builders.build_dispatcher_statefulset(svc, settings, 1000),
         builders.build_worker_statefulset(svc, settings, 1000),
-        *(m for _, _, _, m in builders.optional_children(svc) if m is not None),
+        *(m for _, _, _, m in builders.optional_children(svc, BuildSettings()) if m is not None),
     ]
     for child in children:
         child_name = child["metadata"]["name"]

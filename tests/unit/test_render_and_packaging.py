@@ -99,3 +99,16 @@ def test_crd_is_documented_and_bounded() -> None:
     }
     assert crd["spec"]["names"]["shortNames"] == ["tfdata"]
     assert root["properties"]["spec"]["properties"]["shardingPolicy"]["default"] == "OFF"
+
+
+def test_operator_pod_labels_option_parses_pairs() -> None:
+    parsed = cli.parse_pod_labels("app.kubernetes.io/name=tfdata-operator, app.kubernetes.io/instance=ops")
+    assert parsed == (("app.kubernetes.io/instance", "ops"), ("app.kubernetes.io/name", "tfdata-operator"))
+    assert cli.parse_pod_labels("") == ()
+
+
+@pytest.mark.parametrize("text", ["team", "team=a b", "-bad=x", "a=b,c"])
+def test_run_refuses_bad_operator_pod_labels_naming_them(text: str) -> None:
+    result = CliRunner().invoke(cli.main, ["run", f"--operator-pod-labels={text}"])
+    assert result.exit_code == 2, result.output
+    assert "--operator-pod-labels" in result.output and "key=value" in result.output, result.output

@@ -23,6 +23,14 @@ app.kubernetes.io/name: {{ include "tfdata-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The operator pod's labels the services' NetworkPolicies select it by, as key=value,key=value. */}}
+{{- define "tfdata-operator.operatorPodLabels" -}}
+{{- $labels := .Values.networkPolicy.operatorPodLabels | default (include "tfdata-operator.selectorLabels" . | fromYaml) -}}
+{{- $pairs := list -}}
+{{- range $key, $value := $labels }}{{ $pairs = append $pairs (printf "%s=%s" $key $value) }}{{ end -}}
+{{- join "," $pairs -}}
+{{- end }}
+
 {{/* Labels on every object the chart creates: `-l app.kubernetes.io/instance=<release>` finds them all. */}}
 {{- define "tfdata-operator.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}

@@ -43,14 +43,16 @@ from enum import Enum
 from .signals import ServiceSignals
 from .spec import ALWAYS, AutoscalingSpec
 
-# After a scale, readings describe the new count only this long after every worker answers:
-# the workers' CPU is measured over 10 s and iterate() reports every 10 s.
-SETTLE_SECONDS = 20.0
+# After a scale, readings describe the new count only this long after every worker answers: the
+# workers' CPU is a 10 s average that the dispatcher reads every 2 s (a trainer's report covers
+# its last 10 s too). Longer only delays the next step: the up window below is the evidence.
+SETTLE_SECONDS = 12.0
 # New workers that do not all answer within this long (an image pull, a node that is full)
 # no longer hold decisions back.
 WARMUP_TIMEOUT_SECONDS = 180.0
-# Every reading this recent must say ADD (and they must span half of it) before workers are added.
-UP_WINDOW_SECONDS = 15.0
+# Every reading this recent must say ADD (and they must span half of it) before workers are added:
+# at least two readings of 10 s averages, so one busy moment never adds a worker.
+UP_WINDOW_SECONDS = 10.0
 # Without a reading this recent the autoscaler holds (the dispatcher is down or unreachable).
 MAX_SAMPLE_AGE_SECONDS = 30.0
 # How often to read while something can change, and while nothing reads.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import discovery, serverconfig, signals
-from .spec import CPU_METRIC, PodSettings, ServiceSpec, default_requests, parse_quantity
+from .spec import CPU_METRIC, TFDATA_METRIC, PodSettings, ServiceSpec, default_requests, parse_quantity
 
 API_GROUP = "tfdata.dev"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -38,6 +38,12 @@ class BuildSettings:
     """Operator-wide settings the manifests depend on."""
 
     cluster_domain: str = "cluster.local"
+    # Where the operator's own requests come from (its namespace and pod labels), for the rule of
+    # each NetworkPolicy that lets it read the dispatcher's signals (spec.autoscaling.metric TFData).
+    # None when it runs outside the cluster: its requests then come from a node, which every
+    # NetworkPolicy admits anyway.
+    operator_namespace: str | None = None
+    operator_pod_labels: tuple[tuple[str, str], ...] = ()
 
 
 Manifest = dict[str, Any]
@@ -418,45 +424,61 @@ def build_worker_pdb(svc: ServiceSpec) -> Manifest | None:
     }
 
 
-def build_network_policy(svc: ServiceSpec) -> Manifest | None:
+def build_network_policy(svc: ServiceSpec, settings: BuildSettings) -> Manifest | None:
     """tf.data service has no authentication: only labelled clients and the service's own pods get in.
 
-    The probes' port stays open to all: it answers only /healthz and /readyz, and kubelets
-    probe from the node's address.
+    The health ports serve more than probes: /metrics (the dispatcher reads its workers'),
+    the trainers' reports and /v1/signals (the dispatcher's), so they are open to the same peers,
+    and to the operator when it autoscales on TFData signals, for that port only. Kubelets'
+    probes come from the node, which a NetworkPolicy never blocks.
     """
     policy = svc.network_policy
     if not policy.enabled:
         return None
-    ports = [svc.dispatcher.port, svc.workers.port]
+    ports = [svc.dispatcher.port, svc.workers.port, svc.dispatcher.health_port, svc.workers.health_port]
     if svc.workers.data_transfer_port is not None:
         ports.append(svc.workers.data_transfer_port)
-    health = sorted({svc.dispatcher.health_port, svc.workers.health_port})
     peers = [
         {"podSelector": {"matchLabels": instance_labels(svc)}},
         {"podSelector": {"matchLabels": {CLIENT_LABEL: svc.name}}},
         *(dict(peer) for peer in policy.extra_from),
     ]
+    ingress: list[Manifest] = [{"from": peers, "ports": _tcp(ports)}]
+    if (operator := operator_peer(settings)) is not None and reads_signals(svc):
+        ingress.append({"from": [operator], "ports": _tcp([svc.dispatcher.health_port])})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": _metadata(svc, network_policy_name(svc), "network-policy"),
-        "spec": {
-            "podSelector": {"matchLabels": instance_labels(svc)},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {"from": peers, "ports": [{"protocol": "TCP", "port": p} for p in sorted(set(ports))]},
-                {"ports": [{"protocol": "TCP", "port": p} for p in health]},
-            ],
-        },
+        "spec": {"podSelector": {"matchLabels": instance_labels(svc)}, "policyTypes": ["Ingress"], "ingress": ingress},
     }
 
 
-def optional_children(svc: ServiceSpec) -> list[tuple[str, str, str, Manifest | None]]:
+def reads_signals(svc: ServiceSpec) -> bool:
+    """Whether the operator reads the dispatcher's /v1/signals (its TFData autoscaler)."""
+    return svc.autoscaling is not None and svc.autoscaling.metric == TFDATA_METRIC
+
+
+def operator_peer(settings: BuildSettings) -> Manifest | None:
+    """The NetworkPolicyPeer of the operator's pod: its namespace and its labels, both."""
+    if settings.operator_namespace is None:
+        return None
+    return {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": settings.operator_namespace}},
+        "podSelector": {"matchLabels": dict(settings.operator_pod_labels)},
+    }
+
+
+def _tcp(ports: list[int]) -> list[Manifest]:
+    return [{"protocol": "TCP", "port": p} for p in sorted(set(ports))]
+
+
+def optional_children(svc: ServiceSpec, settings: BuildSettings) -> list[tuple[str, str, str, Manifest | None]]:
     """Children that exist only for some specs: (api version, kind, name, manifest or None)."""
     return [
         ("autoscaling/v2", "HorizontalPodAutoscaler", workers_name(svc), build_hpa(svc)),
         ("policy/v1", "PodDisruptionBudget", workers_name(svc), build_worker_pdb(svc)),
-        ("networking.k8s.io/v1", "NetworkPolicy", network_policy_name(svc), build_network_policy(svc)),
+        ("networking.k8s.io/v1", "NetworkPolicy", network_policy_name(svc), build_network_policy(svc, settings)),
     ]
 
 

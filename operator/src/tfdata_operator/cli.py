@@ -87,6 +87,17 @@ def main() -> None:
     envvar="TFDATA_RETRY_PERIOD", show_default=True,
     help="Seconds between two tries to take or renew the Lease.",
 )  # fmt: skip
+@click.option(
+    "--operator-namespace", default=None, envvar="TFDATA_OPERATOR_NAMESPACE",
+    help="The namespace of the operator's pod (the chart sets it): each NetworkPolicy of a service that "
+    "autoscales on TFData signals admits the operator's requests from there to the dispatcher's health port. "
+    "Unset when the operator runs outside the cluster.",
+)  # fmt: skip
+@click.option(
+    "--operator-pod-labels", default="", envvar="TFDATA_OPERATOR_POD_LABELS",
+    help="The labels of the operator's pod, as key=value,key=value (the chart sets them): with "
+    "--operator-namespace, the NetworkPolicies admit only pods with these labels.",
+)  # fmt: skip
 @click.option("--verbose", is_flag=True, envvar="TFDATA_VERBOSE", help="Log debug messages.")
 def run(
     namespaces: tuple[str, ...],
@@ -104,6 +115,8 @@ def run(
     lease_duration: int,
     renew_deadline: float,
     retry_period: float,
+    operator_namespace: str | None,
+    operator_pod_labels: str,
     verbose: bool,
 ) -> None:
     """Runs the operator until SIGTERM or SIGINT."""
@@ -117,7 +130,11 @@ def run(
     watched = [n for item in namespaces for n in item.split() if n]
     config = OperatorConfig(
         server_image=server_image,
-        build=BuildSettings(cluster_domain=cluster_domain),
+        build=BuildSettings(
+            cluster_domain=cluster_domain,
+            operator_namespace=operator_namespace or None,
+            operator_pod_labels=parse_pod_labels(operator_pod_labels),
+        ),
         namespaces=tuple(watched),
         resync_seconds=resync_seconds,
         workers=workers,
@@ -252,3 +269,18 @@ def dump(objects: list[dict[str, Any]], out: TextIO) -> None:
 
 
 __all__ = ["main", "render_document"]
+
+
+def parse_pod_labels(text: str) -> tuple[tuple[str, str], ...]:
+    """``--operator-pod-labels``: ``key=value,key=value`` (empty: none), or a usage error saying what to fix."""
+    pairs = [item.strip() for item in text.split(",") if item.strip()]
+    malformed = [p for p in pairs if "=" not in p]
+    labels = dict(p.split("=", 1) for p in pairs if "=" in p)
+    bad_keys, bad_values = spec.invalid_labels(labels)
+    if malformed or bad_keys or bad_values:
+        wrong = [*malformed, *bad_keys, *(f"{k}={labels[k]}" for k in bad_values)]
+        raise click.BadParameter(
+            f"expected key=value,key=value with Kubernetes label keys and values; wrong: {', '.join(wrong)}",
+            param_hint="--operator-pod-labels",
+        )
+    return tuple(sorted(labels.items()))

@@ -80,7 +80,7 @@ def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: C
         builders.build_worker_statefulset(svc, settings, 0 if svc.suspend else step.worker_replicas),
     ]
     delete = []
-    for api_version, kind, name, manifest in builders.optional_children(svc):
+    for api_version, kind, name, manifest in builders.optional_children(svc, settings):
         if manifest is not None:
             apply.append(manifest)
         elif (live := children.get(kind, name)) is not None and owned_by(live, svc.uid):

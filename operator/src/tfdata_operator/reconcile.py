@@ -252,7 +252,7 @@ def _autoscale(
     """
     key = (svc.namespace, svc.name)
     old = (body.get("status") or {}).get("autoscaling")
-    if svc.autoscaling is None or svc.autoscaling.metric != spec.TFDATA_METRIC:
+    if svc.autoscaling is None or not builders.reads_signals(svc):
         autoscaling.windows.forget(key)
         return svc, None
     if svc.suspend:

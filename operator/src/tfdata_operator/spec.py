@@ -570,8 +570,7 @@ def _core_list(r: _Reader, key: str, definition: str, max_items: int) -> tuple[M
 def _labels(r: _Reader, key: str, max_items: int) -> dict[str, str]:
     """A map of Kubernetes labels: qualified names to values of at most 63 characters."""
     labels = r.string_map(key, max_items, 63)
-    bad_keys = sorted(k for k in labels if len(k) > 317 or len(k.rsplit("/", 1)[-1]) > 63 or not _LABEL_KEY.match(k))
-    bad_values = sorted(k for k, v in labels.items() if not _LABEL_VALUE.match(v))
+    bad_keys, bad_values = invalid_labels(labels)
     if bad_keys:
         r.problems.append(
             f"{r.path}.{key} has invalid label keys: {', '.join(bad_keys)} (a key is an optional DNS prefix "
@@ -583,6 +582,13 @@ def _labels(r: _Reader, key: str, max_items: int) -> dict[str, str]:
             "digits, '-', '_' or '.', starting and ending with a letter or digit)"
         )
     return {} if bad_keys or bad_values else labels
+
+
+def invalid_labels(labels: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """The keys that are not label keys, and the keys whose values are not label values."""
+    bad_keys = sorted(k for k in labels if len(k) > 317 or len(k.rsplit("/", 1)[-1]) > 63 or not _LABEL_KEY.match(k))
+    bad_values = sorted(k for k, v in labels.items() if not _LABEL_VALUE.match(v))
+    return bad_keys, bad_values
 
 
 def default_requests(pod: PodSettings, component: str) -> dict[str, dict[str, str]]:
