@@ -71,3 +71,21 @@ def test_needs_apply_ignores_what_the_server_adds() -> None:
     edited = {**live, "spec": {**live["spec"], "publishNotReadyAddresses": False}}
     assert plan.needs_apply(desired, edited)
     assert plan.needs_apply(desired, None)
+
+
+def test_each_change_gets_an_event_that_names_what_changed() -> None:
+    sts = {"kind": "StatefulSet", "metadata": {"name": "demo-worker"}, "spec": {"replicas": 2, "template": {"a": 1}}}
+    assert plan.change_events(sts, None) == ("Created", "Created StatefulSet demo-worker")
+    scaled = {**sts, "spec": {**sts["spec"], "replicas": 3}}
+    assert plan.change_events(scaled, sts) == ("Scaled", "Scaled StatefulSet demo-worker from 2 to 3 replicas")
+    rolled = {**sts, "spec": {**sts["spec"], "template": {"a": 2}}}
+    assert plan.change_events(rolled, sts) == (
+        "RollingOut",
+        "Rolling out a new pod template to StatefulSet demo-worker (spec.template)",
+    )
+    labelled = {**sts, "metadata": {"name": "demo-worker", "labels": {"x": "y"}}}
+    assert plan.change_events(labelled, sts) == ("Updated", "Updated StatefulSet demo-worker (metadata.labels)")
+    service = {"kind": "Service", "metadata": {"name": "demo"}, "spec": {"ports": [1]}, "extra": 1}
+    live = {"kind": "Service", "metadata": {"name": "demo"}, "spec": {"ports": [2]}}
+    assert plan.change_events(service, live) == ("Updated", "Updated Service demo (spec.ports, extra)")
+    assert plan.change_events(live, live) == ("Updated", "Updated Service demo (no field)")
