@@ -89,3 +89,20 @@ def test_each_change_gets_an_event_that_names_what_changed() -> None:
     live = {"kind": "Service", "metadata": {"name": "demo"}, "spec": {"ports": [2]}}
     assert plan.change_events(service, live) == ("Updated", "Updated Service demo (spec.ports, extra)")
     assert plan.change_events(live, live) == ("Updated", "Updated Service demo (no field)")
+
+
+def test_an_update_names_every_field_it_changes_and_what_a_live_object_lacks() -> None:
+    desired = {
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "labels": {"a": "1"}},
+        "spec": {"x": 1},
+        "data": {"k": "v"},
+    }
+    live = {"kind": "ConfigMap", "metadata": {"name": "c"}, "spec": {"x": 2}}
+    assert plan.change_events(desired, live) == ("Updated", "Updated ConfigMap c (metadata.labels, spec.x, data)")
+
+
+def test_objects_and_pods_without_optional_fields() -> None:
+    assert not plan.owned_by({}, "uid-1")
+    assert plan.Children(name="demo", objects={}, pods=[{"metadata": {"name": "p"}}]).pods_of("worker") == []
+    assert plan.needs_apply([1], None) and plan.needs_apply([1], [1, 2]) and not plan.needs_apply([1], [1])

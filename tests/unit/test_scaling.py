@@ -327,3 +327,24 @@ def test_a_stuck_pod_is_left_alone_while_it_terminates_and_once_every_pod_is_upd
     assert scaling.stuck_pods(updated, [stuck]) == [stuck]
     switched = {**sts, "status": {**sts["status"], "currentRevision": "new"}}
     assert scaling.stuck_pods(switched, [stuck]) == [stuck]
+
+
+def test_objects_without_optional_fields_are_read_as_kubernetes_defaults() -> None:
+    """metadata.generation, labels and spec.replicas may be absent; the functions read them as their defaults."""
+    svc = parse(shardingPolicy="FILE", workers={"replicas": 2})
+    step = scaling.plan(svc, {}, None, [], None, lambda n: [str(i) for i in range(n)], 0)
+    assert (step.dispatcher_workers, step.worker_replicas) == (2, 0)
+    started = {"metadata": {"name": "x-dispatcher-0", "labels": {"controller-revision-hash": "new"}},
+               "status": {"containerStatuses": [{"started": True}]}}  # fmt: skip
+    no_generation = {"metadata": {"name": "x-dispatcher"}, "status": {"observedGeneration": 1, "updateRevision": "new"}}
+    assert scaling.started_on_current_revision(no_generation, [started])
+    unlabelled = {"metadata": {"name": "x-dispatcher-0"}, "status": started["status"]}
+    assert not scaling.started_on_current_revision(no_generation, [unlabelled])
+    sts = {
+        "metadata": {"name": "x-dispatcher", "uid": "sts-uid"},
+        "status": {"currentRevision": "old", "updateRevision": "new", "replicas": 1, "updatedReplicas": 0},
+    }
+    assert (
+        scaling.stuck_pods(sts, [{"metadata": {"name": "x-dispatcher-0", "ownerReferences": [{"uid": "sts-uid"}]}}])
+        == []
+    )

@@ -183,3 +183,26 @@ def test_status_differs_only_where_a_merge_patch_would_change_something() -> Non
     assert status.status_differs({"a": {"b": 1}}, {"a": {"b": 2}})
     assert not status.status_differs({"a": {"b": 1, "c": 3}}, {"a": {"b": 1}})
     assert status.status_differs({"a": 1}, {"a": {"b": 1}})
+
+
+def test_fields_kubernetes_leaves_out_read_as_their_defaults() -> None:
+    svc = parse()
+    no_generation = status.compute_status(svc, {}, status.Observed(None, None), SETTINGS, "T")
+    assert no_generation["observedGeneration"] == 0
+    assert (
+        status.compute_status(svc, {"metadata": {}}, status.Observed(None, None), SETTINGS, "T")["observedGeneration"]
+        == 0
+    )
+    unparsed = status.compute_status(None, {"metadata": {}}, status.Observed(None, None), SETTINGS, "T", invalid="x")
+    assert unparsed["workers"]["summary"] == "0/0"
+    # A worker StatefulSet without spec or readyReplicas, a dispatcher without updatedReplicas:
+    bare = {"metadata": {"generation": 2}, "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2}}
+    st = status.compute_status(svc, body(), status.Observed(sts(1, 1), bare), SETTINGS, "T")
+    assert conditions(st)["WorkersReady"]["message"] == "0/2 workers are ready and up to date."
+    no_spec = {k: v for k, v in sts(2, 2).items() if k != "spec"}
+    st = status.compute_status(svc, body(), status.Observed(sts(1, 1), no_spec), SETTINGS, "T")
+    assert conditions(st)["WorkersReady"]["reason"] == "WorkersNotReady"
+    dispatcher = sts(1, 0)
+    del dispatcher["status"]["updatedReplicas"]
+    st = status.compute_status(svc, body(), status.Observed(dispatcher, sts(2, 2)), SETTINGS, "T")
+    assert conditions(st)["DispatcherReady"]["reason"] == "DispatcherRestarting"
