@@ -296,16 +296,21 @@ def test_stale_workers_skip_the_terminating_pods_on_both_sides() -> None:
     assert [p["metadata"]["name"] for p in scaling.stale_workers(svc, dispatchers, workers)] == ["demo-worker-1"]
     untimed = {"metadata": {"name": "demo-worker-4"}, "status": workers[1]["status"]}
     assert scaling.stale_workers(svc, dispatchers[1:], [untimed]) == [untimed]
-    not_ready = {
-        **workers[1],
-        "status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": "T"}]},
-    }
-    untyped = {**workers[1], "status": {"conditions": [{"type": "Other", "status": "True", "lastTransitionTime": "T"}]}}
-    no_time = {
-        **workers[1],
-        "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": None}]},
-    }
-    assert scaling.stale_workers(svc, dispatchers[1:], [not_ready, untyped, no_time]) == []
+
+    def ready(kind: str, flag: str, since: object) -> dict[str, Any]:
+        return {**workers[1], "status": {"conditions": [{"type": kind, "status": flag, "lastTransitionTime": since}]}}
+
+    early = "2026-01-01T00:00:30Z"  # before the dispatcher pod, so only the condition's type and status decide
+    odd = [
+        ready("Ready", "False", early),
+        ready("Other", "True", early),
+        ready("Ready", "True", None),
+        ready("Ready", "True", 5),
+    ]
+    assert scaling.stale_workers(svc, dispatchers[1:], odd) == []
+    # Created in the same second as the dispatcher pod (ready "earlier" by a node clock behind): not stale.
+    same_second = _pod("demo-worker-5", created="2026-01-01T00:05:00Z", ready_since="2026-01-01T00:04:00Z")
+    assert scaling.stale_workers(svc, dispatchers[1:], [same_second]) == []
 
 
 def test_a_stuck_pod_is_left_alone_while_it_terminates_and_once_every_pod_is_updated() -> None:
