@@ -189,6 +189,14 @@ test-images: venv binaries images ## Image tests with real Docker: tf.data throu
 
 ##@ Benchmarks (figures, not tests; never part of `make test`)
 
+# `make mutation MODULES="scaling plan"` measures some; each module's last result is kept.
+MODULES ?=
+MUTATION_CHILDREN ?= 2
+
+.PHONY: mutation
+mutation: venv ## Mutants of the pure modules (spec builders scaling status serverconfig plan) the unit tests kill, per module (mutmut; all six take ~1.5 h on 2 cores, so MODULES=...; JSON: .local/mutation.json).
+	nice -n 10 $(PY) hack/mutation.py $(foreach m,$(MODULES),--module $(m)) --max-children $(MUTATION_CHILDREN)
+
 .PHONY: bench
 bench: venv binaries ## Benchmarks (figures, not tests; ~25 min): the operator at 200 and 1,000 services on a node-less cluster beside the API server's ceiling (throughput, latency, RSS, idle requests by verb), then on a cluster with its node: apply -> Ready, idle static rescales, client throughput vs servers started by hand (JSON: .local/bench/last.json, node-last.json).
 	PYTHONPATH=$(ROOT)/hack $(PY) hack/bench.py $(BENCH_ARGS)

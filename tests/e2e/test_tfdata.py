@@ -189,6 +189,22 @@ class Services:
     def pod(self, name: str) -> dict[str, Any]:
         return dict(self.kubectl.json("get", "pod", name, "-n", self.ns))
 
+    def wait_replaced(self, name: str, uid: str, timeout: float = 60) -> None:
+        """Until a pod of this name with another uid exists (the StatefulSet recreates it once the old one is gone)."""
+
+        def uids() -> list[str]:
+            pods = self.kubectl.json("get", "pods", "-n", self.ns, "--field-selector", f"metadata.name={name}")
+            return [p["metadata"]["uid"] for p in pods["items"]]
+
+        wait_for(lambda: any(u != uid for u in uids()), timeout, f"{name} replaced", show=lambda: self.describe(name))
+
+    def runs(self, pod: str, container: str) -> list[str]:
+        """The container's log, one entry per start, across every pod of this name (the dev node appends)."""
+        path = self.state_dir / "logs" / "pods" / f"{self.ns}_{pod}" / f"{container}.log"
+        assert path.exists(), f"no log of {pod}/{container} at {path}"
+        runs = path.read_text(errors="replace").split("\n--- ")
+        return [run for run in runs if run.strip()]
+
     def delete_pod(self, name: str) -> str:
         uid = self.pod(name)["metadata"]["uid"]
         self.kubectl.run("delete", "pod", name, "-n", self.ns, "--wait=false")
@@ -219,16 +235,20 @@ def test_deleting_the_dispatcher_mid_epoch_loses_and_repeats_nothing(services: S
     with services.reader(address, "DYNAMIC", "many", "--delay=0.05", "--timeout=200") as reader:
         reader.wait_elements(30)
         old = services.delete_pod("ft-dispatcher-0")
-        wait_for(
-            lambda: services.pod("ft-dispatcher-0")["metadata"]["uid"] != old,
-            60,
-            "a new dispatcher pod",
-        )
+        services.wait_replaced("ft-dispatcher-0", old)
+        at_restart = len(reader.read.elements)
         read = reader.finish(220)
+    assert 0 < at_restart < len(ALL), f"the dispatcher was not replaced mid-epoch: {at_restart} elements read by then"
     assert read.returncode == 0, read.describe()
     assert read.counts() == Counter(ALL), read.describe()
     restarted = services.pod("ft-dispatcher-0")
     assert restarted["status"]["containerStatuses"][0]["ready"]
+    # TensorFlow's own word (dispatcher_impl.cc, Start): the first run found no journal, the
+    # replacement replayed the one the first run wrote.
+    runs = services.runs("ft-dispatcher-0", "dispatcher")
+    assert len(runs) >= 2, f"expected the logs of two dispatcher runs, found {len(runs)}"
+    assert "No journal found. Starting dispatcher from new state." in runs[0], runs[0][-3000:]
+    assert "Restored from journal in" in runs[-1], runs[-1][-3000:]
     services.delete("ft")
 
 
@@ -257,34 +277,63 @@ def _files_of(elements: list[str] | set[str]) -> set[str]:
     return {element.split("-")[0] for element in elements}
 
 
+def _delete_worker_mid_read(services: Services, reader: Reader, pod: str) -> list[str]:
+    """Deletes a worker while the client reads; returns what the client had read once the worker was gone.
+
+    The StatefulSet creates the replacement only after the old pod's processes have ended, so a
+    new uid means the worker is dead. The client must still be reading then: the worker died with
+    a split (DYNAMIC) or its shard (FILE) in flight, not after the epoch.
+    """
+    reader.wait_elements(30)
+    old = services.delete_pod(pod)
+    services.wait_replaced(pod, old)
+    at_death = list(reader.read.elements)
+    assert reader.proc.poll() is None and len(at_death) < len(ALL), (
+        f"the client had finished reading before {pod} died: nothing was in flight. {reader.read.describe()}"
+    )
+    return at_death
+
+
+def _partly_read(elements: list[str]) -> set[str]:
+    """The files of which some but not all records were read."""
+    per_file = Counter(e.split("-")[0] for e in set(elements))
+    return {f for f, n in per_file.items() if n < RECORDS}
+
+
 def test_deleting_a_worker_mid_epoch_under_dynamic_loses_only_its_splits_and_repeats_none(services: Services) -> None:
     address = services.create("dyn", "DYNAMIC")
     with services.reader(address, "DYNAMIC", "many", "--delay=0.05", "--timeout=200") as reader:
-        reader.wait_elements(30)
-        services.delete_pod("dyn-worker-1")
+        at_death = _delete_worker_mid_read(services, reader, "dyn-worker-1")
         read = reader.finish(220)
     assert read.returncode == 0, read.describe()
     counts = read.counts()
     assert max(counts.values()) == 1, f"repeated: {[e for e, n in counts.items() if n > 1]}"
     missing = set(ALL) - set(counts)
-    # A worker holds at most its current split (a file) and the one it prefetched.
-    assert len(_files_of(missing)) <= 2, f"missing {len(missing)} elements from files {_files_of(missing)}"
+    # DYNAMIC is at-most-once: the split the worker was reading when it died is lost, and the
+    # client had read part of it by then. A worker holds at most that split (a file) and the
+    # one it prefetched.
+    lost = _files_of(missing)
+    assert missing, f"nothing was lost: the worker held no split when it died ({len(at_death)} read by then)"
+    assert lost & _partly_read(at_death), f"lost files {lost}, none of them partly read when the worker died"
+    assert len(lost) <= 2, f"missing {len(missing)} elements from files {lost}"
     services.delete("dyn")
 
 
 def test_deleting_a_worker_mid_epoch_under_file_rereads_its_shard(services: Services) -> None:
     address = services.create("fil", "FILE")
     with services.reader(address, "FILE", "many", "--delay=0.05", "--timeout=200") as reader:
-        reader.wait_elements(30)
-        services.delete_pod("fil-worker-1")
+        at_death = _delete_worker_mid_read(services, reader, "fil-worker-1")
         read = reader.finish(220)
     assert read.returncode == 0, read.describe()
     counts = read.counts()
     assert set(counts) == set(ALL), f"lost: {sorted(set(ALL) - set(counts))[:20]}"
+    # Worker i of n owns files i, i+n, ...: worker 1 had read part of its shard when it died, and
+    # its replacement read the shard again from the start, so those elements came twice.
+    shard = {f"f{i}" for i in range(1, FILES, 2)}
+    assert _partly_read(at_death) & shard, f"no file of worker 1's shard was partly read when it died: {at_death}"
     repeated = {e for e, n in counts.items() if n > 1}
-    # Worker i of n owns files i, i+n, ...: repeats may only come from one worker's shard.
-    shards = {int(f[1:]) % 2 for f in _files_of(repeated)}
-    assert len(shards) <= 1, f"repeats span shards {shards}: {sorted(repeated)[:20]}"
+    assert repeated, "nothing was read twice: the replacement worker did not reread its shard"
+    assert _files_of(repeated) <= shard, f"repeats outside worker 1's shard {sorted(shard)}: {sorted(repeated)[:20]}"
     services.delete("fil")
 
 

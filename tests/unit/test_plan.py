@@ -117,3 +117,38 @@ def test_a_new_child_is_created_and_other_changes_are_updates() -> None:
     edited = {**service, "spec": {**service["spec"], "publishNotReadyAddresses": False}}
     updated = ("Updated", "Updated Service demo-dispatcher (spec.publishNotReadyAddresses)")
     assert plan.change_events(service, edited) == updated
+
+
+def test_each_change_gets_an_event_that_names_what_changed() -> None:
+    sts = {"kind": "StatefulSet", "metadata": {"name": "demo-worker"}, "spec": {"replicas": 2, "template": {"a": 1}}}
+    assert plan.change_events(sts, None) == ("Created", "Created StatefulSet demo-worker")
+    scaled = {**sts, "spec": {**sts["spec"], "replicas": 3}}
+    assert plan.change_events(scaled, sts) == ("Scaled", "Scaled StatefulSet demo-worker from 2 to 3 replicas")
+    rolled = {**sts, "spec": {**sts["spec"], "template": {"a": 2}}}
+    assert plan.change_events(rolled, sts) == (
+        "RollingOut",
+        "Rolling out a new pod template to StatefulSet demo-worker (spec.template)",
+    )
+    labelled = {**sts, "metadata": {"name": "demo-worker", "labels": {"x": "y"}}}
+    assert plan.change_events(labelled, sts) == ("Updated", "Updated StatefulSet demo-worker (metadata.labels)")
+    service = {"kind": "Service", "metadata": {"name": "demo"}, "spec": {"ports": [1]}, "extra": 1}
+    live = {"kind": "Service", "metadata": {"name": "demo"}, "spec": {"ports": [2]}}
+    assert plan.change_events(service, live) == ("Updated", "Updated Service demo (spec.ports, extra)")
+    assert plan.change_events(live, live) == ("Updated", "Updated Service demo (no field)")
+
+
+def test_an_update_names_every_field_it_changes_and_what_a_live_object_lacks() -> None:
+    desired = {
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "labels": {"a": "1"}},
+        "spec": {"x": 1},
+        "data": {"k": "v"},
+    }
+    live = {"kind": "ConfigMap", "metadata": {"name": "c"}, "spec": {"x": 2}}
+    assert plan.change_events(desired, live) == ("Updated", "Updated ConfigMap c (metadata.labels, spec.x, data)")
+
+
+def test_objects_and_pods_without_optional_fields() -> None:
+    assert not plan.owned_by({}, "uid-1")
+    assert plan.Children(name="demo", objects={}, pods=[{"metadata": {"name": "p"}}]).pods_of("worker") == []
+    assert plan.needs_apply([1], None) and plan.needs_apply([1], [1, 2]) and not plan.needs_apply([1], [1])

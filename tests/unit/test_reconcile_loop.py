@@ -726,3 +726,42 @@ def test_suspend_pauses_tfdata_autoscaling_and_keeps_its_status() -> None:
     assert signals.reads == 1, "a suspended service's dispatcher is not read"
     assert not [c for c in api.take_calls() if c[0] == "scale"] and outcome.requeue_after is None
     assert api.status["autoscaling"] == before  # type: ignore[index]
+
+
+def _pod(component: str, name: str, created: str, ready_since: str | None = None) -> Manifest:
+    conditions = [{"type": "Ready", "status": "True", "lastTransitionTime": ready_since}] if ready_since else []
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-{name}",
+            "creationTimestamp": created,
+            "labels": {"app.kubernetes.io/instance": "demo", "app.kubernetes.io/component": component},
+        },
+        "status": {"conditions": conditions},
+    }
+
+
+def test_workers_of_an_earlier_journal_less_dispatcher_pod_are_replaced_and_only_they() -> None:
+    body = service(dispatcher={"faultTolerantMode": False})
+    api = FakeApi()
+    run(api, body)
+    api.take_calls()
+    pods = [
+        _pod("dispatcher", "demo-dispatcher-0", created="2026-01-01T00:05:00Z", ready_since="2026-01-01T00:05:05Z"),
+        # registered with the dispatcher pod before this one:
+        _pod("worker", "demo-worker-0", created="2026-01-01T00:00:00Z", ready_since="2026-01-01T00:01:00Z"),
+        # ready only once this dispatcher ran:
+        _pod("worker", "demo-worker-1", created="2026-01-01T00:00:00Z", ready_since="2026-01-01T00:05:09Z"),
+    ]
+    for pod in pods:
+        api.objects[("Pod", pod["metadata"]["name"])] = pod
+    observed = reconcile.Observed(api.observed().objects, pods)
+    outcome = reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed)
+    assert api.take_calls() == [("delete", "Pod/demo-worker-0"), ("event", "RestartedStaleWorker")]
+    assert outcome.result == "changed"
+    # With a journal the restarted dispatcher continues the task ids: the same pods stay.
+    journaled = service(dispatcher={"faultTolerantMode": True})
+    api.objects[("Pod", "demo-worker-0")] = pods[1]
+    reconcile.reconcile(api, CONFIG, {**journaled, "status": api.status}, observed)
+    assert ("event", "RestartedStaleWorker") not in api.take_calls()

@@ -223,3 +223,133 @@ def test_workers_of_an_earlier_journal_less_dispatcher_pod_are_stale() -> None:
     # With a journal the new dispatcher continues the task ids: the workers stay.
     journaled = parse(shardingPolicy="DYNAMIC", dispatcher={"faultTolerantMode": True})
     assert scaling.stale_workers(journaled, dispatcher, workers) == []
+
+
+def test_a_statefulset_is_settled_only_once_its_controller_reported_on_this_generation() -> None:
+    assert not scaling.statefulset_settled(None)
+    revisions = {"currentRevision": "r", "updateRevision": "r"}
+    # Fields Kubernetes leaves out when they are 0 (and spec.replicas, 1 when absent):
+    scaled_to_zero = {
+        "metadata": {"generation": 1},
+        "spec": {"replicas": 0},
+        "status": {"observedGeneration": 1, **revisions},
+    }
+    assert scaling.statefulset_settled(scaled_to_zero)
+    counts = {"replicas": 1, "updatedReplicas": 1, "readyReplicas": 1}
+    assert scaling.statefulset_settled({"status": {"observedGeneration": 1, **revisions, **counts}})
+    # A new StatefulSet the controller has not seen yet, and one whose latest generation it has not seen:
+    assert not scaling.statefulset_settled(
+        {"metadata": {"generation": 1}, "spec": {"replicas": 0}, "status": revisions}
+    )
+    behind = {"metadata": {"generation": 5}, "status": {"observedGeneration": 4, **revisions, **counts}}
+    assert not scaling.statefulset_settled(behind)
+    assert not scaling.statefulset_settled({**behind, "metadata": {"generation": 2}, "spec": {"replicas": 2}})
+
+
+def test_only_the_live_pod_zero_on_the_current_revision_counts_as_started() -> None:
+    sts = {
+        "metadata": {"name": "x-dispatcher", "generation": 1},
+        "status": {"observedGeneration": 1, "updateRevision": "new"},
+    }
+
+    def pod(name: str, state: dict[str, Any], deleting: bool = False, labels: bool = True) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "labels": {"controller-revision-hash": "new"} if labels else {}}
+        if deleting:
+            meta["deletionTimestamp"] = "T"
+        return {"metadata": meta, "status": {"containerStatuses": [{"state": state}]}}
+
+    running = pod("x-dispatcher-0", {"running": {}})
+    waiting = pod("x-dispatcher-0", {"waiting": {}})
+    assert scaling.started_on_current_revision(sts, [pod("x-worker-0", {}), running])
+    assert scaling.started_on_current_revision(sts, [pod("x-dispatcher-0", {}, deleting=True), running])
+    assert not scaling.started_on_current_revision(sts, [waiting])
+    assert not scaling.started_on_current_revision(sts, [pod("x-worker-0", {"running": {}})])  # no pod 0
+    assert not scaling.started_on_current_revision(sts, [pod("x-dispatcher-0", {"running": {}}, deleting=True)])
+    assert not scaling.started_on_current_revision(None, [running])
+    # Before the controller reports (no status), no pod counts, even one without a revision label:
+    unseen = {"metadata": {"name": "x-dispatcher", "generation": 1}}
+    assert not scaling.started_on_current_revision(unseen, [pod("x-dispatcher-0", {"running": {}}, labels=False)])
+    assert not scaling.started_on_current_revision(
+        {**sts, "metadata": {"name": "x-dispatcher"}, "status": {}}, [running]
+    )
+
+
+def test_a_new_statefulset_without_replicas_scales_from_zero() -> None:
+    svc = parse(shardingPolicy="FILE", workers={"replicas": 2})
+    step = scaling.plan(svc, {"spec": {}}, None, [], None, lambda n: [str(i) for i in range(n)], 0)
+    assert (step.dispatcher_workers, step.worker_replicas) == (2, 0) and step.waiting
+
+
+def test_stale_workers_skip_the_terminating_pods_on_both_sides() -> None:
+    svc = parse(shardingPolicy="DYNAMIC", dispatcher={"faultTolerantMode": False})
+    dispatchers = [
+        _pod("demo-dispatcher-0", created="2026-01-01T00:00:00Z", deleting=True),
+        _pod("demo-dispatcher-0", created="2026-01-01T00:05:00Z"),
+    ]
+    workers = [
+        _pod("demo-worker-0", created="2026-01-01T00:00:00Z", ready_since="2026-01-01T00:01:00Z", deleting=True),
+        _pod("demo-worker-1", created="2026-01-01T00:00:00Z", ready_since="2026-01-01T00:01:00Z"),
+        # created and ready in the same second as the dispatcher pod: not before it
+        _pod("demo-worker-2", created="2026-01-01T00:05:00Z", ready_since="2026-01-01T00:05:00Z"),
+        _pod("demo-worker-3", created="2026-01-01T00:00:00Z", ready_since="2026-01-01T00:05:00Z"),
+    ]
+    assert [p["metadata"]["name"] for p in scaling.stale_workers(svc, dispatchers, workers)] == ["demo-worker-1"]
+    untimed = {"metadata": {"name": "demo-worker-4"}, "status": workers[1]["status"]}
+    assert scaling.stale_workers(svc, dispatchers[1:], [untimed]) == [untimed]
+
+    def ready(kind: str, flag: str, since: object) -> dict[str, Any]:
+        return {**workers[1], "status": {"conditions": [{"type": kind, "status": flag, "lastTransitionTime": since}]}}
+
+    early = "2026-01-01T00:00:30Z"  # before the dispatcher pod, so only the condition's type and status decide
+    odd = [
+        ready("Ready", "False", early),
+        ready("Other", "True", early),
+        ready("Ready", "True", None),
+        ready("Ready", "True", 5),
+    ]
+    assert scaling.stale_workers(svc, dispatchers[1:], odd) == []
+    # Created in the same second as the dispatcher pod (ready "earlier" by a node clock behind): not stale.
+    same_second = _pod("demo-worker-5", created="2026-01-01T00:05:00Z", ready_since="2026-01-01T00:04:00Z")
+    assert scaling.stale_workers(svc, dispatchers[1:], [same_second]) == []
+
+
+def test_a_stuck_pod_is_left_alone_while_it_terminates_and_once_every_pod_is_updated() -> None:
+    sts = {
+        "metadata": {"name": "x-dispatcher", "uid": "sts-uid"},
+        "status": {"currentRevision": "old", "updateRevision": "new", "replicas": 1, "updatedReplicas": 0},
+    }
+    meta = {
+        "name": "x-dispatcher-0",
+        "labels": {"controller-revision-hash": "old"},
+        "ownerReferences": [{"uid": "sts-uid"}],
+    }
+    stuck = {"metadata": meta, "status": {}}
+    assert scaling.stuck_pods(sts, [stuck]) == [stuck]
+    assert scaling.stuck_pods(sts, [{**stuck, "metadata": {**meta, "deletionTimestamp": "T"}}]) == []
+    assert scaling.stuck_pods(sts, [{**stuck, "metadata": {**meta, "labels": {}}}]) == []
+    # The controller has not switched currentRevision yet, but every pod runs the new template:
+    updated = {**sts, "status": {**sts["status"], "updatedReplicas": 1}}
+    assert scaling.stuck_pods(updated, [stuck]) == [stuck]
+    switched = {**sts, "status": {**sts["status"], "currentRevision": "new"}}
+    assert scaling.stuck_pods(switched, [stuck]) == [stuck]
+
+
+def test_objects_without_optional_fields_are_read_as_kubernetes_defaults() -> None:
+    """metadata.generation, labels and spec.replicas may be absent; the functions read them as their defaults."""
+    svc = parse(shardingPolicy="FILE", workers={"replicas": 2})
+    step = scaling.plan(svc, {}, None, [], None, lambda n: [str(i) for i in range(n)], 0)
+    assert (step.dispatcher_workers, step.worker_replicas) == (2, 0)
+    started = {"metadata": {"name": "x-dispatcher-0", "labels": {"controller-revision-hash": "new"}},
+               "status": {"containerStatuses": [{"started": True}]}}  # fmt: skip
+    no_generation = {"metadata": {"name": "x-dispatcher"}, "status": {"observedGeneration": 1, "updateRevision": "new"}}
+    assert scaling.started_on_current_revision(no_generation, [started])
+    unlabelled = {"metadata": {"name": "x-dispatcher-0"}, "status": started["status"]}
+    assert not scaling.started_on_current_revision(no_generation, [unlabelled])
+    sts = {
+        "metadata": {"name": "x-dispatcher", "uid": "sts-uid"},
+        "status": {"currentRevision": "old", "updateRevision": "new", "replicas": 1, "updatedReplicas": 0},
+    }
+    assert (
+        scaling.stuck_pods(sts, [{"metadata": {"name": "x-dispatcher-0", "ownerReferences": [{"uid": "sts-uid"}]}}])
+        == []
+    )

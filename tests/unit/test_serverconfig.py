@@ -131,3 +131,52 @@ def test_load_without_configuration(path: str | None, environ: dict[str, str], m
     with pytest.raises(ConfigError) as error:
         serverconfig.load("worker", path, environ)
     assert message in str(error.value)
+
+
+def _refusal(text: str, kind: str) -> str:
+    with pytest.raises(ConfigError) as error:
+        serverconfig.from_json(text, kind)
+    return str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "message"),
+    [
+        ("[1, 2]", "dispatcher", "configuration must be a JSON object"),
+        (dispatcher_json(health_port=0), "dispatcher", "health_port must be an integer port in 1..65535, got 0"),
+        (dispatcher_json(fault_tolerant_mode=True), "dispatcher",
+         "fault_tolerant_mode needs work_dir: set work_dir to a journal location"),
+        (dispatcher_json(worker_addresses=[]), "dispatcher",
+         "worker_addresses, when set, must list at least one worker"),
+        (dispatcher_json(worker_health_port=65536), "dispatcher",
+         "worker_health_port must be an integer port in 1..65535, got 65536"),
+        (dispatcher_json(job_gc_check_interval_ms=-1), "dispatcher",
+         "job_gc_check_interval_ms must be an integer of at least 0, got -1"),
+        (worker_json(port=65536), "worker", "port must be an integer port in 1..65535, got 65536"),
+        (worker_json(health_port=65536), "worker", "health_port must be an integer port in 1..65535, got 65536"),
+        (worker_json(health_port=5051), "worker", "port and health_port must differ (both are 5051)"),
+        (worker_json(heartbeat_interval_ms=True), "worker", "heartbeat_interval_ms must be an integer, got True"),
+    ],
+)  # fmt: skip
+def test_each_refusal_is_one_whole_sentence(text: str, kind: str, message: str) -> None:
+    assert _refusal(text, kind) == message
+
+
+def test_the_edges_of_every_range_are_accepted() -> None:
+    serverconfig.from_json(dispatcher_json(port=65535, health_port=1, worker_health_port=65535), "dispatcher")
+    serverconfig.from_json(dispatcher_json(job_gc_timeout_ms=-1, job_gc_check_interval_ms=0), "dispatcher")
+    serverconfig.from_json(worker_json(heartbeat_interval_ms=1, data_transfer_port=65535), "worker")
+    # The journal's name is the last component of work_dir, a trailing slash or not:
+    for work_dir in ("/var/lib/tfdata/journal/3-workers-g2/", "journal/3-workers", "3-workers-g2"):
+        pruning = dispatcher_json(prune_old_journals=True, work_dir=work_dir)
+        assert serverconfig.from_json(pruning, "dispatcher").prune_old_journals  # type: ignore[union-attr]
+    assert "static journal name" in _refusal(
+        dispatcher_json(prune_old_journals=True, work_dir="/3-workers/x"), "dispatcher"
+    )
+
+
+def test_a_setting_left_out_runs_with_its_default_and_a_set_one_with_its_value() -> None:
+    name = "heartbeat_interval_ms"
+    assert serverconfig.setting(WORKER, name) == 500 != serverconfig.DEFAULTS[name]
+    unset = WorkerServerConfig(port=1, health_port=2, dispatcher_address="d:1", worker_address_format="{pod_name}:1")
+    assert serverconfig.setting(unset, name) == serverconfig.DEFAULTS[name]

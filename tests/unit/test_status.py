@@ -145,3 +145,123 @@ def test_suspended_and_resumed() -> None:
     c = conditions(resumed)
     assert (c["Suspended"]["status"], c["Suspended"]["reason"]) == ("False", "Resumed")
     assert c["Ready"]["status"] == "True"
+
+
+NOT_READY = (
+    "The dispatcher pod is not ready yet (starting, replaying its journal, or unable to run: "
+    "see `kubectl describe pod` of the dispatcher)."
+)
+SERVES = "The tf.data service is ready: the dispatcher and all workers serve."
+RESTARTING = "The dispatcher is restarting with a new configuration."
+
+
+def triples(st: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(type, status, reason, message) in the order the status lists them, as `kubectl get -o yaml` shows."""
+    return [(c["type"], c["status"], c["reason"], c["message"]) for c in st["conditions"]]
+
+
+def test_every_situation_has_its_conditions_word_for_word() -> None:
+    svc = parse()
+    restarting = sts(1, 0, "r1", "r2")
+    not_updated = {**sts(1, 0), "status": {**sts(1, 0)["status"], "updatedReplicas": 0}}
+    rolling = sts(2, 2, "r1", "r2")
+    cases = [
+        (status.Observed(None, None), None, [
+            ("Ready", "False", "DispatcherMissing", "The dispatcher StatefulSet does not exist yet."),
+            ("DispatcherReady", "False", "DispatcherMissing", "The dispatcher StatefulSet does not exist yet."),
+            ("WorkersReady", "False", "WorkersMissing", "The worker StatefulSet does not exist yet."),
+        ]),
+        (status.Observed(sts(1, 1), sts(2, 2)), None, [
+            ("Ready", "True", "Ready", SERVES),
+            ("DispatcherReady", "True", "DispatcherReady", "The dispatcher serves requests."),
+            ("WorkersReady", "True", "WorkersReady", "2/2 workers are ready."),
+        ]),
+        (status.Observed(restarting, sts(2, 2)), None, [
+            ("Ready", "False", "DispatcherRestarting", RESTARTING),
+            ("DispatcherReady", "False", "DispatcherRestarting", RESTARTING),
+            ("WorkersReady", "True", "WorkersReady", "2/2 workers are ready."),
+        ]),
+        (status.Observed(not_updated, sts(2, 2)), None, [
+            ("Ready", "False", "DispatcherRestarting", RESTARTING),
+            ("DispatcherReady", "False", "DispatcherRestarting", RESTARTING),
+            ("WorkersReady", "True", "WorkersReady", "2/2 workers are ready."),
+        ]),
+        (status.Observed(sts(1, 0), rolling), None, [
+            ("Ready", "False", "DispatcherNotReady", NOT_READY),
+            ("DispatcherReady", "False", "DispatcherNotReady", NOT_READY),
+            ("WorkersReady", "False", "WorkersNotReady", "2/2 workers are ready and up to date."),
+        ]),
+        (status.Observed(sts(1, 1), sts(3, 3)), None, [  # 3 running, 2 wanted
+            ("Ready", "False", "WorkersNotReady", "3/2 workers are ready and up to date."),
+            ("DispatcherReady", "True", "DispatcherReady", "The dispatcher serves requests."),
+            ("WorkersReady", "False", "WorkersNotReady", "3/2 workers are ready and up to date."),
+        ]),
+        (status.Observed(sts(1, 1), sts(2, 2)), "Scaling up: waiting", [
+            ("Ready", "False", "Scaling", "Scaling up: waiting"),
+            ("DispatcherReady", "True", "DispatcherReady", "The dispatcher serves requests."),
+            ("WorkersReady", "False", "Scaling", "Scaling up: waiting"),
+        ]),
+    ]  # fmt: skip
+    for observed, waiting, expected in cases:
+        st = status.compute_status(svc, body(generation=3), observed, SETTINGS, "T", waiting=waiting)
+        assert triples(st) == expected, observed
+        assert {c["observedGeneration"] for c in st["conditions"]} == {3} and st["observedGeneration"] == 3
+        assert {c["lastTransitionTime"] for c in st["conditions"]} == {"T"}
+
+
+def test_an_unparsable_spec_keeps_what_the_status_said_and_counts_what_runs() -> None:
+    before = {"dispatcherAddress": "grpc://demo-dispatcher.ml.svc.cluster.local:5050", "selector": "x=y"}
+    invalid = {**body(workers={"replicas": 4}), "status": before}
+    st = status.compute_status(None, invalid, status.Observed(sts(1, 1), sts(2, 1)), SETTINGS, "T", invalid="bad: x")
+    assert triples(st) == [
+        ("Ready", "False", "InvalidSpec", "bad: x"),
+        ("DispatcherReady", "True", "DispatcherReady", "The dispatcher serves requests."),
+        ("WorkersReady", "False", "InvalidSpec", "The spec is invalid; see the Ready condition."),
+    ]
+    assert st["workers"] == {"replicas": 2, "readyReplicas": 1, "summary": "1/4", "desired": 4, "current": 2}
+    assert (st["dispatcherAddress"], st["selector"]) == (before["dispatcherAddress"], "x=y")
+    conflict = status.compute_status(
+        None, body(), status.Observed(None, None), SETTINGS, "T", invalid="taken", reason=status.NAME_CONFLICT
+    )
+    assert triples(conflict)[0] == ("Ready", "False", "NameConflict", "taken")
+    assert conflict["workers"] == {"replicas": 0, "readyReplicas": 0, "summary": "0/0", "desired": 0, "current": 0}
+    assert conflict["observedGeneration"] == 1
+
+
+def test_a_condition_that_keeps_its_status_keeps_its_transition_time_even_when_it_had_none() -> None:
+    old = [{"type": "Ready", "status": "True"}, {"type": "WorkersReady", "status": "True", "lastTransitionTime": "T0"}]
+    merged = status.merge_conditions(
+        old, [status.Condition("Ready", True, "Ready", "m"), status.Condition("WorkersReady", True, "R", "m")], 7, "T1"
+    )
+    assert [(c["lastTransitionTime"], c["observedGeneration"]) for c in merged] == [("T1", 7), ("T0", 7)]
+
+
+def test_status_differs_only_where_a_merge_patch_would_change_something() -> None:
+    assert status.status_differs(None, {"a": 1})
+    assert not status.status_differs({"a": 1, "b": 2}, {"a": 1})
+    assert status.status_differs({"a": {"b": 1}}, {"a": {"b": 2}})
+    assert not status.status_differs({"a": {"b": 1, "c": 3}}, {"a": {"b": 1}})
+    assert status.status_differs({"a": 1}, {"a": {"b": 1}})
+
+
+def test_fields_kubernetes_leaves_out_read_as_their_defaults() -> None:
+    svc = parse()
+    no_generation = status.compute_status(svc, {}, status.Observed(None, None), SETTINGS, "T")
+    assert no_generation["observedGeneration"] == 0
+    assert (
+        status.compute_status(svc, {"metadata": {}}, status.Observed(None, None), SETTINGS, "T")["observedGeneration"]
+        == 0
+    )
+    unparsed = status.compute_status(None, {"metadata": {}}, status.Observed(None, None), SETTINGS, "T", invalid="x")
+    assert unparsed["workers"]["summary"] == "0/0"
+    # A worker StatefulSet without spec or readyReplicas, a dispatcher without updatedReplicas:
+    bare = {"metadata": {"generation": 2}, "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2}}
+    st = status.compute_status(svc, body(), status.Observed(sts(1, 1), bare), SETTINGS, "T")
+    assert conditions(st)["WorkersReady"]["message"] == "0/2 workers are ready and up to date."
+    no_spec = {k: v for k, v in sts(2, 2).items() if k != "spec"}
+    st = status.compute_status(svc, body(), status.Observed(sts(1, 1), no_spec), SETTINGS, "T")
+    assert conditions(st)["WorkersReady"]["reason"] == "WorkersNotReady"
+    dispatcher = sts(1, 0)
+    del dispatcher["status"]["updatedReplicas"]
+    st = status.compute_status(svc, body(), status.Observed(dispatcher, sts(2, 2)), SETTINGS, "T")
+    assert conditions(st)["DispatcherReady"]["reason"] == "DispatcherRestarting"

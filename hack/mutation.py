@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""`make mutation`: how many mutants of the operator's pure modules the unit tests kill (a measurement).
+
+mutmut (pinned in operator/pyproject.toml's dev extras) copies the package into `mutants/`, rewrites
+each function into a trampoline that runs the original or one mutant, and runs, for each mutant, only
+the unit tests that called that function (it records which in a first, clean run).
+
+The repository does not have the layout mutmut expects (the package under `operator/src`, the tests
+at the top), so it runs in a workspace, `.local/mutation/`, whose `src`, `tests` and the files the
+unit tests read are links into the repository. mutmut copies them into `.local/mutation/mutants/`,
+puts `mutants/src` first on `sys.path` and removes the path the editable install added
+(`operator/src`, which is what the `src` link resolves to): the tests import the mutated copy. Two
+checks prove it on every run: mutmut's own "forced fail" run (every trampoline raises: the tests
+must fail), and the stats run, which stops when no test reached a trampoline.
+
+Survivors that no test can kill (the mutant behaves like the original) are listed, with why, in
+hack/mutation-equivalent.txt; any other survivor is printed and makes the run exit 1.
+A whole run makes some 3,800 mutants (about 1.5 hours on 2 shared cores), so `--module` measures
+one module at a time; each module's last result is kept in .local/mutation.json and the table
+shows every module measured so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "operator" / "src" / "tfdata_operator"
+# The pure modules: spec in, manifests and decisions out, no I/O.
+MODULES = ("spec", "builders", "scaling", "status", "serverconfig", "plan")
+WORKSPACE = ROOT / ".local" / "mutation"
+EQUIVALENT = ROOT / "hack" / "mutation-equivalent.txt"
+# Each module's last result (a run of some modules keeps the others'): outside the workspace,
+# which every run starts afresh.
+RESULT = ROOT / ".local" / "mutation.json"
+# What the unit tests read besides themselves (cases.ROOT is the workspace's copy, `mutants/`).
+LINKED = ("tests", "crds", "examples", "hack", "charts", "pytest.ini", "Makefile", ".github", ".ci")
+
+
+def read_equivalent() -> dict[str, str]:
+    """mutant name -> why it is equivalent; one `name  why` a line, `#` comments."""
+    listed: dict[str, str] = {}
+    for number, line in enumerate(EQUIVALENT.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, _, why = line.partition(" ")
+        if not why.strip():
+            sys.exit(f"{EQUIVALENT.relative_to(ROOT)}:{number}: {name} has no reason; write why it is equivalent")
+        listed[name] = why.strip()
+    return listed
+
+
+def prepare(modules: list[str], max_children: int) -> None:
+    """A fresh workspace: mutmut's config, and links to what it copies."""
+    shutil.rmtree(WORKSPACE, ignore_errors=True)
+    WORKSPACE.mkdir(parents=True)
+    (WORKSPACE / "src").symlink_to(PACKAGE.parent)
+    for name in LINKED:
+        (WORKSPACE / name).symlink_to(ROOT / name)
+    only = "\n    ".join(f"src/tfdata_operator/{m}.py" for m in modules)
+    also = "\n    ".join(n for n in LINKED if n != "tests")
+    (WORKSPACE / "setup.cfg").write_text(
+        "[mutmut]\n"
+        "source_paths = src/tfdata_operator\n"
+        f"only_mutate =\n    {only}\n"
+        f"also_copy =\n    {also}\n"
+        "pytest_add_cli_args_test_selection = tests/unit\n"
+        # Two modules check files, not the pure modules, in subprocesses that would import the
+        # installed, unmutated package: the test plumbing, and the CRD's generated schemas.
+        "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    --ignore=tests/unit/test_test_plumbing.py\n"
+        "    --ignore=tests/unit/test_crd_schemas.py\n"
+        # Forked from a server process that ran no test: children forked from the process that
+        # ran the whole suite inherit its threads' locks (the work queue's), and hang.
+        "process_isolation = forkserver\n"
+    )
+
+
+def run_mutmut(max_children: int) -> None:
+    mutmut = Path(sys.executable).parent / "mutmut"
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    # mutmut would pick the CI skip policy up from the environment; a mutant's failing test is the point.
+    env.pop("CI", None)
+    done = subprocess.run([str(mutmut), "run", "--max-children", str(max_children)], cwd=WORKSPACE, env=env)
+    if done.returncode != 0:
+        sys.exit(f"mutmut run failed (exit {done.returncode}); its output is above")
+
+
+def collect(modules: list[str]) -> dict[str, dict[str, str]]:
+    """module -> mutant name -> status, from the .meta files mutmut writes next to each mutated file."""
+    sys.path.insert(0, str(WORKSPACE))  # nothing of the package: only mutmut's own table
+    from mutmut.stats import status_by_exit_code
+
+    result: dict[str, dict[str, str]] = {}
+    for module in modules:
+        meta = WORKSPACE / "mutants" / "src" / "tfdata_operator" / f"{module}.py.meta"
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        result[module] = {name: status_by_exit_code[code] for name, code in codes.items()}
+    return result
+
+
+def report(measured: dict[str, dict[str, str]], equivalent: dict[str, str]) -> int:
+    kept = json.loads(RESULT.read_text())["statuses"] if RESULT.exists() else {}
+    statuses = {m: measured.get(m) or kept[m] for m in MODULES if m in measured or m in kept}
+    rows = []
+    unexplained: list[str] = []
+    total_killed = total = total_equivalent = 0
+    for module, by_name in statuses.items():
+        killed = sum(1 for s in by_name.values() if s in ("killed", "timeout"))
+        listed = sum(1 for n, s in by_name.items() if s not in ("killed", "timeout") and n in equivalent)
+        unexplained += [
+            f"{n}: {s}" for n, s in sorted(by_name.items()) if s not in ("killed", "timeout") and n not in equivalent
+        ]
+        rows.append((module, killed, listed, len(by_name)))
+        total_killed, total_equivalent, total = total_killed + killed, total_equivalent + listed, total + len(by_name)
+    rows.append(("overall", total_killed, total_equivalent, total))
+    print(f"\n{'module':<14}{'killed':>8}{'total':>8}{'killed %':>10}{'equivalent':>12}{'left':>6}")
+    for module, killed, listed, count in rows:
+        share = 100 * killed / count if count else 0.0
+        left = count - killed - listed
+        print(f"{module:<14}{killed:>8}{count:>8}{share:>9.1f}%{listed:>12}{left:>6}")
+    seen = {n for by_name in statuses.values() for n in by_name}
+    stale = sorted(n for n in equivalent if n.split(".")[1].split(".")[0] in statuses and n not in seen)
+    killed_now = sorted(n for by in statuses.values() for n, s in by.items() if n in equivalent and s == "killed")
+    for name in stale:
+        print(f"listed as equivalent but no longer a mutant: {name}")
+    for name in killed_now:
+        print(f"listed as equivalent but killed: {name} (remove it from the list)")
+    if unexplained:
+        print("\nsurvivors neither killed nor listed as equivalent (`cd .local/mutation && mutmut show NAME`):")
+        print("\n".join(f"  {line}" for line in unexplained))
+    out = {
+        "modules": {m: {"killed": k, "equivalent": e, "total": t} for m, k, e, t in rows},
+        "survivors": unexplained,
+        "statuses": statuses,
+    }
+    RESULT.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    print(f"\nmeasured now: {', '.join(measured)}; result: {RESULT.relative_to(ROOT)}")
+    return 1 if unexplained or killed_now else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--module", action="append", choices=MODULES, help="only these (default: all six)")
+    parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
+    parser.add_argument("--report-only", action="store_true", help="print the table of the last results again")
+    args = parser.parse_args()
+    modules = args.module or list(MODULES)
+    equivalent = read_equivalent()
+    if args.report_only:
+        sys.exit(report({}, equivalent))
+    prepare(modules, args.max_children)
+    run_mutmut(args.max_children)
+    sys.exit(report(collect(modules), equivalent))
+
+
+if __name__ == "__main__":
+    main()
