@@ -345,8 +345,17 @@ CPU = {
 }
 
 
-def test_network_policy_admits_the_operator_to_the_dispatchers_health_port_only() -> None:
-    svc = parse(**TFDATA, dispatcher={"healthPort": 9090})
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param(TFDATA, id="tfdata-autoscaled"),  # the autoscaler reads /v1/signals
+        pytest.param({"shardingPolicy": "FILE"}, id="static"),  # a held rescale reads /v1/signals
+        pytest.param({}, id="not-autoscaled"),  # a held suspend reads /v1/signals, the diagnosis /readyz
+        pytest.param(CPU, id="cpu-metric"),
+    ],
+)
+def test_network_policy_admits_the_operator_to_the_health_ports_only(fields: dict[str, Any]) -> None:
+    svc = parse(**{**fields, "dispatcher": {"healthPort": 9090}})
     policy = builders.build_network_policy(svc, IN_CLUSTER)
     assert policy is not None
     servers, operator = policy["spec"]["ingress"]
@@ -360,22 +369,12 @@ def test_network_policy_admits_the_operator_to_the_dispatchers_health_port_only(
                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "tfdata-operator"}},
             }
         ],
-        "ports": [{"protocol": "TCP", "port": 9090}],
+        "ports": [{"protocol": "TCP", "port": 8080}, {"protocol": "TCP", "port": 9090}],
     }
 
 
-@pytest.mark.parametrize(
-    ("fields", "settings"),
-    [
-        pytest.param({}, IN_CLUSTER, id="not-autoscaled"),
-        pytest.param(CPU, IN_CLUSTER, id="cpu-metric"),
-        pytest.param(TFDATA, BuildSettings(), id="operator-outside-the-cluster"),
-    ],
-)
-def test_network_policy_admits_the_operator_only_where_it_reads_signals(
-    fields: dict[str, Any], settings: BuildSettings
-) -> None:
-    policy = builders.build_network_policy(parse(**fields), settings)
+def test_network_policy_of_an_operator_outside_the_cluster_admits_no_namespace() -> None:
+    policy = builders.build_network_policy(parse(**TFDATA), BuildSettings())
     assert policy is not None
     (servers,) = policy["spec"]["ingress"]
     assert all("namespaceSelector" not in peer for peer in servers["from"])

@@ -429,8 +429,10 @@ def build_network_policy(svc: ServiceSpec, settings: BuildSettings) -> Manifest 
 
     The health ports serve more than probes: /metrics (the dispatcher reads its workers'),
     the trainers' reports and /v1/signals (the dispatcher's), so they are open to the same peers,
-    and to the operator when it autoscales on TFData signals, for that port only. Kubelets'
-    probes come from the node, which a NetworkPolicy never blocks.
+    and to the operator, for those ports only: it reads the dispatcher's /v1/signals (the TFData
+    autoscaler, and a rescale or suspend held while clients read, under any autoscaling) and an
+    unready server's /readyz (the status's explanation). Kubelets' probes come from the node,
+    which a NetworkPolicy never blocks.
     """
     policy = svc.network_policy
     if not policy.enabled:
@@ -444,8 +446,8 @@ def build_network_policy(svc: ServiceSpec, settings: BuildSettings) -> Manifest 
         *(dict(peer) for peer in policy.extra_from),
     ]
     ingress: list[Manifest] = [{"from": peers, "ports": _tcp(ports)}]
-    if (operator := operator_peer(settings)) is not None and reads_signals(svc):
-        ingress.append({"from": [operator], "ports": _tcp([svc.dispatcher.health_port])})
+    if (operator := operator_peer(settings)) is not None:
+        ingress.append({"from": [operator], "ports": _tcp([svc.dispatcher.health_port, svc.workers.health_port])})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

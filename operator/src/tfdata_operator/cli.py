@@ -89,8 +89,8 @@ def main() -> None:
 )  # fmt: skip
 @click.option(
     "--operator-namespace", default=None, envvar="TFDATA_OPERATOR_NAMESPACE",
-    help="The namespace of the operator's pod (the chart sets it): each NetworkPolicy of a service that "
-    "autoscales on TFData signals admits the operator's requests from there to the dispatcher's health port. "
+    help="The namespace of the operator's pod (the chart sets it): each service's NetworkPolicy admits the "
+    "operator's requests from there to the servers' health ports (/v1/signals, /readyz). "
     "Unset when the operator runs outside the cluster.",
 )  # fmt: skip
 @click.option(
