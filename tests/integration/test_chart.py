@@ -312,7 +312,7 @@ spec:
 
 
 def test_the_operator_tells_network_policies_its_own_namespace_and_pod_labels(helm: Helm) -> None:
-    """By default, the peer each TFData-autoscaled service's NetworkPolicy admits is the operator pod itself."""
+    """By default, the peer each service's NetworkPolicy admits is the operator pod itself."""
     (deployment,) = [o for o in helm.template("ops") if o["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
