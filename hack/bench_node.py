@@ -131,7 +131,7 @@ class Bench:
         self.apply("throughput", {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 4}})
         self.wait_ready("throughput", 4, static=False)
         operator_address = self.status("throughput")["dispatcherAddress"]
-        ports = [str(p) for p in free_ports(4)]
+        ports = [str(p) for p in netns_ports(4)]
         rates: dict[str, list[float]] = {"operator": [], "by hand": []}
         state_dir = self.cluster.state_dir or self.cluster.kubeconfig.parent
         with nodeagent.client_netns(state_dir, NAMESPACE) as prefix:
@@ -156,7 +156,7 @@ class Bench:
         return {"elements_per_second": rates, "ratio_operator_to_by_hand": round(operator / by_hand, 2)}
 
 
-def free_ports(count: int) -> list[int]:
+def netns_ports(count: int) -> list[int]:
     """Ports for the hand-started servers: they listen inside their own network namespace, where all are free."""
     return [25000 + i for i in range(count)]
 

@@ -220,18 +220,28 @@ def test_two_candidates_racing_for_a_free_lease_one_wins() -> None:
     assert lease.holder == "b"
 
 
-def test_the_loop_reports_a_lost_lease_at_once_when_another_holds_it() -> None:
-    lease = MemoryLease()
+def _leading(lease: MemoryLease) -> tuple[Elector, list[str]]:
+    """An elector with fast timings that leads on ``lease``, and the list its loss is reported to."""
     fast = Timing(lease_duration=1, renew_deadline=0.5, retry_period=0.05)
     a = Elector(lease, ElectionConfig(namespace="ops", name="l", identity="a", timing=fast))
     started, lost = threading.Event(), []
     a.start(started.set, lost.append)
     assert started.wait(5) and a.holds()
-    assert lease.lease is not None
-    lease.lease["spec"]["holderIdentity"] = "intruder"
-    deadline = time.monotonic() + 5
+    return a, lost
+
+
+def _wait_lost(lost: list[str], timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
     while not lost and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+def test_the_loop_reports_a_lost_lease_at_once_when_another_holds_it() -> None:
+    lease = MemoryLease()
+    a, lost = _leading(lease)
+    assert lease.lease is not None
+    lease.lease["spec"]["holderIdentity"] = "intruder"
+    _wait_lost(lost)
     assert lost and "intruder" in lost[0], lost
     assert not a.holds()
     a.stop(wait=1)
@@ -240,15 +250,10 @@ def test_the_loop_reports_a_lost_lease_at_once_when_another_holds_it() -> None:
 
 def test_the_loop_loses_the_lease_once_the_renew_deadline_passes() -> None:
     lease = MemoryLease()
-    fast = Timing(lease_duration=1, renew_deadline=0.5, retry_period=0.05)
-    a = Elector(lease, ElectionConfig(namespace="ops", name="l", identity="a", timing=fast))
-    started, lost = threading.Event(), []
-    a.start(started.set, lost.append)
-    assert started.wait(5)
+    a, lost = _leading(lease)
     lease.down = True
     cut = time.monotonic()
-    while not lost and time.monotonic() < cut + 5:
-        time.sleep(0.01)
+    _wait_lost(lost)
     assert lost and "connection refused" in lost[0], lost
     assert time.monotonic() - cut < 1, "lost later than the lease duration"
     a.stop(wait=1)
