@@ -192,7 +192,10 @@ def sample_while(service: Service, running: threading.Event) -> list[tuple[float
 
 
 def test_idle_before_any_client(service: Service) -> None:
-    seen = service.signals()
+    # The worker's health endpoint answers before its first heartbeat has registered it.
+    seen = wait_for(
+        service.signals, 30, "the worker registered with the dispatcher", until=lambda s: s.registered_workers == 1
+    )
     assert not seen.reading, seen
     assert (seen.registered_workers, seen.workers_answering, seen.worker_tasks) == (1, 1, 0), seen
     assert seen.reporting_clients == 0 and seen.client_stall_fraction_mean is None, seen
