@@ -3,9 +3,10 @@
 
 The CRD is hand-written, except the blocks between ``# BEGIN generated <definition>`` and
 ``# END generated <definition>`` markers: those are the structural form of a Kubernetes
-OpenAPI v3 definition (affinity, tolerations, resources, topology spread, NetworkPolicy
-peers), so the API server refuses a wrong type inside them at ``kubectl apply`` instead of
-the operator's server-side apply of a child failing later.
+OpenAPI v3 definition (affinity, tolerations, resources, topology spread, volumes, volume
+mounts, environment variables, NetworkPolicy peers), so the API server refuses a wrong type
+inside them at ``kubectl apply`` instead of the operator's server-side apply of a child
+failing later.
 
 The definitions come from the OpenAPI v3 documents in ``hack/openapi/`` (trimmed to what the
 CRD needs and committed, so the drift test needs no cluster):
@@ -49,12 +50,42 @@ DOCUMENTS: dict[str, tuple[str, ...]] = {
         "io.k8s.api.core.v1.Toleration",
         "io.k8s.api.core.v1.ResourceRequirements",
         "io.k8s.api.core.v1.TopologySpreadConstraint",
+        "io.k8s.api.core.v1.Volume",
+        "io.k8s.api.core.v1.VolumeMount",
+        "io.k8s.api.core.v1.EnvVar",
+        "io.k8s.api.core.v1.EnvFromSource",
     ),
     "apis/networking.k8s.io/v1": ("io.k8s.api.networking.v1.NetworkPolicyPeer",),
 }
-# Fields left out of a definition: ResourceRequirements.claims names pod-level resource
-# claims, which a TFDataService cannot declare, so any value would be refused later.
-OMIT: dict[str, frozenset[str]] = {"io.k8s.api.core.v1.ResourceRequirements": frozenset({"claims"})}
+# Fields left out of a definition:
+# - ResourceRequirements.claims names pod-level resource claims, which a TFDataService cannot
+#   declare, so any value would be refused later.
+# - VolumeMount.mountPropagation: the servers run unprivileged, so Bidirectional is refused when
+#   the pod is created, and read-only training data needs no propagation (None, the default).
+# - EnvVarSource.fileKeyRef reads an env file from a volume behind the EnvFiles feature gate
+#   (alpha in Kubernetes 1.34, off by default): the API server would drop it.
+OMIT: dict[str, frozenset[str]] = {
+    "io.k8s.api.core.v1.ResourceRequirements": frozenset({"claims"}),
+    "io.k8s.api.core.v1.VolumeMount": frozenset({"mountPropagation"}),
+    "io.k8s.api.core.v1.EnvVarSource": frozenset({"fileKeyRef"}),
+}
+# Fields kept of a definition, where fewer are kept than left out. A Volume keeps the sources
+# that carry training data or the credentials to read it:
+# - persistentVolumeClaim (any storage the cluster provisions, e.g. a ReadOnlyMany claim of
+#   TFRecords), nfs, csi (inline CSI volumes, e.g. a bucket mounted by a FUSE driver), hostPath
+#   (data already on the nodes; Pod Security "baseline" refuses it), configMap and secret
+#   (credentials files, small lookup tables), emptyDir (scratch space, e.g. a local cache).
+# Left out: ephemeral (a claim per pod from a template embedding ObjectMeta and a whole
+# PersistentVolumeClaimSpec, about 22 KB of schema twice over, which would push the CRD past
+# what a client-side `kubectl apply` can store; it only brings empty or snapshot-filled scratch
+# space), projected, downwardAPI and image (not training data; a service account token for
+# cloud credentials is projected by the cloud's own webhook), and the deprecated in-tree
+# cloud and network volume plugins (awsElasticBlockStore, glusterfs, ...; CSI replaces them).
+ONLY: dict[str, frozenset[str]] = {
+    "io.k8s.api.core.v1.Volume": frozenset(
+        {"name", "persistentVolumeClaim", "configMap", "secret", "emptyDir", "hostPath", "nfs", "csi"}
+    ),
+}
 QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
 QUANTITY_PATTERN = (
@@ -113,15 +144,26 @@ def _refs(node: Any) -> set[str]:
     return set()
 
 
+def kept(owner: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """The properties of ``owner`` the CRD embeds (OMIT and ONLY applied)."""
+    omit = OMIT.get(owner, frozenset())
+    only = ONLY.get(owner)
+    return {k: v for k, v in properties.items() if k not in omit and (only is None or k in only)}
+
+
 def reachable(schemas: dict[str, Any], roots: tuple[str, ...]) -> set[str]:
-    """The definitions ``roots`` refer to, directly or not (what a trimmed document keeps)."""
+    """The definitions ``roots`` refer to through the fields the CRD keeps, directly or not
+    (what a trimmed document keeps)."""
     seen: set[str] = set()
     todo = list(roots)
     while todo:
         name = todo.pop()
         if name not in seen:
             seen.add(name)
-            todo += sorted(_refs(schemas[name]) - seen)
+            schema = schemas[name]
+            if "properties" in schema:
+                schema = {**schema, "properties": kept(name, schema["properties"])}
+            todo += sorted(_refs(schema) - seen)
     return seen
 
 
@@ -164,8 +206,7 @@ def _convert(schemas: dict[str, Any], node: dict[str, Any], stack: tuple[str, ..
         elif key not in KEPT:
             continue  # default, x-kubernetes-patch-*, x-kubernetes-unions, ...
         elif key == "properties":
-            omit = OMIT.get(owner, frozenset())
-            out[key] = {prop: _convert(schemas, sub, stack) for prop, sub in sorted(value.items()) if prop not in omit}
+            out[key] = {prop: _convert(schemas, sub, stack) for prop, sub in sorted(kept(owner, value).items())}
         elif key in ("items", "additionalProperties"):
             out[key] = _convert(schemas, value, stack)
         else:

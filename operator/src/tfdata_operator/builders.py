@@ -14,7 +14,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import discovery, serverconfig, signals
-from .spec import CPU_METRIC, TFDATA_METRIC, PodSettings, ServiceSpec, default_requests, parse_quantity
+from .spec import (
+    CPU_METRIC,
+    JOURNAL_MOUNT,
+    JOURNAL_VOLUME,
+    TFDATA_METRIC,
+    TMP_MOUNT,
+    TMP_VOLUME,
+    PodSettings,
+    ServiceSpec,
+    default_requests,
+    parse_quantity,
+)
 
 API_GROUP = "tfdata.dev"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -25,8 +36,6 @@ MANAGER = "tfdata-operator"
 CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"
 # Pods with this label, valued with the TFDataService's name, may connect to its servers.
 CLIENT_LABEL = f"{API_GROUP}/client"
-JOURNAL_VOLUME = "journal"
-JOURNAL_MOUNT = "/var/lib/tfdata"
 DEFAULT_WORK_DIR = f"{JOURNAL_MOUNT}/journal"
 SERVER_UID = 1000
 DISPATCHER = "dispatcher"
@@ -500,8 +509,10 @@ def _pod_template(
         "args": [component],
         "env": [
             {"name": serverconfig.POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": serverconfig.POD_NAMESPACE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": serverconfig.CONFIG_ENV, "value": config_json},
+            # The user's after the operator's: spec refuses a user variable of the same name.
+            *_as_stored(pod.env),
         ],
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports.items()]
         + [{"name": "health", "containerPort": health_port, "protocol": "TCP"}],
@@ -514,8 +525,11 @@ def _pod_template(
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *mounts],
+        "volumeMounts": [{"name": TMP_VOLUME, "mountPath": TMP_MOUNT}, *mounts, *_as_stored(pod.volume_mounts)],
     }
+    if pod.env_from:
+        # Explicit env wins over envFrom, so a key named like the operator's variables changes nothing.
+        container["envFrom"] = _as_stored(pod.env_from)
     if svc.image_pull_policy:
         container["imagePullPolicy"] = svc.image_pull_policy
     container["resources"] = default_requests(pod, component)
@@ -532,7 +546,7 @@ def _pod_template(
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "terminationGracePeriodSeconds": 30,
-        "volumes": [{"name": "tmp", "emptyDir": {}}],
+        "volumes": [{"name": TMP_VOLUME, "emptyDir": {}}, *_as_stored(pod.volumes)],
     }
     optional = {
         "serviceAccountName": pod.service_account_name,
@@ -551,6 +565,21 @@ def _pod_template(
         },
         "spec": pod_spec,
     }
+
+
+def _as_stored(items: tuple[Mapping[str, Any], ...]) -> list[dict[str, Any]]:
+    """The user's volumes, mounts or variables as the API server stores them: it drops a false or
+    empty-string field (``readOnly: false``, ``value: ""``), which means the same as an unset one in
+    these types, and a template that kept it would differ from the live one at every reconcile."""
+    return [_without_zero_values(item) for item in items]
+
+
+def _without_zero_values(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_zero_values(v) for k, v in value.items() if v is not False and v != ""}
+    if isinstance(value, list):
+        return [_without_zero_values(v) for v in value]
+    return value
 
 
 def _affinity(svc: ServiceSpec, component: str, pod: PodSettings) -> dict[str, Any]:

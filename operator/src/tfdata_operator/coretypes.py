@@ -19,6 +19,10 @@ TOLERATION = "io.k8s.api.core.v1.Toleration"
 RESOURCES = "io.k8s.api.core.v1.ResourceRequirements"
 TOPOLOGY_SPREAD = "io.k8s.api.core.v1.TopologySpreadConstraint"
 NETWORK_POLICY_PEER = "io.k8s.api.networking.v1.NetworkPolicyPeer"
+VOLUME = "io.k8s.api.core.v1.Volume"
+VOLUME_MOUNT = "io.k8s.api.core.v1.VolumeMount"
+ENV_VAR = "io.k8s.api.core.v1.EnvVar"
+ENV_FROM_SOURCE = "io.k8s.api.core.v1.EnvFromSource"
 
 _TYPES: dict[str, type | tuple[type, ...]] = {
     "object": Mapping,
@@ -40,6 +44,11 @@ def _schemas() -> dict[str, Any]:
 def problems(value: Any, definition: str, path: str) -> list[str]:
     """What is wrong with ``value`` as a ``definition`` at ``path``; empty if nothing."""
     return _check(value, _schemas()[definition], path)
+
+
+def fields(definition: str) -> tuple[str, ...]:
+    """The fields of ``definition`` the CRD embeds, sorted."""
+    return tuple(sorted(_schemas()[definition].get("properties", {})))
 
 
 def _check(value: Any, schema: Mapping[str, Any], path: str) -> list[str]:

@@ -21,6 +21,8 @@ from typing import Any
 CONFIG_ENV = "TFDATA_SERVER_CONFIG"
 # The environment variable holding the pod's own name (a fieldRef to metadata.name).
 POD_NAME_ENV = "POD_NAME"
+# The environment variable holding the pod's namespace (a fieldRef to metadata.namespace).
+POD_NAMESPACE_ENV = "POD_NAMESPACE"
 # The placeholder in ``WorkerServerConfig.worker_address_format`` replaced by the pod name.
 POD_NAME_PLACEHOLDER = "{pod_name}"
 # The names of a static dispatcher's journal directories under the service's workDir:
@@ -284,6 +286,7 @@ def _check_port(name: str, value: object) -> None:
 __all__ = [
     "CONFIG_ENV",
     "DEFAULTS",
+    "POD_NAMESPACE_ENV",
     "POD_NAME_ENV",
     "ConfigError",
     "DispatcherServerConfig",

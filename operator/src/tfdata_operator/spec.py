@@ -9,11 +9,12 @@ here equal the CRD's (a unit test compares them).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import coretypes
+from . import coretypes, serverconfig
 
 # What TensorFlow 2.21 accepts, read from its sources and checked against the tensorflow-cpu
 # wheel: tf.data.experimental.service.ShardingPolicy's members.
@@ -65,6 +66,15 @@ _LABEL_KEY = re.compile(
 # dataset's pipeline on top of that.
 DEFAULT_REQUESTS = {"dispatcher": {"cpu": "100m", "memory": "512Mi"}, "worker": {"cpu": "250m", "memory": "1Gi"}}
 _MAX_MS = 604_800_000
+# What the operator puts into every server pod itself: a user's volume, mount or variable of the
+# same name would collide with it (a duplicate volume or mount path makes the StatefulSet invalid;
+# a later duplicate variable would override the operator's, and the server would not start).
+TMP_VOLUME, TMP_MOUNT = "tmp", "/tmp"  # readOnlyRootFilesystem: TensorFlow still needs a /tmp
+JOURNAL_VOLUME, JOURNAL_MOUNT = "journal", "/var/lib/tfdata"  # the dispatcher's, with spec.dispatcher.storage
+RESERVED_ENV = (serverconfig.CONFIG_ENV, serverconfig.POD_NAME_ENV, serverconfig.POD_NAMESPACE_ENV)
+# Bounds of spec.<component>.volumes, volumeMounts, env and envFrom (the CRD's maxItems).
+MAX_VOLUMES, MAX_MOUNTS, MAX_ENV, MAX_ENV_FROM = 16, 16, 64, 16
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _describe = coretypes.describe
 
 
@@ -90,6 +100,17 @@ class PodSettings:
     service_account_name: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # Kubernetes' Volume, VolumeMount, EnvVar and EnvFromSource, as the user wrote them.
+    volumes: tuple[Mapping[str, Any], ...] = ()
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()
+    env: tuple[Mapping[str, Any], ...] = ()
+    env_from: tuple[Mapping[str, Any], ...] = ()
+
+
+def operator_volumes(journal: bool) -> dict[str, str]:
+    """The volumes the operator mounts into a server container (name -> mount path): the tmp
+    emptyDir always, and the journal claim on a dispatcher with ``spec.dispatcher.storage``."""
+    return {TMP_VOLUME: TMP_MOUNT, **({JOURNAL_VOLUME: JOURNAL_MOUNT} if journal else {})}
 
 
 @dataclass(frozen=True)
@@ -408,7 +429,7 @@ def _dispatcher(r: _Reader) -> DispatcherSpec:
     if ms["jobGcTimeoutMs"] == 0:
         r.problems.append("spec.dispatcher.jobGcTimeoutMs must be -1 (keep jobs forever) or at least 1")
     snapshots = r.integer("workerMaxConcurrentSnapshots", None, 0, 1000)
-    pod = _pod_settings(r)
+    pod = _pod_settings(r, operator_volumes(journal=storage.enabled))
     r.finish()
     if port == health_port:
         r.problems.append(f"spec.dispatcher.port and spec.dispatcher.healthPort must differ (both are {port})")
@@ -456,7 +477,7 @@ def _workers(r: _Reader) -> WorkersSpec:
     transfer_port = r.integer("dataTransferPort", None, 1, 65535)
     rescale_policy = r.enum("rescalePolicy", RESCALE_POLICIES, WHEN_IDLE)
     max_wait = r.integer("rescaleMaxWaitSeconds", None, 1, 604_800)
-    pod = _pod_settings(r)
+    pod = _pod_settings(r, operator_volumes(journal=False))
     r.finish()
     if port == health_port:
         r.problems.append(f"spec.workers.port and spec.workers.healthPort must differ (both are {port})")
@@ -526,7 +547,7 @@ def _autoscaling(r: _Reader) -> AutoscalingSpec:
     )
 
 
-def _pod_settings(r: _Reader) -> PodSettings:
+def _pod_settings(r: _Reader, own_volumes: Mapping[str, str]) -> PodSettings:
     resources = _resources(r.child("resources"))
     labels = _labels(r, "labels", 64)
     reserved = sorted(RESERVED_LABELS & set(labels))
@@ -535,6 +556,8 @@ def _pod_settings(r: _Reader) -> PodSettings:
             f"{r.path}.labels must not set {', '.join(reserved)}: the operator uses them to select its pods"
         )
     tolerations = _core_list(r, "tolerations", coretypes.TOLERATION, 32)
+    volumes = _volumes(r, own_volumes)
+    mounts = _volume_mounts(r, volumes, own_volumes)
     spread = _core_list(r, "topologySpreadConstraints", coretypes.TOPOLOGY_SPREAD, 8)
     affinity = r.raw("affinity")
     found = [] if affinity is None else coretypes.problems(affinity, coretypes.AFFINITY, f"{r.path}.affinity")
@@ -551,7 +574,94 @@ def _pod_settings(r: _Reader) -> PodSettings:
         service_account_name=r.string("serviceAccountName", pattern=_DNS_SUBDOMAIN),
         labels=labels,
         annotations=r.string_map("annotations", 64, 4096),
+        volumes=volumes or (),
+        volume_mounts=mounts,
+        env=_env(r),
+        env_from=_core_list(r, "envFrom", coretypes.ENV_FROM_SOURCE, MAX_ENV_FROM) or (),
     )
+
+
+def _volumes(r: _Reader, own: Mapping[str, str]) -> tuple[Mapping[str, Any], ...] | None:
+    """spec.<component>.volumes; None when unset or wrong (so no mount is blamed for it)."""
+    volumes = _core_list(r, "volumes", coretypes.VOLUME, MAX_VOLUMES)
+    if volumes is None:
+        return None
+    sources = [f for f in coretypes.fields(coretypes.VOLUME) if f != "name"]
+    problems = []
+    for i, volume in enumerate(volumes):
+        name = volume["name"]
+        if len(name) > 63 or not _DNS_LABEL.match(name):
+            problems.append(
+                f"{r.path}.volumes[{i}].name {name!r} must be at most 63 lowercase letters, digits and '-', "
+                "starting and ending with a letter or digit (a DNS label)"
+            )
+        given = [f for f in sources if volume.get(f) is not None]
+        if len(given) != 1:
+            problems.append(
+                f"{r.path}.volumes[{i}] must set exactly one source of {', '.join(sources)}, "
+                f"got {', '.join(given) or 'none'}"
+            )
+    problems += _duplicates(r, "volumes", "name", volumes)
+    for name in sorted(own.keys() & {v["name"] for v in volumes}):
+        problems.append(
+            f"{r.path}.volumes must not use the name {name}: the operator adds its own {name} volume "
+            f"(mounted at {own[name]}). Rename the volume, and its volumeMounts"
+        )
+    r.problems.extend(problems)
+    return None if problems else volumes
+
+
+def _volume_mounts(
+    r: _Reader, volumes: tuple[Mapping[str, Any], ...] | None, own: Mapping[str, str]
+) -> tuple[Mapping[str, Any], ...]:
+    mounts = _core_list(r, "volumeMounts", coretypes.VOLUME_MOUNT, MAX_MOUNTS)
+    if mounts is None:
+        return ()
+    problems = _duplicates(r, "volumeMounts", "mountPath", mounts)
+    owners = {path: name for name, path in own.items()}
+    for i, mount in enumerate(mounts):
+        where, path = f"{r.path}.volumeMounts[{i}]", mount["mountPath"]
+        if not path.startswith("/"):
+            problems.append(f"{where}.mountPath must be an absolute path (starting with /), got {path!r}")
+        if mount.get("recursiveReadOnly") is not None and not mount.get("readOnly"):
+            problems.append(f"{where}.recursiveReadOnly needs readOnly: true (Kubernetes refuses it otherwise)")
+        if (path.rstrip("/") or "/") in owners:
+            problems.append(
+                f"{where}.mountPath must not be {path}: the operator mounts its own "
+                f"{owners[path.rstrip('/')]} volume there. Mount at another path, e.g. /data"
+            )
+        if r.has("volumes") and volumes is None:
+            continue  # the volumes are wrong already: each mount's name cannot be checked
+        if mount["name"] not in {v["name"] for v in volumes or ()}:
+            problems.append(
+                f"{where}.name {mount['name']!r} names no volume of {r.path}.volumes (the operator's own "
+                "volumes cannot be mounted again). Declare the volume, or fix the name"
+            )
+    r.problems.extend(problems)
+    return () if problems else mounts
+
+
+def _env(r: _Reader) -> tuple[Mapping[str, Any], ...]:
+    env = _core_list(r, "env", coretypes.ENV_VAR, MAX_ENV)
+    if env is None:
+        return ()
+    problems = _duplicates(r, "env", "name", env)
+    reserved = sorted({e["name"] for e in env} & set(RESERVED_ENV))
+    if reserved:
+        problems.append(
+            f"{r.path}.env must not set {', '.join(reserved)}: the operator sets {', '.join(RESERVED_ENV)} "
+            "(the server's configuration, the pod's name and namespace) and the server needs its own values. "
+            "Rename the variable"
+        )
+    r.problems.extend(problems)
+    return () if problems else env
+
+
+def _duplicates(r: _Reader, key: str, field_name: str, items: tuple[Mapping[str, Any], ...]) -> list[str]:
+    """Kubernetes keys these lists by ``field_name``: a value given twice is refused (or overridden)."""
+    counts = Counter(str(item[field_name]) for item in items)
+    twice = sorted(v for v, n in counts.items() if n > 1)
+    return [f"{r.path}.{key} has more than one item with {field_name} {v!r}" for v in twice]
 
 
 def _core_list(r: _Reader, key: str, definition: str, max_items: int) -> tuple[Mapping[str, Any], ...] | None:
