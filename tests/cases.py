@@ -387,6 +387,179 @@ BAD_SPECS = [
         "spec.workers.annotations.note: Too long",
         "values must be strings of at most 4096 characters",
     ),
+    # --- Volumes, volume mounts and environment variables (Kubernetes' own schemas, and the operator's names).
+    BadSpec(
+        "volume-nfs-read-only-as-string",
+        'workers: {volumes: [{name: data, nfs: {server: nfs.example, path: /exports, readOnly: "yes"}}]}',
+        "spec.workers.volumes[0].nfs.readOnly: Invalid value",
+        "spec.workers.volumes[0].nfs.readOnly must be a boolean, got 'yes'",
+    ),
+    BadSpec(
+        "volume-claim-name-as-number",
+        "workers: {volumes: [{name: data, persistentVolumeClaim: {claimName: 7}}]}",
+        "spec.workers.volumes[0].persistentVolumeClaim.claimName: Invalid value",
+        "spec.workers.volumes[0].persistentVolumeClaim.claimName must be a string, got the number 7",
+    ),
+    BadSpec(
+        "volume-secret-items-as-object",
+        "workers: {volumes: [{name: creds, secret: {secretName: gcs, items: {key: token}}}]}",
+        'unknown field "spec.workers.volumes[0].secret.items.key"',
+        "spec.workers.volumes[0].secret.items must be a list",
+    ),
+    BadSpec(
+        "volume-csi-attributes-as-list",
+        "workers: {volumes: [{name: bucket, csi: {driver: gcsfuse.csi.storage.gke.io, volumeAttributes: [a]}}]}",
+        "spec.workers.volumes[0].csi.volumeAttributes: Invalid value",
+        "spec.workers.volumes[0].csi.volumeAttributes must be an object, got a list",
+    ),
+    BadSpec(
+        "volume-source-left-out",
+        "workers: {volumes: [{name: data, awsElasticBlockStore: {volumeID: vol-1}}]}",
+        'unknown field "spec.workers.volumes[0].awsElasticBlockStore"',
+        "spec.workers.volumes[0] has unknown fields: awsElasticBlockStore",
+    ),
+    BadSpec(
+        "volume-ephemeral-left-out",
+        "workers: {volumes: [{name: scratch, ephemeral: {}}]}",
+        'unknown field "spec.workers.volumes[0].ephemeral"',
+        "spec.workers.volumes[0] has unknown fields: ephemeral",
+    ),
+    BadSpec(
+        "volume-without-source",
+        "workers: {volumes: [{name: data}]}",
+        "a volume must set exactly one source",
+        "spec.workers.volumes[0] must set exactly one source of",
+    ),
+    BadSpec(
+        "volume-with-two-sources",
+        "dispatcher: {volumes: [{name: data, emptyDir: {}, secret: {secretName: gcs}}]}",
+        "a volume must set exactly one source",
+        "spec.dispatcher.volumes[0] must set exactly one source of configMap, csi, emptyDir, hostPath, nfs, "
+        "persistentVolumeClaim, secret, got emptyDir, secret",
+    ),
+    BadSpec(
+        "volume-name-not-a-dns-label",
+        "workers: {volumes: [{name: Training_Data, emptyDir: {}}]}",
+        "a volume's name must be at most 63 lowercase letters",
+        "spec.workers.volumes[0].name 'Training_Data' must be at most 63 lowercase letters",
+    ),
+    BadSpec(
+        "volume-name-twice",
+        "workers: {volumes: [{name: data, emptyDir: {}}, {name: data, nfs: {server: nfs.example, path: /x}}]}",
+        "spec.workers.volumes[1]: Duplicate value",
+        "spec.workers.volumes has more than one item with name 'data'",
+    ),
+    BadSpec(
+        "volume-named-tmp",
+        "workers: {volumes: [{name: tmp, emptyDir: {}}]}",
+        "spec.workers.volumes must not use the name tmp",
+        "spec.workers.volumes must not use the name tmp: the operator adds its own tmp volume",
+    ),
+    BadSpec(
+        "volume-named-journal",
+        "dispatcher: {volumes: [{name: journal, persistentVolumeClaim: {claimName: old-journal}}]}",
+        "spec.dispatcher.volumes must not use the name tmp, nor journal while spec.dispatcher.storage is enabled",
+        "spec.dispatcher.volumes must not use the name journal: the operator adds its own journal volume",
+    ),
+    BadSpec(
+        "mount-read-only-as-string",
+        "workers:\n  volumes: [{name: data, emptyDir: {}}]\n"
+        '  volumeMounts: [{name: data, mountPath: /data, readOnly: "true"}]',
+        "spec.workers.volumeMounts[0].readOnly: Invalid value",
+        "spec.workers.volumeMounts[0].readOnly must be a boolean, got 'true'",
+    ),
+    BadSpec(
+        "mount-propagation-left-out",
+        "workers:\n  volumes: [{name: data, emptyDir: {}}]\n"
+        "  volumeMounts: [{name: data, mountPath: /data, mountPropagation: Bidirectional}]",
+        'unknown field "spec.workers.volumeMounts[0].mountPropagation"',
+        "spec.workers.volumeMounts[0] has unknown fields: mountPropagation",
+    ),
+    BadSpec(
+        "mount-of-an-undeclared-volume",
+        "workers: {volumes: [{name: data, emptyDir: {}}], volumeMounts: [{name: dataset, mountPath: /data}]}",
+        "every spec.workers.volumeMounts[].name must name a volume of spec.workers.volumes",
+        "spec.workers.volumeMounts[0].name 'dataset' names no volume of spec.workers.volumes",
+    ),
+    BadSpec(
+        "mount-without-volumes",
+        "dispatcher: {volumeMounts: [{name: creds, mountPath: /var/run/creds}]}",
+        "every spec.dispatcher.volumeMounts[].name must name a volume of spec.dispatcher.volumes",
+        "spec.dispatcher.volumeMounts[0].name 'creds' names no volume of spec.dispatcher.volumes",
+    ),
+    BadSpec(
+        "mount-of-the-operators-tmp",
+        "workers: {volumeMounts: [{name: tmp, mountPath: /scratch}]}",
+        "every spec.workers.volumeMounts[].name must name a volume of spec.workers.volumes",
+        "spec.workers.volumeMounts[0].name 'tmp' names no volume of spec.workers.volumes",
+    ),
+    BadSpec(
+        "mount-relative-path",
+        "workers: {volumes: [{name: data, emptyDir: {}}], volumeMounts: [{name: data, mountPath: data}]}",
+        "a volumeMount's mountPath must be an absolute path",
+        "spec.workers.volumeMounts[0].mountPath must be an absolute path (starting with /), got 'data'",
+    ),
+    BadSpec(
+        "mount-at-tmp",
+        "workers: {volumes: [{name: scratch, emptyDir: {}}], volumeMounts: [{name: scratch, mountPath: /tmp/}]}",
+        "spec.workers.volumeMounts must not mount at /tmp",
+        "spec.workers.volumeMounts[0].mountPath must not be /tmp/: the operator mounts its own tmp volume there",
+    ),
+    BadSpec(
+        "mount-at-the-journal",
+        "dispatcher: {volumes: [{name: old, emptyDir: {}}], volumeMounts: [{name: old, mountPath: /var/lib/tfdata}]}",
+        "spec.dispatcher.volumeMounts must not mount at /tmp, nor at /var/lib/tfdata",
+        "spec.dispatcher.volumeMounts[0].mountPath must not be /var/lib/tfdata: the operator mounts its own journal",
+    ),
+    BadSpec(
+        "mount-recursive-read-only-without-read-only",
+        "workers:\n  volumes: [{name: data, emptyDir: {}}]\n"
+        "  volumeMounts: [{name: data, mountPath: /data, recursiveReadOnly: Enabled}]",
+        "recursiveReadOnly needs readOnly true",
+        "spec.workers.volumeMounts[0].recursiveReadOnly needs readOnly: true",
+    ),
+    BadSpec(
+        "env-value-as-number",
+        "workers: {env: [{name: SHARDS, value: 4}]}",
+        "spec.workers.env[0].value: Invalid value",
+        "spec.workers.env[0].value must be a string, got the number 4",
+    ),
+    BadSpec(
+        "env-secret-key-ref-without-key",
+        "workers: {env: [{name: AWS_SECRET_ACCESS_KEY, valueFrom: {secretKeyRef: {name: s3}}}]}",
+        "spec.workers.env[0].valueFrom.secretKeyRef.key: Required value",
+        "spec.workers.env[0].valueFrom.secretKeyRef.key is required",
+    ),
+    BadSpec(
+        "env-file-key-ref-left-out",
+        "workers: {env: [{name: TOKEN, valueFrom: {fileKeyRef: {volumeName: v, path: p, key: k}}}]}",
+        'unknown field "spec.workers.env[0].valueFrom.fileKeyRef"',
+        "spec.workers.env[0].valueFrom has unknown fields: fileKeyRef",
+    ),
+    BadSpec(
+        "env-sets-the-server-config",
+        'workers: {env: [{name: TFDATA_SERVER_CONFIG, value: "{}"}]}',
+        "env must not set TFDATA_SERVER_CONFIG, POD_NAME or POD_NAMESPACE",
+        "spec.workers.env must not set TFDATA_SERVER_CONFIG: the operator sets",
+    ),
+    BadSpec(
+        "env-sets-the-pod-name",
+        "dispatcher: {env: [{name: POD_NAME, value: dispatcher-0}]}",
+        "env must not set TFDATA_SERVER_CONFIG, POD_NAME or POD_NAMESPACE",
+        "spec.dispatcher.env must not set POD_NAME: the operator sets",
+    ),
+    BadSpec(
+        "env-from-as-object",
+        "workers: {envFrom: {secretRef: {name: s3}}}",
+        'unknown field "spec.workers.envFrom.secretRef"',
+        "spec.workers.envFrom must be a list",
+    ),
+    BadSpec(
+        "env-from-prefix-as-number",
+        "workers: {envFrom: [{prefix: 3, configMapRef: {name: settings}}]}",
+        "spec.workers.envFrom[0].prefix: Invalid value",
+        "spec.workers.envFrom[0].prefix must be a string, got the number 3",
+    ),
 ]
 
 # Accepted by the schema, refused by the operator (InvalidSpec): the schema cannot compare quantities.

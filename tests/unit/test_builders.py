@@ -471,3 +471,67 @@ def test_static_workers_heartbeat_every_second_unless_the_spec_says() -> None:
     assert builders.worker_config(parse(shardingPolicy="DYNAMIC"), BuildSettings()).heartbeat_interval_ms is None
     explicit = parse(shardingPolicy="HINT", workers={"heartbeatIntervalMs": 3000})
     assert builders.worker_config(explicit, BuildSettings()).heartbeat_interval_ms == 3000
+
+
+# --- The user's volumes, volume mounts and environment variables ---------------------------------
+
+DATA = {
+    "volumes": [
+        {"name": "tfrecords", "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True}},
+        {"name": "creds", "secret": {"secretName": "s3", "optional": False, "defaultMode": 0}},
+    ],
+    "volumeMounts": [{"name": "tfrecords", "mountPath": "/data", "readOnly": True, "subPath": ""}],
+    "env": [{"name": "AWS_REGION", "value": "eu-west-1"}, {"name": "EMPTY", "value": ""}],
+    "envFrom": [{"secretRef": {"name": "s3", "optional": False}}],
+}
+
+
+def test_workers_mount_the_users_volumes_after_the_operators_own(settings: BuildSettings) -> None:
+    sts = builders.build_worker_statefulset(parse(shardingPolicy="FILE", workers=DATA), settings, 2)
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["volumes"] == [
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "tfrecords", "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True}},
+        # optional: false is what unset means, and the API server drops it; mode 0 is a real mode.
+        {"name": "creds", "secret": {"secretName": "s3", "defaultMode": 0}},
+    ]
+    assert container(sts)["volumeMounts"] == [
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "tfrecords", "mountPath": "/data", "readOnly": True},
+    ]
+    env = container(sts)["env"]
+    # The operator's first: a later variable of the same name would win (spec refuses one anyway).
+    assert sorted(e["name"] for e in env[:3]) == sorted(spec.RESERVED_ENV)
+    assert env[-2:] == [{"name": "AWS_REGION", "value": "eu-west-1"}, {"name": "EMPTY"}]
+    assert container(sts)["envFrom"] == [{"secretRef": {"name": "s3"}}]
+    # The server's own configuration is untouched by them.
+    assert pod_config(sts, "worker", "demo-worker-0") == pod_config(
+        builders.build_worker_statefulset(parse(shardingPolicy="FILE"), settings, 2), "worker", "demo-worker-0"
+    )
+
+
+def test_the_dispatcher_gets_its_own_volumes_and_env_beside_the_journal(settings: BuildSettings) -> None:
+    svc = parse(dispatcher=DATA)
+    sts = builders.build_dispatcher_statefulset(svc, settings, 2)
+    assert [v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]] == ["tmp", "tfrecords", "creds"]
+    assert [m["name"] for m in container(sts)["volumeMounts"]] == ["tmp", "journal", "tfrecords"]
+    assert [e["name"] for e in container(sts)["env"]][-2:] == ["AWS_REGION", "EMPTY"]
+    # The workers' pods are not the dispatcher's.
+    workers = builders.build_worker_statefulset(svc, settings, 2)
+    assert [v["name"] for v in workers["spec"]["template"]["spec"]["volumes"]] == ["tmp"]
+    assert "envFrom" not in container(workers)
+
+
+@pytest.mark.parametrize("journal", [True, False])
+def test_the_operators_own_volumes_and_env_are_what_spec_reserves(settings: BuildSettings, journal: bool) -> None:
+    """spec refuses a user's volume, mount or variable that collides with these: the two lists are one."""
+    svc = parse(dispatcher={} if journal else {"workDir": "gs://b/j", "storage": {"enabled": False}})
+    for sts, own in [
+        (builders.build_dispatcher_statefulset(svc, settings, 2), spec.operator_volumes(journal=journal)),
+        (builders.build_worker_statefulset(svc, settings, 2), spec.operator_volumes(journal=False)),
+    ]:
+        template = sts["spec"]["template"]["spec"]
+        claims = [c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])]
+        assert sorted([v["name"] for v in template["volumes"]] + claims) == sorted(own)
+        assert {m["name"]: m["mountPath"] for m in container(sts)["volumeMounts"]} == own
+        assert sorted(e["name"] for e in container(sts)["env"]) == sorted(spec.RESERVED_ENV)

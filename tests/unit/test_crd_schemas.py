@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -56,3 +57,39 @@ def test_the_operator_checks_core_types_like_the_api_server() -> None:
     ]
     peer = {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}, "podSelector": {}}
     assert coretypes.problems(peer, coretypes.NETWORK_POLICY_PEER, "p") == []
+
+
+def _generator() -> Any:
+    loaded = importlib.util.spec_from_file_location("crd_schemas", ROOT / "hack" / "crd-schemas.py")
+    assert loaded is not None and loaded.loader is not None
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    return module
+
+
+def test_a_volume_embeds_only_the_sources_that_carry_data_or_credentials() -> None:
+    assert coretypes.fields(coretypes.VOLUME) == (
+        "configMap",
+        "csi",
+        "emptyDir",
+        "hostPath",
+        "name",
+        "nfs",
+        "persistentVolumeClaim",
+        "secret",
+    )
+    assert "mountPropagation" not in coretypes.fields(coretypes.VOLUME_MOUNT)
+    assert coretypes.problems({"name": "x", "ephemeral": {}}, coretypes.VOLUME, "v") == [
+        "v has unknown fields: ephemeral"
+    ]
+
+
+def test_the_committed_openapi_document_holds_what_the_kept_fields_reach() -> None:
+    generator = _generator()
+    schemas = generator.load_schemas()
+    reached = generator.reachable(schemas, generator.DOCUMENTS["api/v1"])
+    assert reached <= set(schemas)
+    # A left-out source's types are not followed, so --fetch keeps the document small.
+    assert "io.k8s.api.core.v1.EphemeralVolumeSource" not in reached
+    assert "io.k8s.api.core.v1.FileKeySelector" not in reached
+    assert "io.k8s.api.core.v1.SecretVolumeSource" in reached

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
-from tfdata_operator import spec
+from tfdata_operator import coretypes, spec
 
 from cases import BAD_SPECS, CRD_PATH, IMAGE, REQUESTS_ABOVE_LIMITS, BadSpec, body, manifest, parse
 
@@ -131,3 +133,133 @@ def test_scale_down_mode_says_what_really_happens(fields: dict[str, str], expect
         autoscaling={"maxReplicas": 4, **fields},
     )
     assert svc.autoscaling is not None and svc.autoscaling.scale_down == expected
+
+
+# --- Volumes, volume mounts and environment variables -------------------------------------------
+
+DATA_VOLUMES = {
+    "volumes": [
+        {"name": "tfrecords", "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True}},
+        {"name": "gcs", "secret": {"secretName": "gcs-reader", "defaultMode": 0o440}},
+    ],
+    "volumeMounts": [
+        {"name": "tfrecords", "mountPath": "/data", "readOnly": True},
+        {"name": "gcs", "mountPath": "/var/run/secrets/gcs", "readOnly": True, "recursiveReadOnly": "IfPossible"},
+    ],
+    "env": [
+        {"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": "/var/run/secrets/gcs/key.json"},
+        {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "id"}}},
+        {"name": "MEMORY", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+    ],
+    "envFrom": [{"configMapRef": {"name": "tf-settings"}, "prefix": "TF_"}],
+}
+
+
+def test_volumes_mounts_and_env_are_unset_by_default() -> None:
+    for pod in (parse().dispatcher.pod, parse().workers.pod):
+        assert (pod.volumes, pod.volume_mounts, pod.env, pod.env_from) == ((), (), (), ())
+
+
+@pytest.mark.parametrize("component", ["workers", "dispatcher"])
+def test_volumes_mounts_and_env_are_kept_as_written(component: str) -> None:
+    pod = getattr(parse(**{component: DATA_VOLUMES}), component).pod
+    assert list(pod.volumes) == DATA_VOLUMES["volumes"]
+    assert list(pod.volume_mounts) == DATA_VOLUMES["volumeMounts"]
+    assert list(pod.env) == DATA_VOLUMES["env"]
+    assert list(pod.env_from) == DATA_VOLUMES["envFrom"]
+
+
+def test_the_journal_name_and_path_are_free_when_the_dispatcher_has_no_journal_volume() -> None:
+    own = {
+        "workDir": "/var/lib/tfdata/journal",
+        "storage": {"enabled": False},
+        "volumes": [{"name": "journal", "nfs": {"server": "nfs.example", "path": "/journals"}}],
+        "volumeMounts": [{"name": "journal", "mountPath": "/var/lib/tfdata"}],
+    }
+    assert parse(dispatcher=own).dispatcher.pod.volume_mounts == tuple(own["volumeMounts"])
+    # Workers never have a journal volume.
+    workers = {"volumes": own["volumes"], "volumeMounts": own["volumeMounts"]}
+    assert parse(workers=workers).workers.pod.volumes == tuple(own["volumes"])
+
+
+def test_a_wrong_volume_is_blamed_once_not_again_on_its_mounts() -> None:
+    with pytest.raises(spec.SpecError) as err:
+        parse(
+            workers={
+                "volumes": [{"name": "data", "nfs": {"server": 1}}],
+                "volumeMounts": [{"name": "data", "mountPath": "/d"}],
+            }
+        )
+    assert err.value.problems == [
+        "spec.workers.volumes[0].nfs.path is required",
+        "spec.workers.volumes[0].nfs.server must be a string, got the number 1",
+    ]
+
+
+def test_every_problem_of_volumes_mounts_and_env_is_reported_at_once() -> None:
+    with pytest.raises(spec.SpecError) as err:
+        parse(
+            workers={
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "volumeMounts": [
+                    {"name": "data", "mountPath": "/d"},
+                    {"name": "data", "mountPath": "/d"},
+                    {"name": "x", "mountPath": "/tmp"},
+                ],
+                "env": [{"name": "A"}, {"name": "A"}, {"name": "POD_NAMESPACE"}],
+            }
+        )
+    assert err.value.problems == [
+        "spec.workers.volumeMounts has more than one item with mountPath '/d'",
+        "spec.workers.volumeMounts[2].mountPath must not be /tmp: the operator mounts its own tmp volume there. "
+        "Mount at another path, e.g. /data",
+        "spec.workers.volumeMounts[2].name 'x' names no volume of spec.workers.volumes (the operator's own volumes "
+        "cannot be mounted again). Declare the volume, or fix the name",
+        "spec.workers.env has more than one item with name 'A'",
+        "spec.workers.env must not set POD_NAMESPACE: the operator sets TFDATA_SERVER_CONFIG, POD_NAME, POD_NAMESPACE "
+        "(the server's configuration, the pod's name and namespace) and the server needs its own values. "
+        "Rename the variable",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("key", "limit", "item"),
+    [
+        ("volumes", spec.MAX_VOLUMES, {"name": "v", "emptyDir": {}}),
+        ("volumeMounts", spec.MAX_MOUNTS, {"name": "v", "mountPath": "/v"}),
+        ("env", spec.MAX_ENV, {"name": "V"}),
+        ("envFrom", spec.MAX_ENV_FROM, {"secretRef": {"name": "v"}}),
+    ],
+)
+def test_the_lists_are_bounded_like_the_crd_says(key: str, limit: int, item: dict) -> None:
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert {spec_schema[c]["properties"][key]["maxItems"] for c in ("dispatcher", "workers")} == {limit}
+    with pytest.raises(spec.SpecError, match=f"spec.workers.{key} must be a list of at most {limit} items"):
+        parse(workers={key: [item] * (limit + 1)})
+
+
+def _rules(component: str) -> str:
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][component]
+    rules = [r["rule"] for r in props["x-kubernetes-validations"]]
+    rules += [
+        r["rule"]
+        for key in ("volumes", "volumeMounts")
+        for r in props["properties"][key]["items"]["x-kubernetes-validations"]
+    ]
+    rules += [r["rule"] for r in props["properties"]["env"]["x-kubernetes-validations"]]
+    return "\n".join(rules)
+
+
+@pytest.mark.parametrize(("component", "journal"), [("dispatcher", True), ("workers", False)])
+def test_the_crd_reserves_what_the_operator_reserves(component: str, journal: bool) -> None:
+    """The CEL rules are hand-written: they must name exactly the operator's own volumes and variables."""
+    rules = _rules(component)
+    for name, path in spec.operator_volumes(journal=journal).items():
+        assert f"v.name == '{name}'" in rules
+        assert f"m.mountPath.matches('^{path}/*$')" in rules
+    assert ("'journal'" in rules) is journal
+    assert "[" + ", ".join(f"'{e}'" for e in spec.RESERVED_ENV) + "]" in rules
+    sources = re.findall(r"has\(self\.(\w+)\)", rules.split("].filter(")[0].rsplit("[", 1)[-1])
+    assert sorted(sources) == [f for f in coretypes.fields(coretypes.VOLUME) if f != "name"]
