@@ -523,6 +523,78 @@ def test_a_reconcile_with_nothing_to_do_writes_nothing(k8s: Cluster, operator: O
     assert requests(operator) == sent, operator.metrics()
 
 
+# Volumes, mounts and variables with the false and empty fields the API server drops, and fields it defaults.
+MOUNTED = """\
+shardingPolicy: FILE
+workers:
+  replicas: 2
+  volumes:
+  - {name: tfrecords, persistentVolumeClaim: {claimName: tfrecords, readOnly: false}}
+  - {name: creds, secret: {secretName: s3, optional: false}}
+  - {name: settings, configMap: {name: settings}}
+  volumeMounts:
+  - {name: tfrecords, mountPath: /data, readOnly: false}
+  - {name: creds, mountPath: /var/run/creds, readOnly: true, subPath: ""}
+  env:
+  - {name: EMPTY, value: ""}
+  - {name: REGION, valueFrom: {configMapKeyRef: {name: settings, key: region}}}
+  - {name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
+  envFrom:
+  - {secretRef: {name: s3}, prefix: S3_}
+"""
+
+
+def test_volumes_and_env_reach_the_worker_pods_and_an_unchanged_spec_writes_nothing(
+    k8s: Cluster, operator: OperatorProcess
+) -> None:
+    text = manifest(BadSpec("mounted", MOUNTED, "", "", name="mounted"))
+    k8s.apply_text(text)
+    wait_reconciled(k8s, "mounted")
+    wait_children(k8s, "mounted", expected_children(yaml.safe_load(text)))
+    workers = k8s.get("statefulset", "mounted-worker")
+    assert workers is not None
+    template = workers["spec"]["template"]["spec"]
+    assert [v["name"] for v in template["volumes"]] == ["tmp", "tfrecords", "creds", "settings"]
+    (server,) = template["containers"]
+    assert {m["name"]: m["mountPath"] for m in server["volumeMounts"]} == {
+        "tmp": "/tmp",
+        "tfrecords": "/data",
+        "creds": "/var/run/creds",
+    }
+    assert [e["name"] for e in server["env"]][-3:] == ["EMPTY", "REGION", "NODE"]
+    assert server["envFrom"] == [{"secretRef": {"name": "s3"}, "prefix": "S3_"}]
+    dispatcher = k8s.get("statefulset", "mounted-dispatcher")
+    assert dispatcher is not None and "envFrom" not in dispatcher["spec"]["template"]["spec"]["containers"][0]
+
+    # The pods the StatefulSet controller made carry them too.
+    selector = "app.kubernetes.io/instance=mounted,app.kubernetes.io/component=worker"
+    pods = wait_for(
+        lambda: k8s.kubectl.json("get", "pods", "-n", k8s.ns, "-l", selector)["items"] or None,
+        30,
+        "the worker pods of mounted",
+    )
+    assert all({"tfrecords", "creds", "settings"} <= {v["name"] for v in p["spec"]["volumes"]} for p in pods)
+
+    # What the API server stores (readOnly: false and value "" dropped, defaultMode and apiVersion
+    # added) still matches the template the operator builds: an unchanged spec means no request.
+    before = wait_for(lambda: settled(lambda: k8s.resource_versions("mounted"), 3), 60, "the children to settle")
+    reconciles = operator.total("tfdata_operator_reconciles_total")
+    sent = requests(operator)
+    k8s.run("annotate", "tfdata/mounted", "example.com/touched=yes")
+    wait_for(
+        lambda: operator.total("tfdata_operator_reconciles_total") >= reconciles + 3,
+        30,
+        "three reconciles after the annotation (the event and two resyncs)",
+        show=lambda: operator.total("tfdata_operator_reconciles_total") - reconciles,
+    )
+    after = k8s.resource_versions("mounted")
+    assert {k: v for k, v in after.items() if k != "TFDataService"} == {
+        k: v for k, v in before.items() if k != "TFDataService"
+    }
+    assert requests(operator) == sent, operator.metrics()
+    k8s.run("delete", "tfdata", "mounted", "--wait=false")
+
+
 def test_killing_the_operator_between_two_applies_converges_without_duplicates_or_orphans(
     k8s: Cluster, operator: OperatorProcess
 ) -> None:
