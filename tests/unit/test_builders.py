@@ -492,7 +492,7 @@ def test_workers_mount_the_users_volumes_after_the_operators_own(settings: Build
     assert pod["volumes"] == [
         {"name": "tmp", "emptyDir": {}},
         {"name": "tfrecords", "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True}},
-        # optional: false is what unset means, and the API server drops it; mode 0 is a real mode.
+        # optional: false means what unset means, so it is left out; mode 0 is a real mode.
         {"name": "creds", "secret": {"secretName": "s3", "defaultMode": 0}},
     ]
     assert container(sts)["volumeMounts"] == [

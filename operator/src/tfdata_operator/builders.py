@@ -568,9 +568,11 @@ def _pod_template(
 
 
 def _as_stored(items: tuple[Mapping[str, Any], ...]) -> list[dict[str, Any]]:
-    """The user's volumes, mounts or variables as the API server stores them: it drops a false or
-    empty-string field (``readOnly: false``, ``value: ""``), which means the same as an unset one in
-    these types, and a template that kept it would differ from the live one at every reconcile."""
+    """The user's volumes, mounts or variables without their false and empty-string fields.
+
+    The API server drops such a field unless Go holds it in a pointer (``readOnly: false``,
+    ``value: ""``), and in these types false or empty always means the same as unset: without
+    them the template stays a subset of what is stored, so a reconcile finds nothing to change."""
     return [_without_zero_values(item) for item in items]
 
 

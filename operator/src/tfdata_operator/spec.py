@@ -68,7 +68,8 @@ DEFAULT_REQUESTS = {"dispatcher": {"cpu": "100m", "memory": "512Mi"}, "worker": 
 _MAX_MS = 604_800_000
 # What the operator puts into every server pod itself: a user's volume, mount or variable of the
 # same name would collide with it (a duplicate volume or mount path makes the StatefulSet invalid;
-# a later duplicate variable would override the operator's, and the server would not start).
+# a later variable of the same name would override the operator's, and the server would run with
+# another configuration, pod name or namespace than its own).
 TMP_VOLUME, TMP_MOUNT = "tmp", "/tmp"  # readOnlyRootFilesystem: TensorFlow still needs a /tmp
 JOURNAL_VOLUME, JOURNAL_MOUNT = "journal", "/var/lib/tfdata"  # the dispatcher's, with spec.dispatcher.storage
 RESERVED_ENV = (serverconfig.CONFIG_ENV, serverconfig.POD_NAME_ENV, serverconfig.POD_NAMESPACE_ENV)
