@@ -16,7 +16,9 @@
 #   3. on a node image built here, kube-network-policies (network-policies.yaml);
 #   4. `kind load docker-image` tfdata-operator:<version> and tfdata-server:<version>
 #      (hack/images.sh builds them when missing);
-#   5. `helm upgrade --install` of charts/tfdata-operator (the CRD from its crds/) into
+#   5. metrics-server, built here from source (hack/kind/metrics-server.sh), for the
+#      HorizontalPodAutoscaler of `spec.autoscaling.metric: CPU`;
+#   6. `helm upgrade --install` of charts/tfdata-operator (the CRD from its crds/) into
 #      namespace tfdata-system with image.pullPolicy=Never, and waits for the operator.
 # The kubeconfig is written to .local/kind-kubeconfig (.local/kind-<name>-kubeconfig for a
 # cluster named otherwise).
@@ -90,6 +92,14 @@ up() {
   # kind skips an image the node already has with the same ID.
   kind_ load docker-image --name "$CLUSTER" "tfdata-operator:$VERSION" "tfdata-server:$VERSION" >&2
   log "loaded tfdata-operator:$VERSION and tfdata-server:$VERSION in $(elapsed "$t")"
+
+  local metrics_server
+  metrics_server="$("$HERE/metrics-server.sh" image | tail -n 1)"
+  kind_ load docker-image --name "$CLUSTER" "$metrics_server" >&2
+  "$HERE/metrics-server.sh" manifests | kubectl apply -f - >&2
+  kubectl -n kube-system rollout status deployment/metrics-server --timeout=3m >&2
+  # Available once the API server reaches it and it has scraped the kubelet.
+  kubectl wait --for=condition=Available apiservice/v1beta1.metrics.k8s.io --timeout=3m >&2
 
   helm upgrade --install "$RELEASE" "$REPO/charts/tfdata-operator" \
     --namespace "$NAMESPACE" --create-namespace \
