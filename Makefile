@@ -201,3 +201,8 @@ mutation: venv ## Mutants of the pure modules (spec builders scaling status serv
 bench: venv binaries ## Benchmarks (figures, not tests; ~25 min): the operator at 200 and 1,000 services on a node-less cluster beside the API server's ceiling (throughput, latency, RSS, idle requests by verb), then on a cluster with its node: apply -> Ready, idle static rescales, client throughput vs servers started by hand (JSON: .local/bench/last.json, node-last.json).
 	PYTHONPATH=$(ROOT)/hack $(PY) hack/bench.py $(BENCH_ARGS)
 	PYTHONPATH=$(ROOT)/hack $(PY) hack/bench_node.py $(BENCH_NODE_ARGS)
+
+.PHONY: bench-autoscaling
+bench-autoscaling: images venv ## Benchmark (figures, not a test; ~20 min): one reading workload under TFData, CPU (HPA + metrics-server) and TFData with scaleDown Always on `make kind-up`'s cluster (created if missing): time to the needed workers, throughput, worker-seconds, elements lost (JSON: .local/bench/autoscaling-last.json).
+	hack/kind/cluster.sh up
+	PYTHONPATH=$(ROOT)/hack $(PY) hack/bench_autoscaling.py --kubectl "$$(hack/k8s-binaries.sh | tail -n 1)/kubectl" $(BENCH_AUTOSCALING_ARGS)

@@ -23,6 +23,7 @@ from typing import Any
 
 import nodeagent
 import pytest
+import yaml
 from support import ROOT, Kubectl, OperatorProcess, wait_for
 
 from tfdata_operator import builders
@@ -588,12 +589,13 @@ class WorkerCounts:
 def test_tfdata_autoscaling_adds_workers_under_load_and_returns_to_one(
     services: Services, kubectl: Kubectl, tmp_path: Path
 ) -> None:
-    """A TFData-autoscaled DYNAMIC service (1..4 workers) under a CPU-heavy read: the operator adds workers
-    from the dispatcher's signals alone (no metrics-server), the client's throughput per worker count is printed, every
-    element is read exactly once, and once the client stops the service goes back to one worker."""
+    """A DYNAMIC service autoscaled as examples/autoscaling.yaml says (TFData, 1..4 workers) under a CPU-heavy
+    read: the operator adds workers from the dispatcher's signals alone (no metrics-server), the client's
+    throughput per worker count is printed, every element is read exactly once, and once the client stops
+    the service goes back to one worker."""
     name = "auto"
-    # The window is a field users set too: 20 s instead of the default 300 s keeps the test short.
-    autoscaling = {"minReplicas": 1, "maxReplicas": 4, "scaleDownStabilizationWindowSeconds": 20}
+    # examples/autoscaling.yaml's settings as written (1..4 workers, a 60 s window before removing).
+    autoscaling = yaml.safe_load((ROOT / "examples" / "autoscaling.yaml").read_text())["spec"]["autoscaling"]
     address = services.create(name, "DYNAMIC", replicas=1, autoscaling=autoscaling)
     # The client reads the dataset again and again, each time as a new job, until told to stop: the
     # load lasts as long as the scaling takes, and each read is checked for exactly once on its own.
@@ -647,8 +649,8 @@ def test_tfdata_autoscaling_adds_workers_under_load_and_returns_to_one(
     print(events[events.index("Events:") :])
     wait_for(
         lambda: services.get(name)["spec"]["workers"]["replicas"] == 1,
-        120,
-        "the autoscaler to go back to one worker once the client stopped",
+        180,
+        "the autoscaler to go back to one worker once the client stopped (the example's window: 60 s)",
         interval=2,
         show=lambda: services.get(name).get("status", {}).get("autoscaling"),
     )

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from support import Kubectl, holds_for, wait_for
 
 from tfdata_operator import __version__
 
 NAME = "kindsvc"
+AUTOSCALING_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "autoscaling.yaml"
 SERVER_IMAGE = f"tfdata-server:{__version__}"  # hack/kind/cluster.sh loads it
 READY_TIMEOUT = 300
 
@@ -429,13 +432,15 @@ def test_cpu_autoscaling_scales_the_workers_with_metrics_server(kubectl: Kubectl
 
 
 def test_tfdata_autoscaling_reads_signals_through_the_enforced_network_policy(kubectl: Kubectl, namespace: str) -> None:
-    """metric TFData on a real node with NetworkPolicies enforced: the operator (in its own namespace)
-    reads the dispatcher's /v1/signals through the rule the policy gives it, adds workers under a
-    CPU-heavy read, and removes them once the reader is gone; a pod that is not the operator or a
-    client cannot reach that port."""
-    name = "tfdscaled"
-    autoscaling = {"minReplicas": 1, "maxReplicas": 3, "scaleDownStabilizationWindowSeconds": 20}
-    address = autoscaled_service(kubectl, namespace, name, autoscaling)
+    """examples/autoscaling.yaml (metric TFData) as written, on a real node with NetworkPolicies
+    enforced: the operator (in its own namespace) reads the dispatcher's /v1/signals through the
+    rule the policy gives it, adds workers under a CPU-heavy read, and removes them once the
+    reader is gone; a pod that is not the operator or a client cannot reach that port."""
+    body = yaml.safe_load(AUTOSCALING_EXAMPLE.read_text())  # as a user would apply it
+    name = body["metadata"]["name"]
+    body["metadata"]["namespace"] = namespace
+    kubectl.apply(body)
+    address = wait_ready(kubectl, namespace, name)["status"]["dispatcherAddress"]
     policy = kubectl.json("get", "networkpolicy", name, "-n", namespace)
     operator_rules = [r for r in policy["spec"]["ingress"] if any("namespaceSelector" in p for p in r["from"])]
     assert len(operator_rules) == 1, policy["spec"]
