@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,8 @@ def test_worker_announces_its_pod_name_never_localhost() -> None:
         (dispatcher_json(client_timeout_ms=True), "dispatcher", "client_timeout_ms must be an integer, got True"),
         (dispatcher_json(prune_old_journals=True), "dispatcher", "prune_old_journals needs a work_dir whose last"),
         (dispatcher_json(prune_old_journals=True, work_dir="/j/"), "dispatcher", "static journal name"),
+        # An optional field left null does not end the type checks of the fields after it.
+        (dispatcher_json(work_dir=None, client_timeout_ms="5s"), "dispatcher", "client_timeout_ms must be an integer"),
         (worker_json(dispatcher_address="grpc://d:5050"), "worker", "dispatcher_address must be host:port"),
         (worker_json(dispatcher_address=5050), "worker", "dispatcher_address must be a string, got 5050"),
         (worker_json(worker_address_format="w-0:5051"), "worker", "worker_address_format must contain {pod_name}"),
@@ -156,6 +159,9 @@ def _refusal(text: str, kind: str) -> str:
         (worker_json(health_port=65536), "worker", "health_port must be an integer port in 1..65535, got 65536"),
         (worker_json(health_port=5051), "worker", "port and health_port must differ (both are 5051)"),
         (worker_json(heartbeat_interval_ms=True), "worker", "heartbeat_interval_ms must be an integer, got True"),
+        (dispatcher_json(prune_old_journals=True, work_dir="/j/x"), "dispatcher",
+         "prune_old_journals needs a work_dir whose last component is a static journal name "
+         "(<N>-workers-g<generation>), got '/j/x'"),
     ],
 )  # fmt: skip
 def test_each_refusal_is_one_whole_sentence(text: str, kind: str, message: str) -> None:
@@ -170,9 +176,28 @@ def test_the_edges_of_every_range_are_accepted() -> None:
     for work_dir in ("/var/lib/tfdata/journal/3-workers-g2/", "journal/3-workers", "3-workers-g2"):
         pruning = dispatcher_json(prune_old_journals=True, work_dir=work_dir)
         assert serverconfig.from_json(pruning, "dispatcher").prune_old_journals  # type: ignore[union-attr]
-    assert "static journal name" in _refusal(
-        dispatcher_json(prune_old_journals=True, work_dir="/3-workers/x"), "dispatcher"
-    )
+    # Only the last component counts, and only slashes are trimmed from its end.
+    for work_dir in ("/3-workers/x", "/j/2-workers-g1/X", "/j/2-workers-g1X"):
+        refusal = _refusal(dispatcher_json(prune_old_journals=True, work_dir=work_dir), "dispatcher")
+        assert "static journal name" in refusal, work_dir
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (DispatcherServerConfig(port=True, health_port=8080), "port must be an integer port in 1..65535, got True"),
+        (DispatcherServerConfig(port=5050, health_port=8080, worker_poll_interval_ms=True),
+         "worker_poll_interval_ms must be a positive integer, got True"),
+        (dataclasses.replace(WORKER, heartbeat_interval_ms=False), "heartbeat_interval_ms must be a positive integer"),
+    ],
+)  # fmt: skip
+def test_a_configuration_built_in_code_is_checked_like_one_read_from_json(
+    config: DispatcherServerConfig | WorkerServerConfig, message: str
+) -> None:
+    """validate() on its own: a bool is not an integer here either (JSON's type check is not in the way)."""
+    with pytest.raises(ConfigError) as error:
+        config.validate()
+    assert message in str(error.value)
 
 
 def test_a_setting_left_out_runs_with_its_default_and_a_set_one_with_its_value() -> None:
