@@ -1,0 +1,125 @@
+"""What the kind tests share: the services they make, the pods they run, and how they wait."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from support import Kubectl, wait_for
+
+from tfdata_operator import __version__
+
+SERVER_IMAGE = f"tfdata-server:{__version__}"  # hack/kind/cluster.sh loads it
+READY_TIMEOUT = 300
+
+
+def tfdata_service(name: str) -> dict[str, Any]:
+    """examples/dynamic.yaml, scaled down to fit one 2-core node next to the control plane."""
+    return {
+        "apiVersion": "tfdata.dev/v1alpha1",
+        "kind": "TFDataService",
+        "metadata": {"name": name},
+        "spec": {
+            "shardingPolicy": "DYNAMIC",
+            "dispatcher": {"faultTolerantMode": True, "storage": {"size": "1Gi"}},
+            "workers": {
+                "replicas": 2,
+                "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
+            },
+        },
+    }
+
+
+def start_pod(
+    kubectl: Kubectl, namespace: str, name: str, labels: dict[str, str], script: str, *args: str, **container: Any
+) -> None:
+    """A pod from our server image (it has Python, TensorFlow and our package) running ``script``;
+    ``container`` adds to its container (``envFrom=...``)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "client",
+                    "image": SERVER_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["python3", "-c", script, *args],
+                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+                    **container,
+                }
+            ],
+        },
+    }
+    kubectl.apply(pod)
+
+
+def logs(kubectl: Kubectl, namespace: str, name: str) -> str:
+    return kubectl.run("logs", name, "-n", namespace, check=False).stdout
+
+
+def wait_finished(kubectl: Kubectl, namespace: str, name: str, timeout: float) -> tuple[str, str]:
+    """Waits for a pod from ``start_pod`` to end; returns its phase and log, and deletes it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        phase = kubectl.json("get", "pod", name, "-n", namespace)["status"].get("phase")
+        if phase in ("Succeeded", "Failed"):
+            break
+        if time.monotonic() > deadline:
+            described = kubectl.run("describe", "pod", name, "-n", namespace, check=False).stdout
+            pytest.fail(f"pod {name} did not finish in {timeout:.0f}s (phase {phase}):\n{described}")
+        time.sleep(1)
+    log = logs(kubectl, namespace, name)
+    kubectl.run("delete", "pod", name, "-n", namespace, "--wait=false")
+    return phase, log
+
+
+# What a client pod saw when it opened a TCP connection, one word: the script below prints it.
+# kube-network-policies (kind's NetworkPolicy plugin) gives a denied connection's first packet an
+# NFQUEUE drop verdict, so a denied client sees its SYN go unanswered: a connect timeout. A
+# refusal (nothing listening), a DNS failure or any other error is not enforcement.
+CONNECT = """
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+try:
+    address = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4]
+except OSError as exc:
+    print("dns", exc); sys.exit(3)
+try:
+    socket.create_connection(address, timeout=10).close()
+except TimeoutError as exc:
+    print("timeout", address, exc); sys.exit(3)
+except ConnectionRefusedError as exc:
+    print("refused", address, exc); sys.exit(3)
+except OSError as exc:
+    print("error", address, exc); sys.exit(3)
+print("connected", address)
+"""
+
+
+def connect_from_pod(kubectl: Kubectl, namespace: str, name: str, labels: dict[str, str], target: str) -> str:
+    """Runs a pod that opens a TCP connection to `target` (host:port); returns its log, whose
+    first word is the outcome: connected, timeout, refused, dns or error."""
+    host, port = target.rsplit(":", 1)
+    start_pod(kubectl, namespace, name, labels, CONNECT, host, port)
+    phase, log = wait_finished(kubectl, namespace, name, 120)
+    log = log.strip()
+    outcome = log.split(" ", 1)[0]
+    assert outcome in ("connected", "timeout", "refused", "dns", "error"), f"unexpected output of {name}: {log!r}"
+    assert (phase == "Succeeded") == (outcome == "connected"), f"{name} ended {phase} with {log!r}"
+    return log
+
+
+def wait_ready(kubectl: Kubectl, namespace: str, name: str, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        svc = kubectl.json("get", f"tfdata/{name}", "-n", namespace)
+        conditions = {c["type"]: c for c in svc.get("status", {}).get("conditions", [])}
+        return svc if conditions.get("Ready", {}).get("status") == "True" else None
+
+    def show() -> str:
+        return kubectl.run("get", f"tfdata/{name}", "pods,pvc", "-n", namespace, "-o", "wide", check=False).stdout
+
+    return wait_for(ready, timeout, f"tfdata/{name} Ready", interval=2, show=show)
