@@ -100,7 +100,11 @@ def test_worker_announces_its_pod_name_never_localhost() -> None:
         (dispatcher_json(prune_old_journals=True), "dispatcher", "prune_old_journals needs a work_dir whose last"),
         (dispatcher_json(prune_old_journals=True, work_dir="/j/"), "dispatcher", "static journal name"),
         # An optional field left null does not end the type checks of the fields after it.
-        (dispatcher_json(work_dir=None, client_timeout_ms="5s"), "dispatcher", "client_timeout_ms must be an integer"),
+        (
+            dispatcher_json(work_dir=None, fault_tolerant_mode="yes"),
+            "dispatcher",
+            "fault_tolerant_mode must be true or",
+        ),
         (worker_json(dispatcher_address="grpc://d:5050"), "worker", "dispatcher_address must be host:port"),
         (worker_json(dispatcher_address=5050), "worker", "dispatcher_address must be a string, got 5050"),
         (worker_json(worker_address_format="w-0:5051"), "worker", "worker_address_format must contain {pod_name}"),
