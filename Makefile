@@ -167,6 +167,10 @@ test-tiers: lint test-unit test-server test-integration test-nodeagent test-e2e 
 test-unit: venv ## Unit tests: pure, fast, no cluster.
 	$(PYTEST) -q tests/unit
 
+.PHONY: golden
+golden: venv ## Rewrite tests/unit/golden/ (every example's manifests, every refusal's sentence) after an intended change; review the diff.
+	TFDATA_UPDATE_GOLDEN=1 $(PYTEST) -q tests/unit/test_golden.py
+
 .PHONY: test-server
 test-server: venv ## The tf.data server program as real processes with real TensorFlow.
 	$(PYTEST) -q tests/server

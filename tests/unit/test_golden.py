@@ -1,0 +1,108 @@
+"""Golden files: every example's manifests, and every refusal's whole sentence, exactly as they are.
+
+The other unit tests say what each field means; these catch what nobody meant to change: a
+renamed key, a probe's period, a default, a reworded refusal. After an intended change, `make
+golden` rewrites the files (tests/unit/golden/); review their diff like code.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tfdata_operator import cli, spec
+from tfdata_operator.builders import BuildSettings
+
+from cases import BAD_SPECS, EXAMPLES, IMAGE, body, manifest
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+UPDATE = os.environ.get("TFDATA_UPDATE_GOLDEN") == "1"
+# The chart's defaults: the operator in tfdata-system, so every NetworkPolicy has its rule.
+SETTINGS = BuildSettings(
+    operator_namespace="tfdata-system", operator_pod_labels=(("app.kubernetes.io/name", "tfdata-operator"),)
+)
+
+
+def check(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        return
+    assert path.exists(), f"{path} is missing: run `make golden` and review the new file"
+    expected = path.read_text()
+    if text != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(path), "now"))
+        pytest.fail(f"{name} changed (if you meant it, run `make golden` and review the diff):\n{diff}")
+
+
+def render(doc: dict[str, object]) -> str:
+    objects = cli.render_document(doc, "golden", IMAGE, SETTINGS)
+    return yaml.safe_dump_all(objects, sort_keys=True, default_flow_style=False, width=120)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_renders_exactly_its_golden_manifests(example: Path) -> None:
+    docs = [d for d in yaml.safe_load_all(example.read_text()) if d is not None]
+    check(f"{example.stem}.yaml", "---\n".join(render(d) for d in docs))
+
+
+# What no example sets: every optional field at once, on each kind of policy.
+EVERYTHING = {
+    "image": "registry.example/tfdata-server:1.2",
+    "imagePullPolicy": "IfNotPresent",
+    "imagePullSecrets": [{"name": "registry"}],
+    "networkPolicy": {"enabled": True, "from": [{"podSelector": {"matchLabels": {"team": "vision"}}}]},
+    "dispatcher": {
+        "port": 6000,
+        "healthPort": 8090,
+        "faultTolerantMode": True,
+        "storage": {"size": "2Gi", "storageClassName": "fast"},
+        "jobGcCheckIntervalMs": 30000,
+        "jobGcTimeoutMs": 600000,
+        "clientTimeoutMs": 20000,
+        "workerTimeoutMs": 40000,
+        "workerMaxConcurrentSnapshots": 2,
+        "resources": {"requests": {"cpu": "300m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
+        "nodeSelector": {"pool": "cpu"},
+        "priorityClassName": "high",
+        "serviceAccountName": "dispatcher",
+        "labels": {"team": "vision"},
+        "annotations": {"note": "golden"},
+        "env": [{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "1"}],
+    },
+    "workers": {
+        "replicas": 3,
+        "port": 6001,
+        "healthPort": 8091,
+        "heartbeatIntervalMs": 2000,
+        "dispatcherTimeoutMs": 30000,
+        "dataTransferProtocol": "grpc",
+        "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}},
+        "tolerations": [{"key": "data", "operator": "Exists", "effect": "NoSchedule"}],
+        "serviceAccountName": "worker",
+        "labels": {"team": "vision"},
+        "annotations": {"note": "golden"},
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True}}],
+        "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
+        "envFrom": [{"configMapRef": {"name": "settings"}}],
+    },
+}
+
+
+@pytest.mark.parametrize("policy", ["OFF", "DYNAMIC", "FILE", "DATA", "FILE_OR_DATA", "HINT"])
+def test_every_optional_field_renders_exactly_its_golden_manifests(policy: str) -> None:
+    check(f"everything-{policy.lower()}.yaml", render(body("everything", "ml", shardingPolicy=policy, **EVERYTHING)))
+
+
+def test_every_refusal_is_exactly_its_golden_sentence() -> None:
+    lines = []
+    for case in BAD_SPECS:
+        with pytest.raises(spec.SpecError) as err:
+            spec.parse({**yaml.safe_load(manifest(case)), "metadata": {"name": case.name, "namespace": "ml"}}, IMAGE)
+        lines.append(f"{case.id}: {err.value}\n")
+    check("refusals.txt", "".join(lines))
