@@ -627,8 +627,8 @@ def test_tfdata_autoscaling_adds_workers_under_load_and_returns_to_one(
         missing, twice = Counter(ALL) - Counter(read.elements[a:b]), Counter(read.elements[a:b]) - Counter(ALL)
         assert not missing and not twice, f"read {i + 1} of {len(read.ends)} lost {missing} and repeated {twice}"
     print(
-        f"\nautoscaling: {counts.most_ready()} ready workers {reached:.0f}s after the client started; {len(read.ends)} reads of the "
-        f"{len(ALL)} elements in {read.times[-1] - read.times[0]:.0f}s, each exactly once"
+        f"\nautoscaling: {counts.most_ready()} ready workers {reached:.0f}s after the client started; "
+        f"{len(read.ends)} reads of the {len(ALL)} elements in {read.times[-1] - read.times[0]:.0f}s, each exactly once"
     )
     for ready, seconds, elements in phases:
         print(f"  {ready} ready workers: {seconds:5.1f}s, {elements:5d} elements, {elements / seconds:6.1f} elements/s")
