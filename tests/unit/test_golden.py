@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -17,7 +18,7 @@ import yaml
 from tfdata_operator import cli, spec
 from tfdata_operator.builders import BuildSettings
 
-from cases import BAD_SPECS, EXAMPLES, IMAGE, body, manifest
+from cases import BAD_SPECS, CRD_PATH, EXAMPLES, IMAGE, body, manifest
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("TFDATA_UPDATE_GOLDEN") == "1"
@@ -106,3 +107,59 @@ def test_every_refusal_is_exactly_its_golden_sentence() -> None:
             spec.parse({**yaml.safe_load(manifest(case)), "metadata": {"name": case.name, "namespace": "ml"}}, IMAGE)
         lines.append(f"{case.id}: {err.value}\n")
     check("refusals.txt", "".join(lines))
+
+
+# --- Every bounded integer field: the CRD's range is spec.py's, edge by edge --------------------------
+
+
+def bounded_fields() -> list[tuple[str, str, int, int]]:
+    """(group, field, minimum, maximum) of every integer field with a range in the CRD."""
+    schema = yaml.safe_load(CRD_PATH.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    groups = schema["properties"]["spec"]["properties"]
+    return [
+        (group, name, field["minimum"], field["maximum"])
+        for group in ("dispatcher", "workers", "autoscaling")
+        for name, field in groups[group]["properties"].items()
+        if field.get("type") == "integer" and "minimum" in field and "maximum" in field
+    ]
+
+
+# In-range values another rule refuses whatever they are, and why.
+REFUSED_ANYWAY = {
+    ("workers", "dataTransferPort"): "TensorFlow 2.21 has only the grpc protocol, which sends over spec.workers.port",
+}
+
+
+def refusal(group: str, name: str, value: int) -> str | None:
+    """What spec.py says of a spec that sets only this field (None: accepted)."""
+    # Autoscaling needs DYNAMIC (and room for minReplicas up to 1000); a rescale wait, a static policy.
+    fields: dict[str, Any] = {"shardingPolicy": "DYNAMIC", "autoscaling": {"maxReplicas": 1000}}
+    if (group, name) == ("workers", "rescaleMaxWaitSeconds"):
+        fields = {"shardingPolicy": "FILE"}
+    fields.setdefault(group, {})[name] = value
+    try:
+        spec.parse(body("ranges", "ml", **fields), IMAGE)
+    except spec.SpecError as err:
+        return str(err)
+    return None
+
+
+def test_every_bounded_field_takes_its_edges_and_refuses_one_past_them() -> None:
+    """The API server (the CRD's minimum and maximum) and the operator (spec.py, also for `render`)
+    refuse the same numbers; each refusal's sentence is in golden/ranges.txt."""
+    fields = bounded_fields()
+    assert len(fields) >= 19, fields
+    lines = []
+    for group, name, low, high in fields:
+        if (group, name) not in REFUSED_ANYWAY:
+            for value in (low, high):
+                assert refusal(group, name, value) is None, (
+                    f"spec.{group}.{name}={value}: {refusal(group, name, value)}"
+                )
+        for value in (low - 1, high + 1):
+            said = refusal(group, name, value)
+            assert said is not None, f"spec.{group}.{name}={value} was accepted; the CRD allows {low}..{high}"
+            lines.append(f"spec.{group}.{name}={value}: {said}\n")
+    # Inside its range but not a timeout TensorFlow takes:
+    lines.append(f"spec.dispatcher.jobGcTimeoutMs=0: {refusal('dispatcher', 'jobGcTimeoutMs', 0)}\n")
+    check("ranges.txt", "".join(lines))
