@@ -30,9 +30,13 @@ What it does NOT do (so what a test on it cannot show):
 - No images: a container runs the project's Python environment (the venv's bin dir
   first on PATH, so `tfdata-server` and `python` resolve); `image` is ignored and never
   pulled, and a container without `command` cannot run.
-- No isolation beyond network and mounts: containers run as root with the host's
+- No isolation beyond network, mounts and CPU: containers run as root with the host's
   filesystem; runAsUser, runAsNonRoot, readOnlyRootFilesystem, capabilities, seccomp
-  and resource limits are not enforced. A volume's mount point that does not exist on
+  and memory limits are not enforced. CPU is, as a kubelet does on cgroup v1, where the
+  host mounts the `cpu` controller writable (/sys/fs/cgroup/cpu): a container with a CPU
+  limit or request runs in a cgroup of its own, `tfd<id>/pod<uid>/<container>`, with
+  cpu.cfs_quota_us from `limits.cpu` and cpu.shares from `requests.cpu`. Without that
+  controller the agent says so in its log and enforces nothing. A volume's mount point that does not exist on
   the host is created there (an empty directory, e.g. /var/lib/tfdata).
 - No kube-proxy and no DNS server: Service names resolve through the hosts files to a
   pod IP (for a non-headless Service, one pod its selector matches, ready ones first),
@@ -60,6 +64,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import decimal
 import fcntl
 import hashlib
 import http.client
@@ -94,6 +99,11 @@ TICK_SECONDS = 0.25
 HEARTBEAT_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 10.0  # a kubelet backs off up to 5 minutes; tests cannot wait that long
 SHUTDOWN_GRACE_SECONDS = 3.0  # devcluster's `down` SIGKILLs the agent after 10 s
+# cgroup v1's cpu controller, where the host mounts it; a kubelet's CFS period, and the kernel's
+# smallest quota (a kubelet's floor too).
+CPU_CGROUP_ROOT = Path("/sys/fs/cgroup/cpu")
+CFS_PERIOD_US = 100_000
+MIN_CFS_QUOTA_US = 1_000
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 HOSTS_HEADER = "# Written by the tfdata dev node (hack/nodeagent.py); rewritten as pods and services change.\n"
 
@@ -123,6 +133,7 @@ class Layout:
         self.volumes_dir = self.node_dir / "volumes"
         self.clients_dir = self.node_dir / "clients"
         self.logs_dir = self.state_dir / "logs" / "pods"
+        self.cpu_cgroup = CPU_CGROUP_ROOT / self.prefix
 
     def netns(self, ip: str) -> str:
         return f"{self.prefix}-{ip.rsplit('.', 1)[1]}"
@@ -260,6 +271,7 @@ def cleanup(state_dir: Path) -> None:
             _kill_netns(name)
     _run(IP, "link", "delete", layout.host_link, check=False)
     shutil.rmtree(layout.clients_dir, ignore_errors=True)
+    remove_cgroups(layout.cpu_cgroup)
 
 
 def leftovers(state_dir: Path, *patterns: str) -> dict[str, list[str]]:
@@ -280,7 +292,80 @@ def leftovers(state_dir: Path, *patterns: str) -> dict[str, list[str]]:
         "hosts files": etc,
         "mounts": [m for m in mounts if layout.prefix in m or str(layout.state_dir) in m],
         "processes": processes,
+        "cgroups": [str(layout.cpu_cgroup)] if layout.cpu_cgroup.is_dir() else [],
     }
+
+
+# --- CPU limits ------------------------------------------------------------------------------
+
+
+def millicores(quantity: str | int | float | None) -> int | None:
+    """A CPU quantity ("500m", "2", "0.25") in millicores, rounded up as Kubernetes does; None if unset."""
+    if quantity is None:
+        return None
+    text = str(quantity)
+    try:
+        value = decimal.Decimal(text[:-1]) / 1000 if text.endswith("m") else decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        log.warning("CPU quantity %r not understood; not enforced", text)
+        return None
+    return int((value * 1000).to_integral_value(rounding=decimal.ROUND_CEILING))
+
+
+def cfs_settings(resources: Obj) -> dict[str, int]:
+    """The cgroup v1 cpu files a kubelet writes for a container's resources (none without CPU)."""
+    limit = millicores(resources.get("limits", {}).get("cpu"))
+    # A limit without a request: the API server defaults the request to the limit.
+    request = millicores(resources.get("requests", {}).get("cpu")) or limit
+    settings = {}
+    if limit:
+        settings["cpu.cfs_period_us"] = CFS_PERIOD_US
+        settings["cpu.cfs_quota_us"] = max(MIN_CFS_QUOTA_US, limit * CFS_PERIOD_US // 1000)
+    if request:
+        settings["cpu.shares"] = max(2, request * 1024 // 1000)
+    return settings
+
+
+def remove_cgroups(directory: Path) -> None:
+    """Removes a cgroup directory and the ones under it, deepest first (a cgroup with
+    processes in it stays: they are killed before this runs)."""
+    if not directory.is_dir():
+        return
+    for parent, _, _ in sorted(os.walk(directory), key=lambda walked: -len(Path(walked[0]).parts)):
+        with contextlib.suppress(OSError):
+            os.rmdir(parent)
+
+
+class CpuLimits:
+    """One cgroup per container with CPU resources, under the node's own cgroup."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.root = layout.cpu_cgroup
+        self.enforced = False
+
+    def setup(self) -> None:
+        try:
+            self.root.mkdir(exist_ok=True)
+            (self.root / "cpu.cfs_quota_us").read_text()
+        except OSError as e:
+            log.warning("CPU limits are not enforced: no writable cgroup v1 cpu controller at %s (%s)", self.root, e)
+            return
+        self.enforced = True
+        log.info("CPU limits and requests are enforced through %s", self.root)
+
+    def container(self, pod_uid: str, name: str, resources: Obj) -> Path | None:
+        """The container's cgroup, set up; None when it has no CPU resources or nothing is enforced."""
+        settings = cfs_settings(resources)
+        if not self.enforced or not settings:
+            return None
+        directory = self.root / f"pod{pod_uid}" / name
+        directory.mkdir(parents=True, exist_ok=True)
+        for file, value in settings.items():
+            (directory / file).write_text(str(value))
+        return directory
+
+    def remove(self, pod_uid: str) -> None:
+        remove_cgroups(self.root / f"pod{pod_uid}")
 
 
 # --- Hosts files ---------------------------------------------------------------------------
@@ -594,6 +679,12 @@ class Container:
                 script.append(f"mount -o remount,bind,ro {q_dst}")
         script += [f"exec {10 + i}<&-" for i in range(len(sources))]
         script += [f"cd {shlex.quote(self.spec.get('workingDir') or '/')}", 'exec "$@"']
+        command = [IP, "netns", "exec", self.pod.netns, "bash", "-c", "\n".join(script), "bash", *argv]
+        cgroup = self.pod.agent.cpu.container(self.pod.uid, self.name, self.spec.get("resources", {}))
+        if cgroup is not None:
+            # Into its cgroup before `ip netns exec`, which mounts a /sys of its own: every
+            # process of the container inherits it.
+            command = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(cgroup), *command]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             out.write(
@@ -602,8 +693,7 @@ class Container:
             out.flush()
             # A session of its own: its process group is what is killed when it ends.
             self.proc = subprocess.Popen(
-                [IP, "netns", "exec", self.pod.netns, "bash", "-c", "\n".join(script), "bash", *argv],
-                env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                command, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 cwd=self.pod.dir, start_new_session=True,
             )  # fmt: skip
         if self.runs:
@@ -890,6 +980,7 @@ class PodRunner(threading.Thread):
     def _teardown(self) -> None:
         if self.netns:
             _kill_netns(self.netns)
+        self.agent.cpu.remove(self.uid)
         shutil.rmtree(self.dir, ignore_errors=True)  # emptyDirs and configMap copies die with the pod
 
     def check(self, container: Container, probe: Probe) -> bool:
@@ -1015,6 +1106,7 @@ class Agent:
         self.node_name = node_name
         self.venv_bin = venv_bin
         self.network = Network(self.layout)
+        self.cpu = CpuLimits(self.layout)
         self.runners: dict[str, PodRunner] = {}
         self.stopping = threading.Event()
         self.wake = threading.Event()
@@ -1037,6 +1129,7 @@ class Agent:
         # processes and namespaces go, and the pods bound here start again (same IPs).
         cleanup(self.layout.state_dir)
         self.network.setup()
+        self.cpu.setup()
         self._register()
         # Pods of this node (start them at once) and claims (provision them before the scheduler looks).
         for path, selector in (("pods", f"spec.nodeName={self.node_name}"), ("persistentvolumeclaims", "")):

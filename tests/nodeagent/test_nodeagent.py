@@ -252,6 +252,73 @@ def test_a_failing_liveness_probe_restarts_the_container(kubectl: Kubectl, names
     assert status["lastState"]["terminated"]["exitCode"] == 0, status
 
 
+# Burns one core for 4 s of wall time, then prints the share of a core it got.
+BURN = """
+import os, time
+start, cpu = time.monotonic(), sum(os.times()[:2])
+while time.monotonic() - start < 4:
+    pass
+print('cores used:', round((sum(os.times()[:2]) - cpu) / (time.monotonic() - start), 3), flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("resources", "files"),
+    [
+        ({}, {}),
+        ({"requests": {"cpu": "250m"}}, {"cpu.shares": 256}),
+        ({"limits": {"cpu": "500m"}}, {"cpu.cfs_period_us": 100_000, "cpu.cfs_quota_us": 50_000, "cpu.shares": 512}),
+        (
+            {"requests": {"cpu": "0.1"}, "limits": {"cpu": "1.5"}},
+            {"cpu.cfs_period_us": 100_000, "cpu.cfs_quota_us": 150_000, "cpu.shares": 102},
+        ),
+        # The kernel's floors: a 1 ms quota, 2 shares.
+        ({"limits": {"cpu": "1m"}}, {"cpu.cfs_period_us": 100_000, "cpu.cfs_quota_us": 1_000, "cpu.shares": 2}),
+        ({"limits": {"memory": "1Gi"}}, {}),
+    ],
+)
+def test_cpu_resources_become_the_cgroup_files_a_kubelet_writes(
+    resources: dict[str, Any], files: dict[str, int]
+) -> None:
+    assert nodeagent.cfs_settings(resources) == files
+
+
+@pytest.mark.parametrize(
+    ("quantity", "expected"), [("500m", 500), ("2", 2000), ("0.25", 250), (1, 1000), ("1.0005", 1001), (None, None)]
+)
+def test_cpu_quantities_in_millicores_round_up(quantity: str | int | None, expected: int | None) -> None:
+    assert nodeagent.millicores(quantity) == expected
+
+
+def test_a_cpu_limit_is_enforced_and_its_cgroup_goes_with_the_pod(
+    kubectl: Kubectl, namespace: str, state_dir: Path
+) -> None:
+    container = {
+        "name": "main",
+        "image": "x",
+        "command": ["python", "-c", BURN],
+        "resources": {"limits": {"cpu": "200m"}},
+    }
+    kubectl.apply(pod("limited", namespace, container, restartPolicy="Never"))
+    uid = wait_pod(
+        kubectl, namespace, "limited", lambda p: p["status"].get("phase") == "Running", "Running", state_dir
+    )["metadata"]["uid"]
+    cgroup = nodeagent.Layout(state_dir).cpu_cgroup / f"pod{uid}" / "main"
+    assert (cgroup / "cpu.cfs_quota_us").read_text().strip() == "20000", cgroup
+    assert (cgroup / "cgroup.procs").read_text().split(), f"no process in {cgroup}"
+    wait_pod(kubectl, namespace, "limited", lambda p: p["status"].get("phase") == "Succeeded", "Succeeded", state_dir)
+    [used] = [
+        line.split()[-1]
+        for line in log_of(state_dir, namespace, "limited").splitlines()
+        if line.startswith("cores used:")
+    ]
+    # Unlimited, the loop gets most of a core; held to 200m, about 0.2.
+    assert float(used) < 0.3, f"the loop used {used} cores under a 200m limit"
+
+    kubectl.run("delete", "pod", "limited", "-n", namespace)
+    wait_for(lambda: not cgroup.parent.exists(), 30, f"{cgroup.parent} to be removed with the pod")
+
+
 def test_deleting_a_pod_sends_sigterm_then_removes_it(kubectl: Kubectl, namespace: str, state_dir: Path) -> None:
     markers = state_dir / "test-markers" / secrets.token_hex(4)
     markers.mkdir(parents=True)
@@ -396,7 +463,8 @@ def test_down_leaves_nothing_behind_even_after_the_agent_was_killed(own_cluster:
     kubectl = Kubectl(own_cluster.bin_dir / "kubectl", own_cluster.env())
     wait_for(lambda: kubectl.run("get", "sa", "default", check=False).returncode == 0, 30, "ServiceAccount default")
     token = f"leftover-{secrets.token_hex(4)}"
-    kubectl.apply(pod("lingers", "default", server_container(token)))
+    # With a CPU limit: its cgroup, too, must go.
+    kubectl.apply(pod("lingers", "default", server_container(token, resources={"limits": {"cpu": "500m"}})))
     wait_pod(kubectl, "default", "lingers", is_ready, "Ready", own_cluster.state_dir)
     with nodeagent.client_netns(own_cluster.state_dir):  # a client namespace that is never closed...
         pidfile = json.loads((own_cluster.state_dir / "run" / "node-agent.pid").read_text())
