@@ -138,6 +138,7 @@ def test_every_dispatcher_setting_reaches_the_pod(settings: BuildSettings) -> No
         ({"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}}, 2000),  # the limit: the most it can use
         ({"limits": {"cpu": "1.5", "memory": "1Gi"}}, 1500),
         ({"requests": {"memory": "1Gi"}}, 250),
+        ({"requests": {"cpu": "1m"}}, 1),  # the smallest CPU Kubernetes can express
     ],
 )
 def test_workers_cpu_given_is_the_limit_else_the_request(
@@ -428,6 +429,74 @@ def test_a_static_dispatcher_keeps_its_journal_only_while_its_list_stays(
     live = live_dispatcher(svc, settings, live_workers, f"{builders.DEFAULT_WORK_DIR}/{live_dir}")
     assert builders.static_journal(svc, settings, 2, live) == expected
     assert builders.static_journal(svc, settings, 2, None) == "2-workers-g7"
+
+
+@pytest.mark.parametrize(
+    ("work_dir", "live_dir", "expected"),
+    [
+        # Only the trailing '/' of the workDir goes: the journal under it is still found.
+        ("/journalX/", "/journalX/2-workers-g3", "2-workers-g3"),
+        # The workDir changed (to one of the same length): the old place's journal is not this one's.
+        ("/new", "/old/2-workers-g3", "2-workers-g7"),
+    ],
+)
+def test_a_static_journal_is_looked_for_under_the_work_dir_as_written(
+    settings: BuildSettings, work_dir: str, live_dir: str, expected: str
+) -> None:
+    svc = parse(generation=7, shardingPolicy="FILE", dispatcher={"workDir": work_dir})
+    assert builders.static_journal(svc, settings, 2, live_dispatcher(svc, settings, 2, live_dir)) == expected
+    assert builders.dispatcher_config(svc, settings, 2, expected).work_dir == f"{work_dir.rstrip('/')}/{expected}"
+
+
+def test_each_optional_child_is_named_by_its_own_api_version_kind_and_name(settings: BuildSettings) -> None:
+    # What the reconcile deletes when a child is no longer wanted: the row must name the object it built.
+    svc = parse(
+        shardingPolicy="DYNAMIC",
+        workers={"replicas": 3, "resources": {"requests": {"cpu": "1"}}},
+        autoscaling={"metric": "CPU", "maxReplicas": 4},
+    )
+    rows = builders.optional_children(svc, settings)
+    assert [kind for _, kind, _, m in rows if m is not None] == [
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+    ]
+    for api_version, kind, name, manifest in rows:
+        assert manifest is not None
+        assert (manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"]) == (api_version, kind, name)
+
+
+def test_a_volume_keeps_the_lists_inside_it(settings: BuildSettings) -> None:
+    items = [{"key": "a.json", "path": "a.json"}, {"key": "b.json", "path": "sub/b.json", "mode": 0o400}]
+    volume = {"name": "cfg", "configMap": {"name": "settings", "items": items, "optional": False}}
+    svc = parse(workers={"volumes": [volume], "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]})
+    pod = builders.build_worker_statefulset(svc, settings, 2)["spec"]["template"]["spec"]
+    # `optional: false` goes, as the API server drops it; the items stay, each as written.
+    assert [v for v in pod["volumes"] if v["name"] == "cfg"] == [
+        {"name": "cfg", "configMap": {"name": "settings", "items": items}}
+    ]
+
+
+def with_env(*env: dict[str, str]) -> dict[str, Any]:
+    return {"spec": {"template": {"spec": {"containers": [{"env": list(env)}]}}}}
+
+
+@pytest.mark.parametrize(
+    ("statefulset", "expected"),
+    [
+        ({}, None),  # nothing to read yet
+        (with_env({"name": "OTHER", "value": "{}"}), None),
+        (with_env({"name": serverconfig.CONFIG_ENV, "value": "[1]"}), None),
+        (
+            with_env({"name": "OTHER", "value": "not json"}, {"name": serverconfig.CONFIG_ENV, "value": '{"port": 5}'}),
+            {"port": 5},
+        ),
+    ],
+)
+def test_read_config_reads_only_the_server_configuration_and_only_an_object(
+    statefulset: dict[str, Any], expected: dict[str, Any] | None
+) -> None:
+    assert builders.read_config(statefulset) == expected
 
 
 def test_a_name_at_the_length_limit_fits_every_name_kubernetes_derives_from_it(settings: BuildSettings) -> None:

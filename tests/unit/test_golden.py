@@ -7,8 +7,6 @@ golden` rewrites the files (tests/unit/golden/); review their diff like code.
 
 from __future__ import annotations
 
-import difflib
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,27 +16,12 @@ import yaml
 from tfdata_operator import cli, spec
 from tfdata_operator.builders import BuildSettings
 
-from cases import BAD_SPECS, CRD_PATH, EXAMPLES, IMAGE, body, manifest
+from cases import BAD_SPECS, CRD_PATH, EXAMPLES, IMAGE, body, check_golden, manifest
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
-UPDATE = os.environ.get("TFDATA_UPDATE_GOLDEN") == "1"
 # The chart's defaults: the operator in tfdata-system, so every NetworkPolicy has its rule.
 SETTINGS = BuildSettings(
     operator_namespace="tfdata-system", operator_pod_labels=(("app.kubernetes.io/name", "tfdata-operator"),)
 )
-
-
-def check(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE:
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text)
-        return
-    assert path.exists(), f"{path} is missing: run `make golden` and review the new file"
-    expected = path.read_text()
-    if text != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(path), "now"))
-        pytest.fail(f"{name} changed (if you meant it, run `make golden` and review the diff):\n{diff}")
 
 
 def render(doc: dict[str, object]) -> str:
@@ -49,7 +32,7 @@ def render(doc: dict[str, object]) -> str:
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_renders_exactly_its_golden_manifests(example: Path) -> None:
     docs = [d for d in yaml.safe_load_all(example.read_text()) if d is not None]
-    check(f"{example.stem}.yaml", "---\n".join(render(d) for d in docs))
+    check_golden(f"{example.stem}.yaml", "---\n".join(render(d) for d in docs))
 
 
 # What no example sets: every optional field at once, on each kind of policy.
@@ -97,7 +80,9 @@ EVERYTHING = {
 
 @pytest.mark.parametrize("policy", ["OFF", "DYNAMIC", "FILE", "DATA", "FILE_OR_DATA", "HINT"])
 def test_every_optional_field_renders_exactly_its_golden_manifests(policy: str) -> None:
-    check(f"everything-{policy.lower()}.yaml", render(body("everything", "ml", shardingPolicy=policy, **EVERYTHING)))
+    check_golden(
+        f"everything-{policy.lower()}.yaml", render(body("everything", "ml", shardingPolicy=policy, **EVERYTHING))
+    )
 
 
 def test_every_refusal_is_exactly_its_golden_sentence() -> None:
@@ -106,7 +91,7 @@ def test_every_refusal_is_exactly_its_golden_sentence() -> None:
         with pytest.raises(spec.SpecError) as err:
             spec.parse({**yaml.safe_load(manifest(case)), "metadata": {"name": case.name, "namespace": "ml"}}, IMAGE)
         lines.append(f"{case.id}: {err.value}\n")
-    check("refusals.txt", "".join(lines))
+    check_golden("refusals.txt", "".join(lines))
 
 
 # --- Every bounded integer field: the CRD's range is spec.py's, edge by edge --------------------------
@@ -162,4 +147,4 @@ def test_every_bounded_field_takes_its_edges_and_refuses_one_past_them() -> None
             lines.append(f"spec.{group}.{name}={value}: {said}\n")
     # Inside its range but not a timeout TensorFlow takes:
     lines.append(f"spec.dispatcher.jobGcTimeoutMs=0: {refusal('dispatcher', 'jobGcTimeoutMs', 0)}\n")
-    check("ranges.txt", "".join(lines))
+    check_golden("ranges.txt", "".join(lines))
