@@ -485,6 +485,7 @@ def with_env(*env: dict[str, str]) -> dict[str, Any]:
     ("statefulset", "expected"),
     [
         ({}, None),  # nothing to read yet
+        ({"metadata": {"name": "demo-dispatcher"}}, None),  # no spec (yet)
         (with_env({"name": "OTHER", "value": "{}"}), None),
         (with_env({"name": serverconfig.CONFIG_ENV, "value": "[1]"}), None),
         (

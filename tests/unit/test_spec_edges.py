@@ -106,6 +106,8 @@ REFUSED: list[tuple[str, dict[str, Any]]] = [
     ("storage-size-a-float", {"dispatcher": {"storage": {"size": 1.5}}}),
     ("request-a-float", workers(resources={"requests": {"cpu": 1.5}})),
     ("requests-two-bad", workers(resources={"requests": {"cpu": "lots", "memory": True}})),
+    # Requests that are no map leave the limits checked.
+    ("requests-not-a-map-and-a-bad-limit", workers(resources={"requests": "lots", "limits": {"cpu": True}})),
     ("request-above-limit", workers(resources={"requests": {"cpu": "2"}, "limits": {"cpu": "1"}})),
     ("17-network-policy-peers", {"networkPolicy": {"from": [PEER] * 17}}),
     ("volume-name-of-64", workers(volumes=[{"name": "v" * 64, "emptyDir": {}}])),
