@@ -103,6 +103,13 @@ def _event(before: dict[str, object], after: dict[str, object], name: str) -> tu
                      "and scaling it from 2 to 3 replicas", id="roll-and-scale"),
         pytest.param({}, {"workers": {"resources": {"requests": {"cpu": "2"}}}}, "demo-worker", "RollingOut",
                      "Rolling out a new pod template to StatefulSet demo-worker (spec.template)", id="roll"),
+        # A worker list only before or only after: no count to compare, the fields say it.
+        pytest.param({"shardingPolicy": "FILE"}, {"shardingPolicy": "DYNAMIC"}, "demo-dispatcher", "RollingOut",
+                     "Rolling out a new pod template to StatefulSet demo-dispatcher (spec.template)",
+                     id="static-to-dynamic"),
+        pytest.param({"shardingPolicy": "DYNAMIC"}, {"shardingPolicy": "FILE"}, "demo-dispatcher", "RollingOut",
+                     "Rolling out a new pod template to StatefulSet demo-dispatcher (spec.template)",
+                     id="dynamic-to-static"),
     ],
 )  # fmt: skip
 def test_every_change_of_a_statefulset_has_an_event_that_says_what_and_why(

@@ -353,3 +353,17 @@ def test_objects_without_optional_fields_are_read_as_kubernetes_defaults() -> No
         scaling.stuck_pods(sts, [{"metadata": {"name": "x-dispatcher-0", "ownerReferences": [{"uid": "sts-uid"}]}}])
         == []
     )
+
+
+@pytest.mark.parametrize(
+    ("statefulset", "expected"),
+    [
+        (None, False),
+        ({"spec": {"replicas": 0}}, True),
+        ({"spec": {"replicas": 2}}, False),
+        ({"spec": {}}, False),  # replicas left out: Kubernetes' default, 1
+        ({"metadata": {"name": "demo-worker"}}, False),  # no spec read yet
+    ],
+)
+def test_only_a_statefulset_scaled_to_zero_is_suspended(statefulset: dict[str, Any] | None, expected: bool) -> None:
+    assert scaling.suspended(statefulset) is expected

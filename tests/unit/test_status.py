@@ -209,6 +209,56 @@ def test_every_situation_has_its_conditions_word_for_word() -> None:
         assert {c["lastTransitionTime"] for c in st["conditions"]} == {"T"}
 
 
+def stopped(spec_replicas: int, pods: int | None) -> dict[str, Any]:
+    """A StatefulSet scaled to ``spec_replicas`` with ``pods`` still there (None: Kubernetes left the
+    zero out of the status)."""
+    return {"metadata": {"generation": 2}, "spec": {"replicas": spec_replicas},
+            "status": {"observedGeneration": 2} | ({} if pods is None else {"replicas": pods})}  # fmt: skip
+
+
+KEPT = "Its Services, address (grpc://demo-dispatcher.ml.svc.cluster.local:5050), journal claim and configuration stay"
+SUSPEND_HELD = hold.Decision(hold.HOLD, hold.Pending("suspend", "suspend", 2), "suspend waits: a client reads")
+
+
+def test_every_suspend_situation_has_its_conditions_word_for_word() -> None:
+    suspended, running = parse(suspend=True), parse()
+    was_suspended = {"conditions": [{"type": "Suspended", "status": "True"}]}
+    off_dispatcher = "The service is suspended: no dispatcher runs."
+    off_workers = "The service is suspended: no worker runs."
+    stopping = f"The service is suspended: 3 pod(s) are still stopping. {KEPT}; set spec.suspend: false to resume it."
+    gone = f"The service is suspended: no pod runs. {KEPT}; set spec.suspend: false to resume it."
+    resumed = "The service was resumed: spec.suspend is false."
+    cases = [
+        (suspended, {}, status.Observed(stopped(0, 1), stopped(0, 2)), None, [
+            ("Ready", "False", "Suspended", stopping),
+            ("DispatcherReady", "False", "Suspended", off_dispatcher),
+            ("WorkersReady", "False", "Suspended", off_workers),
+            ("Suspended", "True", "Suspended", stopping),
+        ]),
+        (suspended, {}, status.Observed(stopped(0, None), stopped(0, None)), None, [
+            ("Ready", "False", "Suspended", gone),
+            ("DispatcherReady", "False", "Suspended", off_dispatcher),
+            ("WorkersReady", "False", "Suspended", off_workers),
+            ("Suspended", "True", "Suspended", gone),
+        ]),
+        (suspended, {}, status.Observed(sts(1, 1), sts(2, 2)), SUSPEND_HELD, [
+            ("Ready", "False", "SuspendHeld", "suspend waits: a client reads"),
+            ("DispatcherReady", "True", "DispatcherReady", "The dispatcher serves requests."),
+            ("WorkersReady", "True", "WorkersReady", "2/2 workers are ready."),
+            ("Suspended", "False", "SuspendHeld", "suspend waits: a client reads"),
+        ]),
+        (running, was_suspended, status.Observed(sts(1, 1), sts(2, 2)), None, [
+            ("Ready", "True", "Ready", SERVES),
+            ("DispatcherReady", "True", "DispatcherReady", "The dispatcher serves requests."),
+            ("WorkersReady", "True", "WorkersReady", "2/2 workers are ready."),
+            ("Suspended", "False", "Resumed", resumed),
+        ]),
+    ]  # fmt: skip
+    for svc, old, observed, decision, expected in cases:
+        st = status.compute_status(svc, {**body(), "status": old}, observed, SETTINGS, "T", decision=decision)
+        assert triples(st) == expected, observed
+
+
 def test_an_unparsable_spec_keeps_what_the_status_said_and_counts_what_runs() -> None:
     before = {"dispatcherAddress": "grpc://demo-dispatcher.ml.svc.cluster.local:5050", "selector": "x=y"}
     invalid = {**body(workers={"replicas": 4}), "status": before}
