@@ -202,7 +202,7 @@ mutation: venv ## Mutants of the pure modules (spec builders scaling status serv
 	nice -n 10 $(PY) hack/mutation.py $(foreach m,$(MODULES),--module $(m)) --max-children $(MUTATION_CHILDREN)
 
 .PHONY: bench
-bench: venv binaries ## Benchmarks (figures, not tests; ~25 min): the operator at 200 and 1,000 services on a node-less cluster beside the API server's ceiling (throughput, latency, RSS, idle requests by verb), then on a cluster with its node: apply -> Ready, idle static rescales, client throughput vs servers started by hand (JSON: .local/bench/last.json, node-last.json).
+bench: venv binaries ## Benchmarks (figures, not tests; ~25 min): the operator at 200 and 1,000 services whose pods turn Ready on kwok nodes, beside the API server's ceiling (throughput, latency, RSS, idle requests by verb), then on a cluster with its node: apply -> Ready, idle static rescales, client throughput vs servers started by hand (JSON: .local/bench/last.json, node-last.json).
 	PYTHONPATH=$(ROOT)/hack $(PY) hack/bench.py $(BENCH_ARGS)
 	PYTHONPATH=$(ROOT)/hack $(PY) hack/bench_node.py $(BENCH_NODE_ARGS)
 

@@ -1,7 +1,10 @@
 """`make bench`: the operator's speed and cost at 200 and 1,000 TFDataServices, beside the ceiling of the same run.
 
-On a node-less dev cluster of its own (etcd, kube-apiserver with an audit log, controller-manager,
-scheduler: pods stay Pending), in one run:
+On a dev cluster of its own (etcd, kube-apiserver with an audit log, controller-manager, scheduler)
+with ``--kwok-nodes`` kwok nodes: every service's pods (a dispatcher and 4 workers) tolerate their
+taint, so they are scheduled, their journal claims bound, and they turn Running and Ready as a
+kubelet would report them (nothing runs), loading the operator's pod watch and status as a real
+cluster does. ``--kwok-nodes 0`` measures node-less, as before: pods stay Pending. In one run:
 
 - ceiling: the children of N services (the manifests `render` prints, without owner references)
   created directly with 8 threads, as fast as the API server takes them;
@@ -47,7 +50,9 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / ".local" / "bench"
 CRD = ROOT / "crds" / "tfdata.dev_tfdataservices.yaml"
 THREADS = 8
-SPEC = {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 4}}
+# On kwok's nodes (see the docstring); a real kubelet ignores the toleration.
+ON_KWOK = {"tolerations": [devcluster.KWOK_TOLERATION]}
+SPEC = {"shardingPolicy": "DYNAMIC", "dispatcher": ON_KWOK, "workers": {"replicas": 4, **ON_KWOK}}
 
 
 def service(namespace: str, name: str) -> dict[str, Any]:
@@ -252,6 +257,18 @@ def audit_counts(log: Path, since: str, until: str) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def ready_pods(api: Api) -> int:
+    """Pods whose Ready condition is True (kwok's, when the cluster has its nodes)."""
+    pods = api.request("GET", "/api/v1/pods", timeout=300)["items"]
+    return sum(
+        any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (p.get("status") or {}).get("conditions", [])
+        )
+        for p in pods
+    )
+
+
 def now_rfc3339() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + ".000000Z"
 
@@ -260,6 +277,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="200,1000", help="burst sizes, comma-separated")
     parser.add_argument("--idle-seconds", type=float, default=60, help="the idle window for the request count")
+    parser.add_argument(
+        "--kwok-nodes", type=int, default=10, help="kwok nodes whose pods turn Ready (0: node-less, pods stay Pending)"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     OUT.mkdir(parents=True, exist_ok=True)
@@ -268,7 +288,8 @@ def main() -> int:
     (state / devcluster.AUDIT_POLICY).write_text(
         "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n"
     )
-    cluster = devcluster.up(state, devcluster.COMPONENTS)
+    components = devcluster.with_kwok(args.kwok_nodes) if args.kwok_nodes else devcluster.COMPONENTS
+    cluster = devcluster.up(state, components)
     operator = None
     try:
         env = cluster.env()
@@ -277,7 +298,7 @@ def main() -> int:
         established = [kubectl, "wait", "--for=condition=Established", "crd/tfdataservices.tfdata.dev"]
         subprocess.run(established, env=env, check=True, capture_output=True)
         api = Api(cluster)
-        results: dict[str, Any] = {"when": now_rfc3339(), "cpus": os.cpu_count()}
+        results: dict[str, Any] = {"when": now_rfc3339(), "cpus": os.cpu_count(), "kwok_nodes": args.kwok_nodes}
         print("ceiling ...", flush=True)
         results["ceiling_services_per_second"] = {n: round(ceiling(api, n), 2) for n in sizes}
         log = open(state / "logs" / "operator.log", "wb")  # noqa: SIM115 - the child keeps it
@@ -314,6 +335,7 @@ def main() -> int:
         per_minute = {k: round(v * 60 / args.idle_seconds, 1) for k, v in counts.items()}
         results["idle_requests_per_minute"] = {"services": total, **per_minute}
         results["rss_mb"]["idle at the end"] = rss_mb(operator.pid)
+        results["pods_ready_at_the_end"] = ready_pods(api)
     finally:
         if operator is not None:
             operator.terminate()
