@@ -364,6 +364,16 @@ class CpuLimits:
             (directory / file).write_text(str(value))
         return directory
 
+    @staticmethod
+    def enter(cgroup: Path, pid: int) -> None:
+        """Moves a started process into its cgroup (again: writing a member's pid is a no-op)."""
+        try:
+            (cgroup / "cgroup.procs").write_text(str(pid))
+        except ProcessLookupError:
+            pass  # it has exited already; its exit is seen on the next tick
+        except OSError as e:
+            log.warning("could not move pid %d into %s: %s", pid, cgroup, e)
+
     def remove(self, pod_uid: str) -> None:
         remove_cgroups(self.root / f"pod{pod_uid}")
 
@@ -696,6 +706,10 @@ class Container:
                 command, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 cwd=self.pod.dir, start_new_session=True,
             )  # fmt: skip
+        if cgroup is not None:
+            # And from here, before the container is reported running: the shell above may not
+            # have been scheduled yet, and a kubelet reports a container once it is in its cgroup.
+            self.pod.agent.cpu.enter(cgroup, self.proc.pid)
         if self.runs:
             self.restart_count += 1
         self.runs += 1

@@ -305,6 +305,7 @@ def test_a_cpu_limit_is_enforced_and_its_cgroup_goes_with_the_pod(
     )["metadata"]["uid"]
     cgroup = nodeagent.Layout(state_dir).cpu_cgroup / f"pod{uid}" / "main"
     assert (cgroup / "cpu.cfs_quota_us").read_text().strip() == "20000", cgroup
+    # The node reports a container running only once its process is in the cgroup.
     assert (cgroup / "cgroup.procs").read_text().split(), f"no process in {cgroup}"
     wait_pod(kubectl, namespace, "limited", lambda p: p["status"].get("phase") == "Succeeded", "Succeeded", state_dir)
     [used] = [
