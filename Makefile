@@ -54,10 +54,11 @@ fmt: venv ## Format the Python code.
 	$(VENV)/bin/ruff check --fix operator tests hack
 
 .PHONY: lint
-lint: venv helm-lint ## Lint: ruff (lint and format check), mypy, and the Helm chart.
+lint: venv helm-lint ## Lint: ruff (lint and format check), mypy, the package's layers (import-linter: operator/.importlinter), and the Helm chart.
 	$(VENV)/bin/ruff check --config operator/pyproject.toml operator tests hack
 	$(VENV)/bin/ruff format --config operator/pyproject.toml --check operator tests hack
 	cd operator && $(VENV)/bin/mypy src/tfdata_operator
+	cd operator && $(VENV)/bin/lint-imports --no-cache
 
 .PHONY: render-examples
 render-examples: venv ## Render every example with `tfdata-operator render` (no cluster needed).

@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 
 from tfdata_operator import cli
-from tfdata_operator.builders import BuildSettings
+from tfdata_operator.render.builders import BuildSettings
 
 import devcluster
 

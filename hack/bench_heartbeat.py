@@ -25,7 +25,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tfdata_operator import serverconfig
+from tfdata_operator.wire import serverconfig
 
 SERVER_BIN = Path(sys.executable).parent / "tfdata-server"
 TICK = os.sysconf("SC_CLK_TCK")

@@ -29,7 +29,7 @@ from typing import Any
 import nodeagent
 from bench import OUT, now_rfc3339, report
 
-from tfdata_operator import builders
+from tfdata_operator.render import builders
 
 import devcluster
 

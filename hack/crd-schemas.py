@@ -40,7 +40,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "tfdata.dev_tfdataservices.yaml"
 # The same schemas for the operator's own checks (`tfdata-operator render` sees files no API server saw).
-PACKAGE_COPY = ROOT / "operator" / "src" / "tfdata_operator" / "coretypes.json"
+PACKAGE_COPY = ROOT / "operator" / "src" / "tfdata_operator" / "api" / "coretypes.json"
 OPENAPI = ROOT / "hack" / "openapi"
 
 # OpenAPI v3 document (as in /openapi/v3/<path>) -> the definitions the CRD embeds from it.

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from tfdata_operator import cli, spec
-from tfdata_operator.builders import BuildSettings
-from tfdata_operator.signals import ServiceSignals
+from tfdata_operator import cli
+from tfdata_operator.api import spec
+from tfdata_operator.render.builders import BuildSettings
+from tfdata_operator.wire.signals import ServiceSignals
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_PATH = ROOT / "crds" / "tfdata.dev_tfdataservices.yaml"

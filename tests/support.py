@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tfdata_operator.signals import ServiceSignals
+from tfdata_operator.wire.signals import ServiceSignals
 
 import devcluster  # hack/ is on pytest.ini's pythonpath
 

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from support import ROOT, Kubectl, OperatorProcess, wait_for
 
-from tfdata_operator import builders
+from tfdata_operator.render import builders
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 FILES, RECORDS = 6, 40

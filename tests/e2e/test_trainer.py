@@ -24,7 +24,7 @@ import pytest
 import yaml
 from support import ROOT, Kubectl, OperatorProcess, wait_for
 
-from tfdata_operator import tfrecords
+from tfdata_operator.wire import tfrecords
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 FILES, RECORDS = 4, 30

@@ -20,8 +20,8 @@ import pytest
 from images_support import Docker, DockerError, http_status
 from support import Gone, wait_for
 
-from tfdata_operator import serverconfig
-from tfdata_operator.serverconfig import DispatcherServerConfig, WorkerServerConfig
+from tfdata_operator.wire import serverconfig
+from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
 
 DISPATCHER_PORT = 5050
 WORKER_PORT = 5051

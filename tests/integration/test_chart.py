@@ -23,7 +23,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from support import CRD_DIR, ROOT, Kubectl, free_port, wait_for
 
-from tfdata_operator import children
+from tfdata_operator.plan import children
 
 CHART = ROOT / "charts" / "tfdata-operator"
 CRD_NAME = "tfdataservices.tfdata.dev"

@@ -18,7 +18,8 @@ import pytest
 import yaml
 from support import Kubectl, OperatorProcess, holds_for, kubelet_nodes, on_kwok_nodes, wait_for
 
-from tfdata_operator import children, faults
+from tfdata_operator.controller import faults
+from tfdata_operator.plan import children
 
 import devcluster  # hack/ is on pytest.ini's pythonpath
 from cases import BAD_SPECS, EXAMPLES, REQUESTS_ABOVE_LIMITS, BadSpec, expected_children, manifest

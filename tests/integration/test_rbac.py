@@ -30,7 +30,7 @@ import pytest
 import yaml
 from support import ROOT, Kubectl, OperatorProcess, on_kwok_nodes, wait_for
 
-from tfdata_operator import children
+from tfdata_operator.plan import children
 
 from cases import EXAMPLES, expected_children
 

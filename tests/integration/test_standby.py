@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from support import Kubectl, OperatorProcess, wait_for
 
-from tfdata_operator import children, faults
+from tfdata_operator.controller import faults
+from tfdata_operator.plan import children
 
 from cases import expected_children
 

@@ -9,8 +9,8 @@ import time
 
 import tensorflow as tf
 
-from tfdata_operator.discovery import STATIC_POLICIES
-from tfdata_operator.spec import SHARDING_POLICIES
+from tfdata_operator.api.spec import SHARDING_POLICIES
+from tfdata_operator.wire.discovery import STATIC_POLICIES
 
 policy, count = sys.argv[1], int(sys.argv[2])
 assert policy in SHARDING_POLICIES, policy

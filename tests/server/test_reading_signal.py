@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from support import free_port, wait_for
 
-from tfdata_operator import serverconfig, signals
-from tfdata_operator.serverconfig import DispatcherServerConfig, WorkerServerConfig
+from tfdata_operator.wire import serverconfig, signals
+from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
 
 SERVER_BIN = Path(sys.executable).parent / "tfdata-server"
 START_TIMEOUT = 90.0

@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tfdata_operator import serverconfig
-from tfdata_operator.serverconfig import DispatcherServerConfig, WorkerServerConfig
+from tfdata_operator.wire import serverconfig
+from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
 
 SERVER_BIN = Path(sys.executable).parent / "tfdata-server"
 # Starting takes one TensorFlow import (a few seconds); a worker's registration retries back off.

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from support import free_port
 
-from tfdata_operator import tfrecords
+from tfdata_operator.wire import tfrecords
 
 HERE = Path(__file__).resolve().parent
 TRAINER_TIMEOUT = 180.0

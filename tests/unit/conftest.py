@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfdata_operator.builders import BuildSettings
+from tfdata_operator.render.builders import BuildSettings
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tfdata_operator import autoscaler
-from tfdata_operator.autoscaler import Decision, History, LastScale, Policy, Sample
+from tfdata_operator.autoscaling import policy as autoscaler
+from tfdata_operator.autoscaling.policy import Decision, History, LastScale, Policy, Sample
 
 from cases import parse
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import yaml
 
-from tfdata_operator import autoscalestatus
-from tfdata_operator.autoscaler import Decision, History, LastScale
-from tfdata_operator.signals import ServiceSignals
-from tfdata_operator.signalsource import ServiceWindow
+from tfdata_operator.autoscaling import status as autoscalestatus
+from tfdata_operator.autoscaling.policy import Decision, History, LastScale
+from tfdata_operator.autoscaling.readings import ServiceWindow
+from tfdata_operator.wire.signals import ServiceSignals
 
 from cases import CRD_PATH, STALLED_SIGNALS
 

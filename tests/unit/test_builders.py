@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from tfdata_operator import builders, serverconfig, spec
-from tfdata_operator.builders import BuildSettings
+from tfdata_operator.api import identity, spec
+from tfdata_operator.render import builders
+from tfdata_operator.render.builders import BuildSettings
+from tfdata_operator.wire import serverconfig
 
 from cases import body, parse
 
@@ -92,7 +94,7 @@ def test_static_count_change_rolls_the_dispatcher_through_its_config_hash(settin
     svc = parse(shardingPolicy="FILE")
     hashes = {
         builders.build_dispatcher_statefulset(svc, settings, n)["spec"]["template"]["metadata"]["annotations"][
-            builders.CONFIG_HASH_ANNOTATION
+            identity.CONFIG_HASH_ANNOTATION
         ]
         for n in (2, 3)
     }

@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from tfdata_operator import cache, children
-from tfdata_operator.workqueue import WorkQueue, backoff
+from tfdata_operator.api import identity
+from tfdata_operator.controller import cache
+from tfdata_operator.controller.workqueue import WorkQueue, backoff
 
 KEY = ("ml", "demo")
 
@@ -97,7 +98,7 @@ def test_a_trimmed_pod_keeps_why_it_is_not_scheduled_or_not_running() -> None:
 
 
 def test_instance_of_reads_the_instance_label() -> None:
-    body = {"metadata": {"namespace": "ml", "labels": {children.INSTANCE_LABEL: "demo"}}}
+    body = {"metadata": {"namespace": "ml", "labels": {identity.INSTANCE_LABEL: "demo"}}}
     assert cache.instance_of(body) == KEY
     assert cache.instance_of({"metadata": {"namespace": "ml"}}) is None
 

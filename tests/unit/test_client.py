@@ -12,9 +12,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tfdata_operator import client, discovery, signals
+from tfdata_operator import client
 from tfdata_operator.client import fingerprint as fp
 from tfdata_operator.client.stall import StallMeter
+from tfdata_operator.wire import discovery, signals
 
 
 def settings(policy: str, name: str = "imagenet") -> discovery.ClientSettings:

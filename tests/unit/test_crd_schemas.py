@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from tfdata_operator import coretypes
+from tfdata_operator.api import coretypes
 
 from cases import CRD_PATH, ROOT
 

@@ -1,7 +1,7 @@
 """The chart's Grafana dashboard queries only metrics the code serves.
 
 The served names are collected from the real collectors, not read from the source: the
-operator's registry (``tfdata_operator.metrics``), and the dispatcher's and a worker's
+operator's registry (``tfdata_operator.controller.metrics``), and the dispatcher's and a worker's
 ``/metrics`` collectors (``server.metrics.ServerCollector`` with the dispatcher's
 ``Aggregator``) fed with values, so that every series they can serve is present (a series
 whose value is unknown is left out).
@@ -19,11 +19,12 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.core import Metric
 
-from tfdata_operator import metrics, signals
+from tfdata_operator.controller import metrics
 from tfdata_operator.server import health
 from tfdata_operator.server.aggregate import Aggregator, WorkerReading
 from tfdata_operator.server.metrics import CpuMeter, ServerCollector
-from tfdata_operator.serverconfig import DispatcherServerConfig
+from tfdata_operator.wire import signals
+from tfdata_operator.wire.serverconfig import DispatcherServerConfig
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "charts" / "tfdata-operator" / "dashboards" / "tfdata-operator.json"
 # Suffixes Prometheus adds to a family's name in its samples.

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from tfdata_operator import diagnose, hold, spec, status
-from tfdata_operator.builders import BuildSettings
-from tfdata_operator.diagnose import Finding
+from tfdata_operator.api import spec
+from tfdata_operator.plan import diagnose, hold, status
+from tfdata_operator.plan.diagnose import Finding
+from tfdata_operator.render.builders import BuildSettings
 
 Manifest = dict[str, Any]
 STS_UID = "sts-uid"

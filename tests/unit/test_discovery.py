@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tfdata_operator import builders, discovery, signals
-from tfdata_operator.builders import BuildSettings
+from tfdata_operator.render import builders
+from tfdata_operator.render.builders import BuildSettings
+from tfdata_operator.wire import discovery, signals
 
 from cases import parse
 

@@ -16,8 +16,9 @@ from click.testing import CliRunner
 from kubernetes.client.exceptions import ApiException
 from support import ROOT
 
-from tfdata_operator import cli, election
-from tfdata_operator.election import ElectionConfig, ElectionError, Elector, NotLeading, Timing
+from tfdata_operator import cli
+from tfdata_operator.controller import election
+from tfdata_operator.controller.election import ElectionConfig, ElectionError, Elector, NotLeading, Timing
 
 TIMING = Timing(lease_duration=10, renew_deadline=7, retry_period=2)
 

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tfdata_operator import cli, spec
-from tfdata_operator.builders import BuildSettings
+from tfdata_operator import cli
+from tfdata_operator.api import spec
+from tfdata_operator.render.builders import BuildSettings
 
 from cases import BAD_SPECS, CRD_PATH, EXAMPLES, IMAGE, body, check_golden, manifest
 

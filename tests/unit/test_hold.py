@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from support import service_signals
 
-from tfdata_operator import hold, spec
-from tfdata_operator.signals import ServiceSignals
+from tfdata_operator.api import spec
+from tfdata_operator.plan import hold
+from tfdata_operator.wire.signals import ServiceSignals
 
 from cases import parse
 

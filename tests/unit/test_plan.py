@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tfdata_operator import builders, plan
-from tfdata_operator.builders import BuildSettings
+from tfdata_operator.plan import desired as plan
+from tfdata_operator.render import builders
+from tfdata_operator.render.builders import BuildSettings
 
 from cases import parse
 

@@ -18,10 +18,13 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from support import service_signals
 
-from tfdata_operator import builders, hold, plan, reconcile
-from tfdata_operator.builders import MANAGER
-from tfdata_operator.config import OperatorConfig
-from tfdata_operator.signals import ServiceSignals
+from tfdata_operator.controller import reconcile
+from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.plan import desired as plan
+from tfdata_operator.plan import hold
+from tfdata_operator.render import builders
+from tfdata_operator.render.builders import MANAGER
+from tfdata_operator.wire.signals import ServiceSignals
 
 from cases import STALLED_SIGNALS
 

@@ -11,8 +11,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from tfdata_operator import cli, plan, spec
-from tfdata_operator.builders import BuildSettings
+from tfdata_operator import cli
+from tfdata_operator.api import spec
+from tfdata_operator.plan import desired as plan
+from tfdata_operator.render.builders import BuildSettings
 
 from cases import BAD_SPECS, CRD_PATH, EXAMPLES, manifest
 
@@ -60,7 +62,7 @@ def test_render_refuses_other_kinds_and_broken_yaml(tmp_path: Path) -> None:
 def test_importing_the_operator_does_not_import_tensorflow() -> None:
     code = (
         "import sys\n"
-        "import tfdata_operator.cli, tfdata_operator.handlers, tfdata_operator.reconcile\n"
+        "import tfdata_operator.cli, tfdata_operator.controller.handlers, tfdata_operator.controller.reconcile\n"
         "import tfdata_operator.server.main\n"
         "from click.testing import CliRunner\n"
         "CliRunner().invoke(tfdata_operator.cli.main, ['render', '-f', sys.argv[1]])\n"

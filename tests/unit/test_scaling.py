@@ -6,8 +6,11 @@ from typing import Any
 
 import pytest
 
-from tfdata_operator import builders, plan, scaling, spec
-from tfdata_operator.builders import BuildSettings
+from tfdata_operator.api import spec
+from tfdata_operator.plan import desired as plan
+from tfdata_operator.plan import scaling
+from tfdata_operator.render import builders
+from tfdata_operator.render.builders import BuildSettings
 
 from cases import parse
 

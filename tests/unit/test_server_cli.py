@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tfdata_operator import serverconfig
 from tfdata_operator.server import LOGGER_NAME, health, main
-from tfdata_operator.serverconfig import WorkerServerConfig
+from tfdata_operator.wire import serverconfig
+from tfdata_operator.wire.serverconfig import WorkerServerConfig
 
 
 def free_port() -> int:

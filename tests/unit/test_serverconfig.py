@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tfdata_operator import serverconfig
-from tfdata_operator.serverconfig import ConfigError, DispatcherServerConfig, WorkerServerConfig
+from tfdata_operator.wire import serverconfig
+from tfdata_operator.wire.serverconfig import ConfigError, DispatcherServerConfig, WorkerServerConfig
 
 DISPATCHER = DispatcherServerConfig(
     port=5050,

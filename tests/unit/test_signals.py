@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tfdata_operator import signals
 from tfdata_operator.server import aggregate, metrics
 from tfdata_operator.server.aggregate import Aggregator, ClientTable, JournalClients, WorkerReading
-from tfdata_operator.serverconfig import DispatcherServerConfig
+from tfdata_operator.wire import signals
+from tfdata_operator.wire.serverconfig import DispatcherServerConfig
 
 
 class Clock:

@@ -12,10 +12,12 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from tfdata_operator import autoscaler, signalsource
-from tfdata_operator.autoscaler import Policy
+from tfdata_operator.autoscaling import policy as autoscaler
+from tfdata_operator.autoscaling import readings as signalsource
+from tfdata_operator.autoscaling.policy import Policy
+from tfdata_operator.controller import probes
 from tfdata_operator.server.health import RUNNING, HealthServer, ProbeState, status_line
-from tfdata_operator.signals import SIGNALS_PATH
+from tfdata_operator.wire.signals import SIGNALS_PATH
 
 from cases import STALLED_SIGNALS
 
@@ -63,12 +65,12 @@ def reply(status: int, body: bytes) -> Handler:
 
 
 def test_reads_the_signals(dispatcher: Callable[[Handler], str]) -> None:
-    assert signalsource.fetch(dispatcher(reply(200, SIGNALS.to_json().encode()))) == SIGNALS
+    assert probes.fetch(dispatcher(reply(200, SIGNALS.to_json().encode()))) == SIGNALS
 
 
 def test_a_newer_dispatcher_may_add_fields(dispatcher: Callable[[Handler], str]) -> None:
     body = json.dumps({**asdict(SIGNALS), "client_elements_per_second": 12.5}).encode()
-    assert signalsource.fetch(dispatcher(reply(200, body))) == SIGNALS
+    assert probes.fetch(dispatcher(reply(200, body))) == SIGNALS
 
 
 @pytest.mark.parametrize(
@@ -77,14 +79,14 @@ def test_a_newer_dispatcher_may_add_fields(dispatcher: Callable[[Handler], str])
         (503, b"starting", "answered 503"),
         (200, b"<html>", "signals must be a JSON object"),
         (200, json.dumps({"reading": True}).encode(), "missing fields in signals"),
-        (200, b"{" + b" " * signalsource.MAX_BYTES + b"}", "more than 262144 bytes"),
+        (200, b"{" + b" " * probes.MAX_BYTES + b"}", "more than 262144 bytes"),
     ],
     ids=["error status", "not JSON", "another version", "too large"],
 )
 def test_a_bad_answer_is_described_not_raised(
     dispatcher: Callable[[Handler], str], status: int, body: bytes, says: str
 ) -> None:
-    result = signalsource.fetch(dispatcher(reply(status, body)))
+    result = probes.fetch(dispatcher(reply(status, body)))
     assert isinstance(result, str) and says in result, result
 
 
@@ -92,7 +94,7 @@ def test_a_dispatcher_that_is_not_there_is_described(dispatcher: Callable[[Handl
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed once the block ends: nothing listens
-    result = signalsource.fetch(f"http://127.0.0.1:{port}{SIGNALS_PATH}")
+    result = probes.fetch(f"http://127.0.0.1:{port}{SIGNALS_PATH}")
     assert isinstance(result, str) and "Connection refused" in result, result
 
 
@@ -105,7 +107,7 @@ def test_a_dispatcher_that_hangs_costs_only_the_timeout(dispatcher: Callable[[Ha
     url = dispatcher(hang)
     started = time.monotonic()
     try:
-        result = signalsource.fetch(url, timeout=0.3)
+        result = probes.fetch(url, timeout=0.3)
     finally:
         release.set()
     assert isinstance(result, str) and "timed out" in result, result
@@ -118,7 +120,7 @@ def test_a_connection_dropped_mid_answer_is_described(dispatcher: Callable[[Hand
         request.wfile.flush()
         request.connection.shutdown(socket.SHUT_RDWR)
 
-    result = signalsource.fetch(dispatcher(drop))
+    result = probes.fetch(dispatcher(drop))
     assert isinstance(result, str) and "ended 499 bytes short of its Content-Length" in result, result
 
 
@@ -181,9 +183,9 @@ def test_a_servers_readiness_detail_is_read_from_its_real_probe_endpoint() -> No
     server.start()
     try:
         url = f"http://127.0.0.1:{server.port}/readyz"
-        assert signalsource.read_readiness(url) == f"not ok: running: {detail}"
+        assert probes.read_readiness(url) == f"not ok: running: {detail}"
         state.apply(status_line(RUNNING, True, "dispatcher serving on port 5050; 3 of 3 workers registered"))
-        assert signalsource.read_readiness(url) == "dispatcher serving on port 5050; 3 of 3 workers registered"
+        assert probes.read_readiness(url) == "dispatcher serving on port 5050; 3 of 3 workers registered"
     finally:
         server.stop()
-    assert signalsource.read_readiness(url, timeout=0.5) is None  # nobody there: nothing to say
+    assert probes.read_readiness(url, timeout=0.5) is None  # nobody there: nothing to say

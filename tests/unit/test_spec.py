@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from tfdata_operator import coretypes, spec
+from tfdata_operator.api import coretypes, spec
 
 from cases import BAD_SPECS, CRD_PATH, IMAGE, REQUESTS_ABOVE_LIMITS, BadSpec, body, manifest, parse
 

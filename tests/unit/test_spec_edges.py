@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tfdata_operator import spec
+from tfdata_operator.api import spec
 
 from cases import IMAGE, body, check_golden, parse
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfdata_operator import builders, hold, status
-from tfdata_operator.builders import BuildSettings
+from tfdata_operator.plan import hold, status
+from tfdata_operator.render import builders
+from tfdata_operator.render.builders import BuildSettings
 
 from cases import body, parse
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import google_crc32c
 from click.testing import CliRunner
 
-from tfdata_operator import cli, tfrecords
+from tfdata_operator import cli
+from tfdata_operator.wire import tfrecords
 
 RECORDS = [b"first record", b"", b"x" * 1000, b"last"]
 

@@ -1,5 +1,5 @@
 """`python -m tfdata_operator` is `tfdata-operator`."""
 
-from .cli import main
+from tfdata_operator.cli import main
 
 main()

@@ -9,9 +9,14 @@ from typing import Any, TextIO
 import click
 import yaml
 
-from . import __version__, election, plan, spec, tfrecords
-from .builders import API_VERSION, KIND, BuildSettings
-from .config import OperatorConfig
+from tfdata_operator import __version__
+from tfdata_operator.api import spec
+from tfdata_operator.api.identity import API_VERSION, KIND
+from tfdata_operator.controller import election
+from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.plan import desired as plan
+from tfdata_operator.render.builders import BuildSettings
+from tfdata_operator.wire import tfrecords
 
 DEFAULT_SERVER_IMAGE = f"tfdata-server:{__version__}"
 RENDER_UID = "00000000-0000-0000-0000-000000000000"
@@ -125,7 +130,7 @@ def run(
 
     import kopf
 
-    from . import handlers
+    from tfdata_operator.controller import handlers
 
     watched = [n for item in namespaces for n in item.split() if n]
     config = OperatorConfig(

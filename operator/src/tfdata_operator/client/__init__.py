@@ -4,7 +4,7 @@ What it adds to ``tf.data.experimental.service.distribute``:
 
 - discovery: the address, sharding policy and transfer protocol come from the settings the
   operator publishes (ConfigMap ``<name>-client``, as environment or mounted files; see
-  ``tfdata_operator.discovery``), so a trainer needs no Kubernetes credentials;
+  ``tfdata_operator.wire.discovery``), so a trainer needs no Kubernetes credentials;
 - the processing mode the service's sharding policy needs, and a clear error for one that
   contradicts it;
 - pipeline consistency: trainers sharing a ``job_name`` must build the same pipeline. Each
@@ -33,10 +33,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import discovery, tfrecords
-from ..discovery import ClientSettings, DiscoveryError
-from . import fingerprint as fp
-from .stall import StallMeter
+from tfdata_operator.client import fingerprint as fp
+from tfdata_operator.client.stall import StallMeter
+from tfdata_operator.wire import discovery, tfrecords
+from tfdata_operator.wire.discovery import ClientSettings, DiscoveryError
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Generic, TypeVar
 
-from .. import signals
+from tfdata_operator.wire import signals
 
 T = TypeVar("T")
 log = logging.getLogger("tfdata_operator.client")

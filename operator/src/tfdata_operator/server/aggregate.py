@@ -34,11 +34,11 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from .. import serverconfig, signals
-from ..serverconfig import DispatcherServerConfig
-from . import LOGGER_NAME
-from .health import Reply
-from .metrics import WORKER_CPU_UTILIZATION, WORKER_TASKS, gauge
+from tfdata_operator.server import LOGGER_NAME
+from tfdata_operator.server.health import Reply
+from tfdata_operator.server.metrics import WORKER_CPU_UTILIZATION, WORKER_TASKS, gauge
+from tfdata_operator.wire import serverconfig, signals
+from tfdata_operator.wire.serverconfig import DispatcherServerConfig
 
 WORKER_TIMEOUT_SECONDS = 2.0
 IDLE_REASON = "no client is attached, no worker holds a task, no reporting client reads"

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import LOGGER_NAME
+from tfdata_operator.server import LOGGER_NAME
 
 STARTING = "starting"
 RUNNING = "running"

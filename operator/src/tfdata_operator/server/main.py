@@ -18,11 +18,11 @@ from types import FrameType
 
 import click
 
-from .. import serverconfig, signals
-from . import configure_logging
-from .aggregate import Aggregator
-from .health import FAILED, STOPPING, GetRoute, HealthServer, PostRoute, ProbeState
-from .metrics import CpuMeter, ServerCollector, cpu_given, metrics_route
+from tfdata_operator.server import configure_logging
+from tfdata_operator.server.aggregate import Aggregator
+from tfdata_operator.server.health import FAILED, STOPPING, GetRoute, HealthServer, PostRoute, ProbeState
+from tfdata_operator.server.metrics import CpuMeter, ServerCollector, cpu_given, metrics_route
+from tfdata_operator.wire import serverconfig, signals
 
 # Below Kubernetes' default terminationGracePeriodSeconds (30s), so we, not the kubelet, end it.
 STOP_GRACE_SECONDS = 20.0

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .. import serverconfig
-from .health import ProbeState, Reply
+from tfdata_operator.server.health import ProbeState, Reply
+from tfdata_operator.wire import serverconfig
 
 # CPU utilization is the rate over this window: long enough to smooth a 1 s sampling, short
 # enough for an autoscaler that decides every few seconds.

@@ -33,10 +33,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .. import serverconfig
-from ..serverconfig import DispatcherServerConfig, WorkerServerConfig
-from . import configure_logging
-from .health import FAILED, RUNNING, STARTING, status_line
+from tfdata_operator.server import configure_logging
+from tfdata_operator.server.health import FAILED, RUNNING, STARTING, status_line
+from tfdata_operator.wire import serverconfig
+from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
 
 REPORT_INTERVAL_SECONDS = 1.0
 

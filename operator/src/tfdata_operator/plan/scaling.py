@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .spec import ServiceSpec
+from tfdata_operator.api.spec import ServiceSpec
 
 Manifest = dict[str, Any]
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .spec import SHARDING_POLICIES, STATIC_POLICIES
+from tfdata_operator.wire.sharding import SHARDING_POLICIES, STATIC_POLICIES
 
 # Where a mounted ConfigMap is looked for: ``<DEFAULT_DIR>/<service name>``, then ``DEFAULT_DIR``.
 DEFAULT_DIR = "/etc/tfdata"

@@ -40,9 +40,9 @@ from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
-from . import metrics
-from .children import LEASE, path
-from .kube import Kube, describe_api_error
+from tfdata_operator.controller import metrics
+from tfdata_operator.controller.kube import Kube, describe_api_error
+from tfdata_operator.plan.children import LEASE, path
 
 log = logging.getLogger(__name__)
 # What a leader that lost its Lease exits with (controller-runtime's manager exits 1 as well).

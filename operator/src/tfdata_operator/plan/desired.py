@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import builders, scaling, spec
-from .builders import BuildSettings
+from tfdata_operator.api import spec
+from tfdata_operator.plan import scaling
+from tfdata_operator.render import builders
+from tfdata_operator.render.builders import BuildSettings
 
 Manifest = dict[str, Any]
 

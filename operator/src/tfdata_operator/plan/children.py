@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .builders import API_GROUP, MANAGER, PLURAL
-
-MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={MANAGER}"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
+from tfdata_operator.api.identity import API_GROUP, API_VERSION, KIND, PLURAL
 
 
 @dataclass(frozen=True)
@@ -80,7 +77,7 @@ CHILDREN: tuple[Kind, ...] = (
 POD = Kind("v1", "Pod", "pods", ("delete",), "replace stuck and stale pods")
 OBSERVED: tuple[Kind, ...] = (*CHILDREN, POD)
 
-SERVICE = Kind(f"{API_GROUP}/v1alpha1", "TFDataService", PLURAL, (), "the resource itself")
+SERVICE = Kind(API_VERSION, KIND, PLURAL, (), "the resource itself")
 # Only with leader election (several replicas), only in the operator's own namespace: read, create
 # and renew the Lease the replicas elect on (election.py).
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases", ("get", "create", "update"), "leader election")

@@ -22,13 +22,13 @@ from typing import Any
 
 import kopf
 
-from . import cache, children, election, metrics, reconcile
-from .builders import API_GROUP, PLURAL
-from .config import OperatorConfig
-from .kube import Kube, load_client_config
-from .workqueue import WorkQueue
+from tfdata_operator.api.identity import API_GROUP, INSTANCE_LABEL, MANAGED_SELECTOR, PLURAL, VERSION
+from tfdata_operator.controller import cache, election, metrics, reconcile
+from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.kube import Kube, load_client_config
+from tfdata_operator.controller.workqueue import WorkQueue
+from tfdata_operator.plan import children
 
-VERSION = "v1alpha1"
 SERVICES_INDEX = "tfdataservices_by_name"
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices:
     settings.watching.client_timeout = 330
     # Watch only what the operator manages, filtered by the API server.
     for kind in children.OBSERVED:
-        settings.watching.label_selectors[kind.group, kind.version, kind.plural] = children.MANAGED_SELECTOR
+        settings.watching.label_selectors[kind.group, kind.version, kind.plural] = MANAGED_SELECTOR
     config: OperatorConfig = memo.config
     api = load_client_config()
     memo.overlay = cache.Overlay()
@@ -106,7 +106,7 @@ async def service_event(namespace: str | None, name: str, memo: kopf.Memo, **_: 
 
 def _watch(kind: children.Kind) -> None:
     trim = cache.trim_pod if kind is children.POD else cache.trim
-    selector = {children.INSTANCE_LABEL: kopf.PRESENT}
+    selector = {INSTANCE_LABEL: kopf.PRESENT}
 
     async def index_child(body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
         full = {**body, "apiVersion": kind.api_version, "kind": kind.kind}

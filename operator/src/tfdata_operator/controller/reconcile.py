@@ -21,25 +21,20 @@ from typing import Any, Protocol, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
-from . import (
-    autoscaler,
-    autoscalestatus,
-    builders,
-    faults,
-    hold,
-    metrics,
-    plan,
-    scaling,
-    signals,
-    signalsource,
-    spec,
-    status,
-)
-from .builders import API_VERSION, KIND, MANAGER
-from .config import OperatorConfig
-from .diagnose import Finding, claims_to_read, explain, from_readiness, needs_events, unready_server
-from .kube import describe_api_error
-from .signals import ServiceSignals
+from tfdata_operator.api import spec
+from tfdata_operator.api.identity import API_VERSION, KIND, MANAGER
+from tfdata_operator.autoscaling import policy as autoscaler
+from tfdata_operator.autoscaling import readings as signalsource
+from tfdata_operator.autoscaling import status as autoscalestatus
+from tfdata_operator.controller import faults, metrics, probes
+from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.kube import describe_api_error
+from tfdata_operator.plan import desired as plan
+from tfdata_operator.plan import hold, scaling, status
+from tfdata_operator.plan.diagnose import Finding, claims_to_read, explain, from_readiness, needs_events, unready_server
+from tfdata_operator.render import builders
+from tfdata_operator.wire import signals
+from tfdata_operator.wire.signals import ServiceSignals
 
 log = logging.getLogger(__name__)
 Manifest = dict[str, Any]
@@ -69,9 +64,9 @@ class Autoscaling:
     signals (for the autoscaler and the hold decision alike; a fake in tests)."""
 
     windows: signalsource.Windows = field(default_factory=signalsource.Windows)
-    fetch: Callable[[str], ServiceSignals | str] = signalsource.fetch
+    fetch: Callable[[str], ServiceSignals | str] = probes.fetch
     # What a running but unready server says on its /readyz (for the status's explanation).
-    read_readiness: Callable[[str], str | None] = signalsource.read_readiness
+    read_readiness: Callable[[str], str | None] = probes.read_readiness
     clock: Callable[[], float] = time.time
 
 

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 
-from . import metrics
+from tfdata_operator.controller import metrics
 
 Key = Hashable
 

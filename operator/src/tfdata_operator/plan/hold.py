@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from .signals import ServiceSignals
-from .spec import IMMEDIATE, ServiceSpec
+from tfdata_operator.api.spec import IMMEDIATE, ServiceSpec
+from tfdata_operator.wire.signals import ServiceSignals
 
 Manifest = dict[str, Any]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .builders import BuildSettings
-from .election import ElectionConfig
+from tfdata_operator.controller.election import ElectionConfig
+from tfdata_operator.render.builders import BuildSettings
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,10 @@ from typing import Any
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from . import __version__, metrics
-from .builders import API_GROUP, MANAGER
-from .children import path
+from tfdata_operator import __version__
+from tfdata_operator.api.identity import API_VERSION, KIND, MANAGER
+from tfdata_operator.controller import metrics
+from tfdata_operator.plan.children import path
 
 log = logging.getLogger(__name__)
 Manifest = dict[str, Any]
@@ -140,7 +141,7 @@ class Kube:
         """Sets a TFDataService's worker count through its scale subresource (what `kubectl scale` does)."""
         return self.call(
             "PATCH",
-            path(f"{API_GROUP}/v1alpha1", "TFDataService", namespace, name, "scale"),
+            path(API_VERSION, KIND, namespace, name, "scale"),
             body={"spec": {"replicas": replicas}},
             content_type="application/merge-patch+json",
         )

@@ -40,8 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from .signals import ServiceSignals
-from .spec import ALWAYS, AutoscalingSpec
+from tfdata_operator.api.spec import ALWAYS, AutoscalingSpec
+from tfdata_operator.wire.signals import ServiceSignals
 
 # After a scale, readings describe the new count only this long after every worker answers: the
 # workers' CPU is a 10 s average that the dispatcher reads every 2 s (a trainer's report covers

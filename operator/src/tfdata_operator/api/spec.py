@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import coretypes, serverconfig
+from tfdata_operator.api import coretypes
+from tfdata_operator.wire import serverconfig
+from tfdata_operator.wire.sharding import SHARDING_POLICIES, STATIC_POLICIES
 
-# What TensorFlow 2.21 accepts, read from its sources and checked against the tensorflow-cpu
-# wheel: tf.data.experimental.service.ShardingPolicy's members.
-SHARDING_POLICIES = ("OFF", "DYNAMIC", "FILE", "DATA", "FILE_OR_DATA", "HINT")
 # WorkerConfig.data_transfer_protocol: "grpc" is served by the worker's own gRPC server. Any
 # other name needs a DataTransferServer registered under it, and the wheel registers none
 # ("local" is only a client for in-process workers): the worker logs an error and silently
@@ -30,8 +29,6 @@ _ALTERNATIVE_PROTOCOLS: frozenset[str] = frozenset()
 # is ram, file, gs and plain paths). ram:// is left out: it is gone when the dispatcher restarts,
 # which is what the journal is for.
 WORK_DIR_SCHEMES = ("file", "gs")
-# These need the dispatcher to know the exact worker list, fixed when it starts.
-STATIC_POLICIES = frozenset({"FILE", "DATA", "FILE_OR_DATA", "HINT"})
 AUTOSCALING_POLICIES = frozenset({"OFF", "DYNAMIC"})
 # spec.workers.rescalePolicy: when a static rescale or a suspend is carried out (see hold.py).
 WHEN_IDLE, IMMEDIATE = "WhenIdle", "Immediate"

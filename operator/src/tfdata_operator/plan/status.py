@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import builders, hold, scaling
-from .builders import BuildSettings
-from .diagnose import Finding
-from .spec import ServiceSpec
+from tfdata_operator.api.spec import ServiceSpec
+from tfdata_operator.plan import hold, scaling
+from tfdata_operator.plan.diagnose import Finding
+from tfdata_operator.render import builders
+from tfdata_operator.render.builders import BuildSettings
 
 READY = "Ready"
 DISPATCHER_READY = "DispatcherReady"

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from .autoscaler import Decision, History, LastScale
-from .signalsource import ServiceWindow
+from tfdata_operator.autoscaling.policy import Decision, History, LastScale
+from tfdata_operator.autoscaling.readings import ServiceWindow
 
 # The Event's reason for every scale the autoscaler makes.
 SCALED = "Scaled"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .children import INSTANCE_LABEL
+from tfdata_operator.api.identity import INSTANCE_LABEL
 
 Manifest = dict[str, Any]
 InstanceKey = tuple[str, str]  # namespace, TFDataService name

@@ -13,8 +13,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import discovery, serverconfig, signals
-from .spec import (
+from tfdata_operator.api.identity import (
+    API_VERSION,
+    CLIENT_LABEL,
+    COMPONENT_LABEL,
+    CONFIG_HASH_ANNOTATION,
+    INSTANCE_LABEL,
+    KIND,
+    MANAGED_BY_LABEL,
+    MANAGER,
+    NAME_LABEL,
+)
+from tfdata_operator.api.spec import (
     CPU_METRIC,
     JOURNAL_MOUNT,
     JOURNAL_VOLUME,
@@ -26,16 +36,8 @@ from .spec import (
     default_requests,
     parse_quantity,
 )
+from tfdata_operator.wire import discovery, serverconfig, signals
 
-API_GROUP = "tfdata.dev"
-API_VERSION = f"{API_GROUP}/v1alpha1"
-KIND = "TFDataService"
-PLURAL = "tfdataservices"
-MANAGER = "tfdata-operator"
-
-CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"
-# Pods with this label, valued with the TFDataService's name, may connect to its servers.
-CLIENT_LABEL = f"{API_GROUP}/client"
 DEFAULT_WORK_DIR = f"{JOURNAL_MOUNT}/journal"
 SERVER_UID = 1000
 DISPATCHER = "dispatcher"
@@ -117,14 +119,14 @@ def worker_addresses(svc: ServiceSpec, settings: BuildSettings, count: int) -> l
 
 def instance_labels(svc: ServiceSpec | str) -> dict[str, str]:
     """Every pod of the service, dispatcher and workers."""
-    return {"app.kubernetes.io/name": "tfdata-service", "app.kubernetes.io/instance": _name(svc)}
+    return {NAME_LABEL: "tfdata-service", INSTANCE_LABEL: _name(svc)}
 
 
 def selector_labels(svc: ServiceSpec | str, component: str) -> dict[str, str]:
-    return {**instance_labels(svc), "app.kubernetes.io/component": component}
+    return {**instance_labels(svc), COMPONENT_LABEL: component}
 
 
-MANAGED_BY = {"app.kubernetes.io/managed-by": MANAGER}
+MANAGED_BY = {MANAGED_BY_LABEL: MANAGER}
 
 
 def labels(svc: ServiceSpec, component: str) -> dict[str, str]:

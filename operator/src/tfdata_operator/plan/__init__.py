@@ -1,0 +1,6 @@
+"""The plan: what a service's children should be, and what its status says. Pure.
+
+The child-kind table (``children``), the worker counts (``scaling``), holding worker
+removal while readers need it (``hold``), the desired children (``desired``), the status
+(``status``) and the explanation of pods that do not run (``diagnose``).
+"""
