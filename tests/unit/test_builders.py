@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tfdata_operator.api import identity, spec
+from tfdata_operator.plan import children
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
 from tfdata_operator.wire import serverconfig
@@ -314,9 +315,8 @@ def test_the_tfdata_metric_needs_no_hpa_and_no_cpu_request() -> None:
     svc = parse(shardingPolicy="DYNAMIC", autoscaling={"maxReplicas": 4})
     assert svc.autoscaling is not None and svc.autoscaling.metric == "TFData"
     assert builders.build_hpa(svc) is None
-    assert "HorizontalPodAutoscaler" not in [
-        kind for _, kind, _, m in builders.optional_children(svc, BuildSettings()) if m
-    ]
+    rendered = children.render_all(svc, BuildSettings(), builders.Counts(1, 1))
+    assert "HorizontalPodAutoscaler" not in [m["kind"] for _, (_, m) in rendered if m]
 
 
 def test_network_policy_admits_only_labelled_clients_and_the_service_itself() -> None:
@@ -450,22 +450,30 @@ def test_a_static_journal_is_looked_for_under_the_work_dir_as_written(
     assert builders.dispatcher_config(svc, settings, 2, expected).work_dir == f"{work_dir.rstrip('/')}/{expected}"
 
 
-def test_each_optional_child_is_named_by_its_own_api_version_kind_and_name(settings: BuildSettings) -> None:
+def test_each_child_is_named_by_its_own_api_version_kind_and_name(settings: BuildSettings) -> None:
     # What the reconcile deletes when a child is no longer wanted: the row must name the object it built.
     svc = parse(
         shardingPolicy="DYNAMIC",
         workers={"replicas": 3, "resources": {"requests": {"cpu": "1"}}},
         autoscaling={"metric": "CPU", "maxReplicas": 4},
     )
-    rows = builders.optional_children(svc, settings)
-    assert [kind for _, kind, _, m in rows if m is not None] == [
+    rows = children.render_all(svc, settings, builders.Counts(3, 3))
+    assert [m["kind"] for _, (_, m) in rows if m is not None] == [
+        *["Service"] * 3,
+        "ConfigMap",
+        *["StatefulSet"] * 2,
         "HorizontalPodAutoscaler",
         "PodDisruptionBudget",
         "NetworkPolicy",
     ]
-    for api_version, kind, name, manifest in rows:
+    for kind, (name, manifest) in rows:
         assert manifest is not None
-        assert (manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"]) == (api_version, kind, name)
+        assert (manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"]) == (
+            kind.api_version,
+            kind.kind,
+            name,
+        )
+        assert "delete" in kind.verbs or kind.kind in ("Service", "ConfigMap")  # never None: never deleted
 
 
 def test_a_volume_keeps_the_lists_inside_it(settings: BuildSettings) -> None:
@@ -506,15 +514,8 @@ def test_a_name_at_the_length_limit_fits_every_name_kubernetes_derives_from_it(s
     name, namespace = "n" * spec.MAX_NAME_LENGTH, "x" * 63
     doc = body(name, namespace, shardingPolicy="FILE", workers={"replicas": 1000})
     svc = spec.parse(doc, "img")
-    children = [
-        builders.build_dispatcher_service(svc, settings),
-        builders.build_dispatcher_pods_service(svc, settings),
-        builders.build_worker_service(svc, settings),
-        builders.build_dispatcher_statefulset(svc, settings, 1000),
-        builders.build_worker_statefulset(svc, settings, 1000),
-        *(m for _, _, _, m in builders.optional_children(svc, BuildSettings()) if m is not None),
-    ]
-    for child in children:
+    rendered = children.render_all(svc, settings, builders.Counts(1000, 1000))
+    for child in (m for _, (_, m) in rendered if m is not None):
         child_name = child["metadata"]["name"]
         assert len(child_name) <= 253, child_name
         if child["kind"] == "Service":  # a DNS-1035 label

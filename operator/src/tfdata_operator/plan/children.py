@@ -3,14 +3,21 @@
 From ``OBSERVED`` come the operator's watches (kopf indexes and event handlers, with the
 server-side label selector), the observe step (what a reconcile sees), which kinds a
 reconcile may delete, the API paths, and the RBAC rules the chart must grant (a test
-compares them). A new child kind is one row here plus its builder.
+compares them), and what a reconcile applies and deletes (``desired.desired_children`` renders
+each row in order). A new child kind is one row here plus its render function.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tfdata_operator.api.identity import API_GROUP, API_VERSION, KIND, PLURAL
+from tfdata_operator.api.spec import ServiceSpec
+from tfdata_operator.render import builders
+from tfdata_operator.render.builders import BuildSettings, Counts, Named
+
+Render = Callable[[ServiceSpec, BuildSettings, Counts], list[Named]]
 
 
 @dataclass(frozen=True)
@@ -22,6 +29,8 @@ class Kind:
     verbs: tuple[str, ...]
     # Why the operator needs those verbs (the chart's RBAC comments say the same).
     why: str
+    # A child kind's objects for a service, in the order they are applied (None: not a child).
+    render: Render | None = None
 
     @property
     def group(self) -> str:
@@ -40,15 +49,20 @@ class Kind:
 # Children written by server-side apply (an apply that creates an object also needs create).
 APPLY = ("create", "patch")
 
+# In the order a reconcile applies them. A kind whose render can give None for an object (the
+# spec does not ask for it) needs "delete": the plan deletes such an object when it exists.
 CHILDREN: tuple[Kind, ...] = (
-    Kind("v1", "Service", "services", APPLY, "dispatcher address and worker DNS names"),
-    Kind("v1", "ConfigMap", "configmaps", APPLY, "the settings trainers read (<name>-client)"),
+    Kind("v1", "Service", "services", APPLY, "dispatcher address and worker DNS names", builders.render_services),
+    Kind(
+        "v1", "ConfigMap", "configmaps", APPLY, "the settings trainers read (<name>-client)", builders.render_configmaps
+    ),
     Kind(
         "apps/v1",
         "StatefulSet",
         "statefulsets",
         (*APPLY, "delete"),
         "dispatcher and workers; recreated when a field Kubernetes cannot update changes",
+        builders.render_statefulsets,
     ),
     Kind(
         "autoscaling/v2",
@@ -56,6 +70,7 @@ CHILDREN: tuple[Kind, ...] = (
         "horizontalpodautoscalers",
         (*APPLY, "delete"),
         "CPU autoscaling; deleted when the spec stops asking for it",
+        builders.render_hpas,
     ),
     Kind(
         "policy/v1",
@@ -63,6 +78,7 @@ CHILDREN: tuple[Kind, ...] = (
         "poddisruptionbudgets",
         (*APPLY, "delete"),
         "worker disruption budget; deleted when the spec stops asking for it",
+        builders.render_pdbs,
     ),
     Kind(
         "networking.k8s.io/v1",
@@ -70,6 +86,7 @@ CHILDREN: tuple[Kind, ...] = (
         "networkpolicies",
         (*APPLY, "delete"),
         "the service's only access control; deleted when the spec turns it off",
+        builders.render_network_policies,
     ),
 )
 # Watched, never applied: a stuck pod on an old revision, or a worker that registered with
@@ -85,6 +102,13 @@ BY_KIND: dict[str, Kind] = {k.kind: k for k in (*OBSERVED, SERVICE, LEASE)}
 EVENT = Kind(
     "v1", "Event", "events", ("create", "list"), "what the operator did and why; why a child of a service is not ready"
 )
+
+
+def render_all(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> list[tuple[Kind, Named]]:
+    """Every child of ``svc`` by kind, in the order a reconcile applies them (None: not wanted)."""
+    return [
+        (kind, named) for kind in CHILDREN if kind.render is not None for named in kind.render(svc, settings, counts)
+    ]
 
 
 def path(api_version: str, kind: str, namespace: str, name: str | None = None, subresource: str = "") -> str:

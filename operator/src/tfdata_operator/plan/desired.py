@@ -12,8 +12,9 @@ from typing import Any
 
 from tfdata_operator.api import spec
 from tfdata_operator.plan import scaling
+from tfdata_operator.plan.children import render_all
 from tfdata_operator.render import builders
-from tfdata_operator.render.builders import BuildSettings
+from tfdata_operator.render.builders import BuildSettings, Counts
 
 Manifest = dict[str, Any]
 
@@ -56,38 +57,37 @@ class Desired:
 
 
 def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: Children) -> Desired:
-    """The pure part of a reconcile: what the children should be now, given what they are."""
+    """The pure part of a reconcile: what the children should be now, given what they are.
+
+    The counts are decided first (``decide_counts``), then every child kind's objects are
+    rendered once, in the order of ``children.CHILDREN``.
+    """
+    counts, waiting = decide_counts(svc, settings, children)
+    apply: list[Manifest] = []
+    delete: list[tuple[str, str, str]] = []
+    for kind, (name, manifest) in render_all(svc, settings, counts):
+        if manifest is not None:
+            apply.append(manifest)
+        elif (live := children.get(kind.kind, name)) is not None and owned_by(live, svc.uid):
+            delete.append((kind.api_version, kind.kind, name))
+    return Desired(apply=apply, delete=delete, waiting=waiting)
+
+
+def decide_counts(svc: spec.ServiceSpec, settings: BuildSettings, children: Children) -> tuple[Counts, str | None]:
+    """This step of a worker-count change (``scaling.plan``), and why it waits if it does."""
     live_config = builders.read_config(children.dispatcher)
-    live_list = scaling.live_worker_list(live_config)
     step = scaling.plan(
         svc,
         children.workers,
         children.dispatcher,
         children.pods_of(builders.DISPATCHER),
-        live_list,
+        scaling.live_worker_list(live_config),
         lambda n: builders.worker_addresses(svc, settings, n),
         scaling.highest_ordinal_plus_one(children.pod_names(builders.WORKER), builders.workers_name(svc)),
     )
-    apply = [
-        builders.build_dispatcher_service(svc, settings),
-        builders.build_dispatcher_pods_service(svc, settings),
-        builders.build_worker_service(svc, settings),
-        builders.build_client_configmap(svc, settings),
-        builders.build_dispatcher_statefulset(
-            svc,
-            settings,
-            step.dispatcher_workers,
-            builders.static_journal(svc, settings, step.dispatcher_workers, live_config),
-        ),
-        builders.build_worker_statefulset(svc, settings, 0 if svc.suspend else step.worker_replicas),
-    ]
-    delete = []
-    for api_version, kind, name, manifest in builders.optional_children(svc, settings):
-        if manifest is not None:
-            apply.append(manifest)
-        elif (live := children.get(kind, name)) is not None and owned_by(live, svc.uid):
-            delete.append((api_version, kind, name))
-    return Desired(apply=apply, delete=delete, waiting=step.waiting)
+    journal = builders.static_journal(svc, settings, step.dispatcher_workers, live_config)
+    counts = Counts(step.dispatcher_workers, 0 if svc.suspend else step.worker_replicas, journal)
+    return counts, step.waiting
 
 
 def needs_apply(desired: Any, live: Any) -> bool:

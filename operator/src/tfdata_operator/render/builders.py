@@ -486,13 +486,56 @@ def _tcp(ports: list[int]) -> list[Manifest]:
     return [{"protocol": "TCP", "port": p} for p in sorted(set(ports))]
 
 
-def optional_children(svc: ServiceSpec, settings: BuildSettings) -> list[tuple[str, str, str, Manifest | None]]:
-    """Children that exist only for some specs: (api version, kind, name, manifest or None)."""
+# --- One render function per child kind (the rows of ``plan.children.CHILDREN``) -------------
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What the plan decides before anything is rendered (``plan.scaling``).
+
+    The length of a static dispatcher's worker list, the worker replicas (0 while suspended),
+    and a static dispatcher's journal subdirectory (``static_journal``).
+    """
+
+    dispatcher_workers: int
+    worker_replicas: int
+    journal: str | None = None
+
+
+# A child by name: its manifest, or None when this spec wants no such object (it is deleted).
+Named = tuple[str, Manifest | None]
+
+
+def render_services(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> list[Named]:
     return [
-        ("autoscaling/v2", "HorizontalPodAutoscaler", workers_name(svc), build_hpa(svc)),
-        ("policy/v1", "PodDisruptionBudget", workers_name(svc), build_worker_pdb(svc)),
-        ("networking.k8s.io/v1", "NetworkPolicy", network_policy_name(svc), build_network_policy(svc, settings)),
+        (dispatcher_name(svc), build_dispatcher_service(svc, settings)),
+        (dispatcher_pods_name(svc), build_dispatcher_pods_service(svc, settings)),
+        (workers_name(svc), build_worker_service(svc, settings)),
     ]
+
+
+def render_configmaps(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> list[Named]:
+    return [(client_configmap_name(svc), build_client_configmap(svc, settings))]
+
+
+def render_statefulsets(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> list[Named]:
+    dispatcher = build_dispatcher_statefulset(svc, settings, counts.dispatcher_workers, counts.journal)
+    return [
+        (dispatcher_name(svc), dispatcher),
+        (workers_name(svc), build_worker_statefulset(svc, settings, counts.worker_replicas)),
+    ]
+
+
+def render_hpas(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> list[Named]:
+    return [(workers_name(svc), build_hpa(svc))]
+
+
+def render_pdbs(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> list[Named]:
+    return [(workers_name(svc), build_worker_pdb(svc))]
+
+
+def render_network_policies(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> list[Named]:
+    return [(network_policy_name(svc), build_network_policy(svc, settings))]
 
 
 def _pod_template(
