@@ -68,7 +68,7 @@ def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: C
     for kind, (name, manifest) in render_all(svc, settings, counts):
         if manifest is not None:
             apply.append(manifest)
-        elif (live := children.get(kind.kind, name)) is not None and owned_by(live, svc.uid):
+        elif "delete" in kind.verbs and (live := children.get(kind.kind, name)) and owned_by(live, svc.uid):
             delete.append((kind.api_version, kind.kind, name))
     return Desired(apply=apply, delete=delete, waiting=waiting)
 
