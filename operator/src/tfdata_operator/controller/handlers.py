@@ -26,6 +26,7 @@ from tfdata_operator.api.identity import API_GROUP, INSTANCE_LABEL, MANAGED_SELE
 from tfdata_operator.controller import cache, election, metrics, reconcile
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.kube import Kube, load_client_config
+from tfdata_operator.controller.state import OperatorState
 from tfdata_operator.controller.workqueue import WorkQueue
 from tfdata_operator.plan import children
 
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **indices: Any) -> None:
     # The operator records its own events; kopf's would be one per handler run.
     settings.posting.level = logging.WARNING
     # Restart watches regularly, so a silently broken connection is noticed.
@@ -43,18 +44,13 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices:
     # Watch only what the operator manages, filtered by the API server.
     for kind in children.OBSERVED:
         settings.watching.label_selectors[kind.group, kind.version, kind.plural] = MANAGED_SELECTOR
-    config: OperatorConfig = memo.config
+    config = memo.config
     api = load_client_config()
-    memo.overlay = cache.Overlay()
-    memo.autoscaling = reconcile.Autoscaling()
     memo.indices = indices
-    memo.indexed = asyncio.Event()
-    memo.leading = asyncio.Event()
     memo.queue = queue = WorkQueue()
     memo.pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="reconcile")
     memo.tasks = [asyncio.create_task(queue.drain(lambda key: _reconcile(memo, key))) for _ in range(config.workers)]
     memo.tasks.append(asyncio.create_task(_resync_forever(memo)))
-    memo.elector = None
     if config.election is None:
         memo.kube = Kube(api)
         _start_leading(memo)
@@ -67,7 +63,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices:
     elector.start(lambda: loop.call_soon_threadsafe(_start_leading, memo), election.exit_lost(elector.where))
 
 
-def _start_leading(memo: kopf.Memo) -> None:
+def _start_leading(memo: OperatorState) -> None:
     """From now on this process reconciles: every service the cache knows is queued (a standby queued nothing)."""
     memo.leading.set()
     metrics.LEADER.set(1)
@@ -75,13 +71,13 @@ def _start_leading(memo: kopf.Memo) -> None:
         memo.queue.add(key)
 
 
-def _trigger(memo: kopf.Memo, key: cache.InstanceKey) -> None:
+def _trigger(memo: OperatorState, key: cache.InstanceKey) -> None:
     if memo.leading.is_set():
         memo.queue.add(key)
 
 
 @kopf.on.cleanup()
-async def stop(memo: kopf.Memo, **_: Any) -> None:
+async def stop(memo: OperatorState, **_: Any) -> None:
     for task in memo.tasks:
         task.cancel()
     memo.pool.shutdown(wait=False, cancel_futures=True)
@@ -99,7 +95,7 @@ async def index_service(body: kopf.Body, namespace: str | None, name: str, **_: 
 
 
 @kopf.on.event(API_GROUP, VERSION, PLURAL)
-async def service_event(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+async def service_event(namespace: str | None, name: str, memo: OperatorState, **_: Any) -> None:
     memo.indexed.set()  # kopf runs event handlers only once every index is filled
     _trigger(memo, (namespace or "", name))
 
@@ -113,7 +109,7 @@ def _watch(kind: children.Kind) -> None:
         key = cache.instance_of(full)
         return {key: trim(full)} if key else None
 
-    async def child_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    async def child_event(body: kopf.Body, memo: OperatorState, **_: Any) -> None:
         memo.indexed.set()
         if key := cache.instance_of(body):
             _trigger(memo, key)
@@ -126,14 +122,14 @@ for _kind in children.OBSERVED:
     _watch(_kind)
 
 
-async def _resync_forever(memo: kopf.Memo) -> None:
+async def _resync_forever(memo: OperatorState) -> None:
     """Queues every TFDataService periodically, whether or not anything signalled a change, and counts
     them by their Ready condition for the metrics.
 
     A plain task rather than a kopf timer: kopf puts a finalizer on every object with a
     timer, and a TFDataService must stay deletable while the operator is not running.
     """
-    config: OperatorConfig = memo.config
+    config = memo.config
     await memo.indexed.wait()
     await memo.leading.wait()
     while True:
@@ -147,7 +143,7 @@ async def _resync_forever(memo: kopf.Memo) -> None:
 # --- The queue's worker ------------------------------------------------------------------
 
 
-def snapshot(memo: kopf.Memo, key: cache.InstanceKey) -> tuple[dict[str, Any] | None, reconcile.Observed]:
+def snapshot(memo: OperatorState, key: cache.InstanceKey) -> tuple[dict[str, Any] | None, reconcile.Observed]:
     """The service's body and objects as the cache has them (on the event loop: kopf updates the indexes there)."""
     indices = memo.indices
     bodies = [b for b in indices[SERVICES_INDEX].get(key, ())]
@@ -163,7 +159,7 @@ def snapshot(memo: kopf.Memo, key: cache.InstanceKey) -> tuple[dict[str, Any] | 
     return body, reconcile.Observed({k: v for k, v in merged.items() if k[0] in kinds}, pod_list)
 
 
-async def _reconcile(memo: kopf.Memo, key: Any) -> bool:
+async def _reconcile(memo: OperatorState, key: Any) -> bool:
     await memo.indexed.wait()
     body, observed = snapshot(memo, key)
     if body is None:
@@ -191,7 +187,5 @@ async def _reconcile(memo: kopf.Memo, key: Any) -> bool:
     return True
 
 
-def new_memo(config: OperatorConfig) -> kopf.Memo:
-    memo = kopf.Memo()
-    memo.config = config
-    return memo
+def new_memo(config: OperatorConfig) -> OperatorState:
+    return OperatorState(config)

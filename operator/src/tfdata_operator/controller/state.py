@@ -1,0 +1,39 @@
+"""The operator's shared state: one typed memo instead of attributes set on ``kopf.Memo``.
+
+kopf hands the memo passed to ``kopf.operator(memo=...)`` to the operator's startup and
+cleanup handlers, and a shallow copy of it to the handlers of each watched object (kopf
+``docs/memos.rst``). Every field here holds an object that all those copies share; nothing
+assigns a field after startup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfdata_operator.controller import cache, election, reconcile
+from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.kube import Kube
+from tfdata_operator.controller.workqueue import WorkQueue
+
+
+@dataclass
+class OperatorState:
+    config: OperatorConfig
+    # The writes whose results the watches have not delivered yet.
+    overlay: cache.Overlay = field(default_factory=cache.Overlay)
+    # The TFData autoscaler's readings and how the servers are read.
+    autoscaling: reconcile.Autoscaling = field(default_factory=reconcile.Autoscaling)
+    # Set once kopf has filled every index (its event handlers run only then).
+    indexed: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set once this process may write: at once without leader election, else when it takes the Lease.
+    leading: asyncio.Event = field(default_factory=asyncio.Event)
+    # The rest is made by the startup handler, on kopf's event loop.
+    indices: dict[str, Any] = field(init=False)
+    queue: WorkQueue = field(init=False)
+    pool: ThreadPoolExecutor = field(init=False)
+    tasks: list[asyncio.Task[None]] = field(init=False)
+    kube: Kube = field(init=False)
+    elector: election.Elector | None = None
