@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from tfdata_operator.api import diff
 from tfdata_operator.autoscaling.policy import Decision, History, LastScale
 from tfdata_operator.autoscaling.readings import ServiceWindow
 
@@ -51,7 +52,7 @@ def build(old: Mapping[str, Any] | None, decision: Decision, window: ServiceWind
     }
     if not old or old.get("desiredReplicas") != decision.replicas or decision.scales:
         return fresh
-    unchanged = not differs({**old, "observedTime": None}, {**fresh, "observedTime": None})
+    unchanged = not diff.changes({**old, "observedTime": None}, {**fresh, "observedTime": None}, removes=True)
     if unchanged or _age(old.get("observedTime"), now) < REFRESH_SECONDS:
         return dict(old)
     return fresh
@@ -67,15 +68,6 @@ def history_from_status(block: Mapping[str, Any] | None) -> History:
         return History(LastScale(at, int(last["fromReplicas"]), int(last["toReplicas"])))
     except (KeyError, TypeError, ValueError):
         return History()  # written by another version, or edited: start afresh
-
-
-def differs(old: Any, new: Any) -> bool:
-    """Whether writing ``new`` over ``old`` with a merge patch changes anything (None means absent)."""
-    if isinstance(old, Mapping) and isinstance(new, Mapping):
-        return any(differs(old.get(k), v) for k, v in new.items()) or any(
-            k not in new and v is not None for k, v in old.items()
-        )
-    return bool(old != new)
 
 
 def _signals(window: ServiceWindow) -> dict[str, Any]:

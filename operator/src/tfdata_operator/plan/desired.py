@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdata_operator.api import spec
+from tfdata_operator.api import diff, spec
 from tfdata_operator.plan import scaling
 from tfdata_operator.plan.children import render_all
 from tfdata_operator.render import builders
@@ -92,15 +92,7 @@ def decide_counts(svc: spec.ServiceSpec, settings: BuildSettings, children: Chil
 
 def needs_apply(desired: Any, live: Any) -> bool:
     """Whether ``live`` lacks any part of ``desired`` (fields the server adds are ignored)."""
-    if isinstance(desired, dict):
-        if not isinstance(live, dict):
-            return True
-        return any(needs_apply(v, live.get(k)) for k, v in desired.items())
-    if isinstance(desired, list):
-        if not isinstance(live, list) or len(desired) != len(live):
-            return True
-        return any(needs_apply(d, lv) for d, lv in zip(desired, live, strict=True))
-    return bool(desired != live)
+    return diff.changes(live, desired, apply=True)
 
 
 def owned_by(obj: Mapping[str, Any], uid: str) -> bool:

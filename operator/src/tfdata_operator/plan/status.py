@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tfdata_operator.api import diff
 from tfdata_operator.api.spec import ServiceSpec
 from tfdata_operator.plan import hold, scaling
 from tfdata_operator.plan.diagnose import Finding
@@ -222,10 +223,4 @@ def compute_status(
 def status_differs(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     """Whether a merge patch of ``new`` over ``old`` would change anything (None means absent,
     and a key ``new`` leaves out stays as it is)."""
-    return _differs(old or {}, new)
-
-
-def _differs(old: Any, new: Any) -> bool:
-    if isinstance(new, Mapping):
-        return not isinstance(old, Mapping) or any(_differs(old.get(k), v) for k, v in new.items())
-    return bool(old != new)
+    return diff.changes(old or {}, new)
