@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfdata_operator.api import reasons
 from tfdata_operator.plan import hold, status
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
@@ -272,7 +273,7 @@ def test_an_unparsable_spec_keeps_what_the_status_said_and_counts_what_runs() ->
     assert st["workers"] == {"replicas": 2, "readyReplicas": 1, "summary": "1/4", "desired": 4, "current": 2}
     assert (st["dispatcherAddress"], st["selector"]) == (before["dispatcherAddress"], "x=y")
     conflict = status.compute_status(
-        None, body(), status.Observed(None, None), SETTINGS, "T", invalid="taken", reason=status.NAME_CONFLICT
+        None, body(), status.Observed(None, None), SETTINGS, "T", invalid="taken", reason=reasons.NAME_CONFLICT
     )
     assert triples(conflict)[0] == ("Ready", "False", "NameConflict", "taken")
     assert conflict["workers"] == {"replicas": 0, "readyReplicas": 0, "summary": "0/0", "desired": 0, "current": 0}

@@ -22,7 +22,6 @@ from tfdata_operator.autoscaling.policy import Decision, History, LastScale
 from tfdata_operator.autoscaling.readings import ServiceWindow
 
 # The Event's reason for every scale the autoscaler makes.
-SCALED = "Scaled"
 REFRESH_SECONDS = 30.0
 
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
-from tfdata_operator.api import spec
+from tfdata_operator.api import reasons, spec
 from tfdata_operator.api.identity import API_VERSION, KIND, MANAGER
 from tfdata_operator.autoscaling import policy as autoscaler
 from tfdata_operator.autoscaling import readings as signalsource
@@ -186,26 +186,28 @@ def reconcile(
         reason, message = plan.change_events(manifest, before)
         log.info("%s/%s: %s", namespace, name, message)
         metrics.CHANGES.labels(reason).inc()
-        if reason == "Created":
+        if reason == reasons.CREATED:
             created.append(f"{manifest['kind']} {manifest['metadata']['name']}")
         else:
             api.event(body, "Normal", reason, message)
     if created:
-        api.event(body, "Normal", "Created", "Created " + ", ".join(created))
+        api.event(body, "Normal", reasons.CREATED, "Created " + ", ".join(created))
 
     statefulsets = (builders.dispatcher_name(svc), builders.workers_name(svc))
     for sts in (live.get(("StatefulSet", n)) for n in statefulsets):
         for pod in scaling.stuck_pods(sts, children.pods):
-            _replace_pod(api, body, pod, "RestartedStuckPod", "it is not ready and runs an old configuration", outcome)
+            _replace_pod(
+                api, body, pod, reasons.RESTARTED_STUCK_POD, "it is not ready and runs an old configuration", outcome
+            )
     for pod in scaling.stale_workers(svc, children.pods_of(builders.DISPATCHER), children.pods_of(builders.WORKER)):
         why = ("it registered with an earlier dispatcher pod, and without faultTolerantMode the new dispatcher "
                "hands out task ids the worker still holds")  # fmt: skip
-        _replace_pod(api, body, pod, "RestartedStaleWorker", why, outcome)
+        _replace_pod(api, body, pod, reasons.RESTARTED_STALE_WORKER, why, outcome)
     for api_version, kind, child in desired.delete:
         if api.delete(api_version, kind, namespace, child):
             log.info("%s/%s: Deleted %s %s", namespace, name, kind, child)
-            metrics.CHANGES.labels("Deleted").inc()
-            api.event(body, "Normal", "Deleted", f"Deleted {kind} {child}")
+            metrics.CHANGES.labels(reasons.DELETED).inc()
+            api.event(body, "Normal", reasons.DELETED, f"Deleted {kind} {child}")
             outcome.result = "changed"
 
     _hold_events(api, body, svc, children, decision)
@@ -274,8 +276,8 @@ def _autoscale(
         outcome.written.append(scaled)
         message = autoscalestatus.event_message(decision)
         log.info("%s/%s: %s", svc.namespace, svc.name, message)
-        metrics.CHANGES.labels(autoscalestatus.SCALED).inc()
-        api.event(body, "Normal", autoscalestatus.SCALED, message)
+        metrics.CHANGES.labels(reasons.SCALED).inc()
+        api.event(body, "Normal", reasons.SCALED, message)
         svc = dataclasses.replace(svc, workers=dataclasses.replace(svc.workers, replicas=decision.replicas))
     return svc, autoscalestatus.build(old, decision, window, datetime.now(timezone.utc))
 
@@ -329,20 +331,22 @@ def _hold_events(
     reason = ""
     event_type = "Normal"
     if decision.action == hold.HOLD and pending is not None and not was_held:
-        reason = status.SUSPEND_HELD if pending.is_suspend else status.RESCALE_HELD
+        reason = reasons.SUSPEND_HELD if pending.is_suspend else reasons.RESCALE_HELD
     elif decision.action == hold.FORCE:
-        reason, event_type = "HeldChangeForced", "Warning"
+        reason, event_type = reasons.HELD_CHANGE_FORCED, "Warning"
     elif decision.action == hold.PROCEED and pending is not None and was_held:
-        reason = "HeldChangeCarriedOut"
+        reason = reasons.HELD_CHANGE_CARRIED_OUT
     if reason:
         log.info("%s/%s: %s", meta["namespace"], meta["name"], decision.message)
         metrics.CHANGES.labels(reason).inc()
         api.event(body, event_type, reason, decision.message)
     if decision.action != hold.HOLD and pending is not None and pending.is_suspend:
         message = "Suspending: every pod of the service stops; its Services, address and journal claim stay."
-        api.event(body, "Normal", "Suspending", message)
+        api.event(body, "Normal", reasons.SUSPENDING, message)
     elif not svc.suspend and scaling.suspended(children.dispatcher):
-        api.event(body, "Normal", "Resuming", "Resuming: the dispatcher and workers start again at the same address.")
+        api.event(
+            body, "Normal", reasons.RESUMING, "Resuming: the dispatcher and workers start again at the same address."
+        )
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -365,7 +369,7 @@ class _Reporter:
     now: str
     outcome: Outcome
 
-    def refused(self, svc: spec.ServiceSpec | None, message: str, reason: str = status.INVALID_SPEC) -> None:
+    def refused(self, svc: spec.ServiceSpec | None, message: str, reason: str = reasons.INVALID_SPEC) -> None:
         observed = status.Observed(dispatcher=self.children.dispatcher, workers=self.children.workers)
         new_status = status.compute_status(
             svc, self.body, observed, self.config.build, self.now, invalid=message, reason=reason
@@ -377,7 +381,7 @@ class _Reporter:
             meta = self.body["metadata"]
             log.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
             self.api.event(self.body, "Warning", reason, message)
-        self.outcome.result = "conflict" if reason == status.NAME_CONFLICT else "invalid"
+        self.outcome.result = "conflict" if reason == reasons.NAME_CONFLICT else "invalid"
         self.write(new_status)
 
     def conflict(self, svc: spec.ServiceSpec, taken: list[tuple[str, str]]) -> None:
@@ -387,7 +391,7 @@ class _Reporter:
             f"{what} already exist(s) in namespace {namespace} and do(es) not belong to this TFDataService; "
             "nothing was changed. Delete or rename them, or give this TFDataService another name."
         )
-        self.refused(svc, message, reason=status.NAME_CONFLICT)
+        self.refused(svc, message, reason=reasons.NAME_CONFLICT)
 
     def write(self, new_status: Manifest) -> None:
         if not status.status_differs(self.body.get("status"), new_status):
@@ -440,8 +444,8 @@ def _recreate(
     if api.delete("apps/v1", "StatefulSet", manifest["metadata"]["namespace"], name, uid=uid):
         message = f"Recreating StatefulSet {name}: a field Kubernetes cannot update in place changed"
         log.info(message)
-        metrics.CHANGES.labels("Recreating").inc()
-        api.event(body, "Normal", "Recreating", message)
+        metrics.CHANGES.labels(reasons.RECREATING).inc()
+        api.event(body, "Normal", reasons.RECREATING, message)
         outcome.result = "changed"
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdata_operator.api import diff, spec
+from tfdata_operator.api import diff, reasons, spec
 from tfdata_operator.plan import scaling
 from tfdata_operator.plan.children import render_all
 from tfdata_operator.render import builders
@@ -107,16 +107,16 @@ def change_events(desired: Manifest, live: Manifest | None) -> tuple[str, str]:
     """The Event (reason, message) for applying ``desired`` over ``live``: what a user would want to read."""
     kind, name = key(desired)
     if live is None:
-        return "Created", f"Created {kind} {name}"
+        return reasons.CREATED, f"Created {kind} {name}"
     if kind == "StatefulSet":
         before, after = (live.get("spec") or {}).get("replicas"), desired["spec"].get("replicas")
         scaled = f"from {before} to {after} replicas"
         if needs_apply(desired["spec"].get("template"), (live.get("spec") or {}).get("template")):
             message = f"Rolling out a new pod template to StatefulSet {name} ({_why_rolled(desired, live)})"
-            return "RollingOut", message + (f", and scaling it {scaled}" if before != after else "")
+            return reasons.ROLLING_OUT, message + (f", and scaling it {scaled}" if before != after else "")
         if before != after:
-            return "Scaled", f"Scaled StatefulSet {name} {scaled}"
-    return "Updated", f"Updated {kind} {name} ({_differing(desired, live)})"
+            return reasons.SCALED, f"Scaled StatefulSet {name} {scaled}"
+    return reasons.UPDATED, f"Updated {kind} {name} ({_differing(desired, live)})"
 
 
 def _why_rolled(desired: Manifest, live: Manifest) -> str:

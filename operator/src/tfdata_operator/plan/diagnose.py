@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfdata_operator.api import reasons
+
 Manifest = dict[str, Any]
 
 # What a message quotes from Kubernetes is cut here: a condition should stay readable in `kubectl describe`.
@@ -96,9 +98,9 @@ def claims_to_read(sts: Manifest | None, pods: Sequence[Manifest]) -> list[str]:
     return names
 
 
-def _latest(events: Sequence[Manifest], reasons: frozenset[str] | None = None) -> Manifest | None:
-    """The newest Warning Event (by when it was last seen), of ``reasons`` if given."""
-    warnings = [e for e in events if e.get("type") == "Warning" and (reasons is None or e.get("reason") in reasons)]
+def _latest(events: Sequence[Manifest], of: frozenset[str] | None = None) -> Manifest | None:
+    """The newest Warning Event (by when it was last seen), of the reasons ``of`` if given."""
+    warnings = [e for e in events if e.get("type") == "Warning" and (of is None or e.get("reason") in of)]
 
     def seen(e: Manifest) -> str:
         series = e.get("series") or {}
@@ -111,25 +113,29 @@ def _failed_create(sts: Manifest, events: Sequence[Manifest]) -> Finding | None:
     uid, sts_name = sts["metadata"].get("uid"), sts["metadata"]["name"]
     # Not those of an earlier StatefulSet of the same name (recreated when an immutable field changed).
     own = [e for e in events if uid is None or (e.get("involvedObject") or {}).get("uid") in (None, uid)]
-    event = _latest(own, frozenset({"FailedCreate"}))
+    event = _latest(own, frozenset({reasons.FAILED_CREATE}))
     if event is None:
         return None
     text = str(event.get("message") or "")
     if m := _FAILED_CREATE.match(text):
         what, name, why = m.groups()
-        return Finding("FailedCreate", f"StatefulSet {sts_name} cannot create {what.lower()} {name}: {_quote(why)}")
-    return Finding("FailedCreate", f"StatefulSet {sts_name} cannot create its pods: {_quote(text)}")
+        return Finding(
+            reasons.FAILED_CREATE, f"StatefulSet {sts_name} cannot create {what.lower()} {name}: {_quote(why)}"
+        )
+    return Finding(reasons.FAILED_CREATE, f"StatefulSet {sts_name} cannot create its pods: {_quote(text)}")
 
 
 def _claim_pending(claims: Mapping[str, Sequence[Manifest]], scheduler_says: str) -> Finding | None:
     for claim, events in claims.items():
         if (event := _latest(events)) is not None:
             return Finding(
-                str(event.get("reason") or "ClaimPending"),
+                str(event.get("reason") or reasons.CLAIM_PENDING),
                 f"The claim {claim} is not bound: {_quote(event.get('message'))}",
             )
     if claims:
-        return Finding("ClaimPending", f"The claim {next(iter(claims))} is not bound yet: {_quote(scheduler_says)}")
+        return Finding(
+            reasons.CLAIM_PENDING, f"The claim {next(iter(claims))} is not bound yet: {_quote(scheduler_says)}"
+        )
     return None
 
 
@@ -143,7 +149,7 @@ def _unschedulable(pods: list[Manifest]) -> Finding | None:
         return None
     pod, cond = stuck[0]
     return Finding(
-        str(cond.get("reason") or "Unschedulable"),
+        str(cond.get("reason") or reasons.UNSCHEDULABLE),
         f"Pod {pod['metadata']['name']}{_more(len(stuck) - 1)} cannot be scheduled: {_quote(cond.get('message'))}",
     )
 
@@ -216,4 +222,4 @@ def unready_server(sts: Manifest | None, pods: Sequence[Manifest]) -> Manifest |
 def from_readiness(pod: Manifest, detail: str) -> Finding:
     """A server's own readiness detail, as a finding (its probe answers "not ok: <phase>: <detail>")."""
     detail = detail.removeprefix("not ok:").strip()
-    return Finding("ServerNotReady", f"Pod {pod['metadata']['name']} runs but is not ready: {_quote(detail)}")
+    return Finding(reasons.SERVER_NOT_READY, f"Pod {pod['metadata']['name']} runs but is not ready: {_quote(detail)}")

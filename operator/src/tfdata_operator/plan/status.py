@@ -11,23 +11,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tfdata_operator.api import diff
+from tfdata_operator.api import diff, reasons
+from tfdata_operator.api.reasons import (
+    DISPATCHER_READY,
+    INVALID_SPEC,
+    READY,
+    RESCALE_HELD,
+    SUSPEND_HELD,
+    SUSPENDED,
+    WORKERS_READY,
+)
 from tfdata_operator.api.spec import ServiceSpec
 from tfdata_operator.plan import hold, scaling
 from tfdata_operator.plan.diagnose import Finding
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
-
-READY = "Ready"
-DISPATCHER_READY = "DispatcherReady"
-WORKERS_READY = "WorkersReady"
-# Present once the service was suspended (as with Kubernetes Jobs): True while suspended.
-SUSPENDED = "Suspended"
-CONDITION_TYPES = (READY, DISPATCHER_READY, WORKERS_READY, SUSPENDED)
-INVALID_SPEC = "InvalidSpec"
-NAME_CONFLICT = "NameConflict"
-RESCALE_HELD = "RescaleHeld"
-SUSPEND_HELD = "SuspendHeld"
 
 Manifest = dict[str, Any]
 
@@ -58,18 +56,23 @@ class Observed:
 def dispatcher_condition(observed: Observed) -> Condition:
     sts = observed.dispatcher
     if sts is None:
-        return Condition(DISPATCHER_READY, False, "DispatcherMissing", "The dispatcher StatefulSet does not exist yet.")
+        return Condition(
+            DISPATCHER_READY, False, reasons.DISPATCHER_MISSING, "The dispatcher StatefulSet does not exist yet."
+        )
     status = sts.get("status") or {}
     if scaling.statefulset_settled(sts):
-        return Condition(DISPATCHER_READY, True, "DispatcherReady", "The dispatcher serves requests.")
+        return Condition(DISPATCHER_READY, True, reasons.DISPATCHER_SERVING, "The dispatcher serves requests.")
     if status.get("currentRevision") != status.get("updateRevision") or status.get("updatedReplicas", 0) < 1:
         return Condition(
-            DISPATCHER_READY, False, "DispatcherRestarting", "The dispatcher is restarting with a new configuration."
+            DISPATCHER_READY,
+            False,
+            reasons.DISPATCHER_RESTARTING,
+            "The dispatcher is restarting with a new configuration.",
         )
     return Condition(
         DISPATCHER_READY,
         False,
-        "DispatcherNotReady",
+        reasons.DISPATCHER_NOT_READY,
         "The dispatcher pod is not ready yet (starting, replaying its journal, or unable to run: "
         "see `kubectl describe pod` of the dispatcher).",
     )
@@ -82,15 +85,17 @@ def workers_condition(svc: ServiceSpec, observed: Observed, waiting: str | None)
     if waiting:
         return Condition(WORKERS_READY, False, "Scaling", waiting)
     if sts is None:
-        return Condition(WORKERS_READY, False, "WorkersMissing", "The worker StatefulSet does not exist yet.")
+        return Condition(WORKERS_READY, False, reasons.WORKERS_MISSING, "The worker StatefulSet does not exist yet.")
     if sts.get("spec", {}).get("replicas") == desired and scaling.statefulset_settled(sts):
-        return Condition(WORKERS_READY, True, "WorkersReady", f"{ready}/{desired} workers are ready.")
-    return Condition(WORKERS_READY, False, "WorkersNotReady", f"{ready}/{desired} workers are ready and up to date.")
+        return Condition(WORKERS_READY, True, reasons.WORKERS_SERVING, f"{ready}/{desired} workers are ready.")
+    return Condition(
+        WORKERS_READY, False, reasons.WORKERS_NOT_READY, f"{ready}/{desired} workers are ready and up to date."
+    )
 
 
 # Conditions a diagnosis may explain: a StatefulSet that exists and is not ready (not one that is
 # missing, or held back on purpose while the dispatcher restarts).
-_EXPLAINABLE = frozenset({"DispatcherNotReady", "DispatcherRestarting", "WorkersNotReady"})
+_EXPLAINABLE = frozenset({reasons.DISPATCHER_NOT_READY, reasons.DISPATCHER_RESTARTING, reasons.WORKERS_NOT_READY})
 
 
 def explained(condition: Condition, problem: Finding | None) -> Condition:
@@ -140,7 +145,7 @@ def suspended_condition(svc: ServiceSpec, observed: Observed, held: hold.Decisio
     if held is not None:
         return Condition(SUSPENDED, False, SUSPEND_HELD, held.message)
     if not svc.suspend:
-        return Condition(SUSPENDED, False, "Resumed", "The service was resumed: spec.suspend is false.")
+        return Condition(SUSPENDED, False, reasons.RESUMED, "The service was resumed: spec.suspend is false.")
     pods = observed.pods()
     now = f"{pods} pod(s) are still stopping" if pods else "no pod runs"
     return Condition(

@@ -1,0 +1,54 @@
+"""Every condition type, condition reason and Event reason the operator writes, in one place.
+
+A TFDataService's ``status.conditions`` follow ``metav1.Condition``: ``Ready`` sums up the
+others. Where Kubernetes itself says why a pod does not run (``CrashLoopBackOff``,
+``ImagePullBackOff``, ``Unschedulable``, ``FailedCreate``, ...), a condition carries that reason
+as it is; the reasons below are the operator's own.
+"""
+
+from __future__ import annotations
+
+# --- Condition types ---------------------------------------------------------------------
+READY = "Ready"
+DISPATCHER_READY = "DispatcherReady"
+WORKERS_READY = "WorkersReady"
+# Present once the service was suspended (as with Kubernetes Jobs): True while suspended.
+SUSPENDED = "Suspended"
+CONDITION_TYPES = (READY, DISPATCHER_READY, WORKERS_READY, SUSPENDED)
+
+# --- Condition reasons -------------------------------------------------------------------
+DISPATCHER_MISSING = "DispatcherMissing"
+DISPATCHER_SERVING = "DispatcherReady"
+DISPATCHER_NOT_READY = "DispatcherNotReady"
+DISPATCHER_RESTARTING = "DispatcherRestarting"
+WORKERS_MISSING = "WorkersMissing"
+WORKERS_SERVING = "WorkersReady"
+WORKERS_NOT_READY = "WorkersNotReady"
+# Ready=False, and a Warning Event of the same reason, once: nothing is changed.
+INVALID_SPEC = "InvalidSpec"
+NAME_CONFLICT = "NameConflict"
+# A rescale or a suspend waits for the readers (spec.workers.rescalePolicy WhenIdle).
+RESCALE_HELD = "RescaleHeld"
+SUSPEND_HELD = "SuspendHeld"
+RESUMED = "Resumed"
+# Explanations of a StatefulSet that does not serve, where Kubernetes gives no reason of its own.
+CLAIM_PENDING = "ClaimPending"
+SERVER_NOT_READY = "ServerNotReady"
+# Kubernetes' own, used when its object names none.
+FAILED_CREATE = "FailedCreate"
+UNSCHEDULABLE = "Unschedulable"
+
+# --- Event reasons (besides INVALID_SPEC, NAME_CONFLICT, RESCALE_HELD and SUSPEND_HELD) ---------
+CREATED = "Created"
+UPDATED = "Updated"
+ROLLING_OUT = "RollingOut"
+# A StatefulSet's replicas changed; the TFData autoscaler's change of the worker count too.
+SCALED = "Scaled"
+DELETED = "Deleted"
+RECREATING = "Recreating"
+RESTARTED_STUCK_POD = "RestartedStuckPod"
+RESTARTED_STALE_WORKER = "RestartedStaleWorker"
+HELD_CHANGE_FORCED = "HeldChangeForced"
+HELD_CHANGE_CARRIED_OUT = "HeldChangeCarriedOut"
+SUSPENDING = "Suspending"
+RESUMING = "Resuming"
