@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tfdata_operator.autoscaling import policy as autoscaler
-from tfdata_operator.autoscaling.policy import Decision, History, LastScale, Policy, Sample
+from tfdata_operator.autoscaling.policy import History, LastScale, Policy, Sample, ScaleDecision
 
 from cases import parse
 
@@ -297,7 +297,7 @@ class ToyService:
         return reading(at, cpu=cpu, stall=stall, answering=answering)
 
 
-def run(service: ToyService, policy: Policy, seconds: float, log: list[float] | None = None) -> list[Decision]:
+def run(service: ToyService, policy: Policy, seconds: float, log: list[float] | None = None) -> list[ScaleDecision]:
     """Reads and decides at the pace the decisions ask for; ``log`` gets each scale's time."""
     samples: list[Sample] = []
     history = History()
@@ -317,7 +317,7 @@ def run(service: ToyService, policy: Policy, seconds: float, log: list[float] | 
     return decisions
 
 
-def directions(decisions: list[Decision]) -> list[int]:
+def directions(decisions: list[ScaleDecision]) -> list[int]:
     """+1 for every scale-up, -1 for every scale-down, in order."""
     return [1 if d.replicas > d.current else -1 for d in decisions if d.scales]
 

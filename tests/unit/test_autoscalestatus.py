@@ -10,7 +10,7 @@ import yaml
 
 from tfdata_operator.api import diff
 from tfdata_operator.autoscaling import status as autoscalestatus
-from tfdata_operator.autoscaling.policy import Decision, History, LastScale
+from tfdata_operator.autoscaling.policy import History, LastScale, ScaleDecision
 from tfdata_operator.autoscaling.readings import ServiceWindow
 from tfdata_operator.wire.signals import ServiceSignals
 
@@ -19,8 +19,8 @@ from cases import CRD_PATH, STALLED_SIGNALS
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 SIGNALS = STALLED_SIGNALS
 REASON = "trainers waited on data 38% of the time, workers at 95% CPU"
-SCALE = Decision(2, 4, REASON, 5.0, History(LastScale(T0.timestamp(), 2, 4)))
-HOLD = Decision(
+SCALE = ScaleDecision(2, 4, REASON, 5.0, History(LastScale(T0.timestamp(), 2, 4)))
+HOLD = ScaleDecision(
     4, 4, "trainers waited on data 2% of the time, workers at 60% CPU: the trainers are fed", 5.0, History()
 )
 
@@ -73,7 +73,7 @@ def test_readings_that_wobble_are_written_at_most_every_refresh() -> None:
 
 def test_a_steady_service_writes_nothing() -> None:
     idle = replace(SIGNALS, reading=False, worker_cpu_utilization_mean=0.0, reporting_clients=0)
-    quiet = Decision(1, 1, "no client reads", 15.0, History())
+    quiet = ScaleDecision(1, 1, "no client reads", 15.0, History())
     first = autoscalestatus.build(None, quiet, window(idle), T0)
     hour = T0 + timedelta(hours=1)
     again = autoscalestatus.build(first, quiet, window(replace(idle, idle_seconds=3600.0)), hour)
@@ -82,7 +82,7 @@ def test_a_steady_service_writes_nothing() -> None:
 
 def test_a_scale_is_written_at_once() -> None:
     first = autoscalestatus.build(None, HOLD, window(), T0)
-    down = Decision(4, 1, "no client has read for 300s", 5.0, History())
+    down = ScaleDecision(4, 1, "no client has read for 300s", 5.0, History())
     block = autoscalestatus.build(first, down, window(), T0 + timedelta(seconds=1))
     assert block["desiredReplicas"] == 1
     assert block["lastScale"]["fromReplicas"] == 4 and block["lastScale"]["time"] == "2025-03-01T12:00:01Z"

@@ -198,7 +198,7 @@ def test_claims_are_read_only_for_pods_the_scheduler_holds_for_them() -> None:
 # --- What the conditions say --------------------------------------------------------------------
 
 
-def conditions(observed: status.Observed) -> dict[str, dict[str, Any]]:
+def conditions(observed: status.Servers) -> dict[str, dict[str, Any]]:
     body = {"metadata": {"name": "demo", "namespace": "ml", "uid": "u", "generation": 1},
             "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 2}}}  # fmt: skip
     svc = spec.parse(body, "img")
@@ -210,7 +210,7 @@ def test_the_conditions_carry_the_childs_reason_and_message() -> None:
     failed = Finding("FailedCreate", "StatefulSet demo-worker cannot create pod demo-worker-0: no PriorityClass")
     waiting = Finding("ImagePullBackOff", "Pod demo-dispatcher-0: container server is in ImagePullBackOff")
     by_type = conditions(
-        status.Observed(sts("demo-dispatcher", 1, 1), sts(), dispatcher_problem=waiting, workers_problem=failed)
+        status.Servers(sts("demo-dispatcher", 1, 1), sts(), dispatcher_problem=waiting, workers_problem=failed)
     )
     assert by_type["WorkersReady"]["reason"] == "FailedCreate"
     assert by_type["WorkersReady"]["message"] == f"0/2 workers are ready and up to date: {failed.message}"
@@ -225,7 +225,7 @@ def test_the_conditions_carry_the_childs_reason_and_message() -> None:
 
 def test_a_problem_never_overrides_a_ready_or_missing_statefulset() -> None:
     found = Finding("Unschedulable", "Pod x cannot be scheduled")
-    by_type = conditions(status.Observed(None, None, dispatcher_problem=found, workers_problem=found))
+    by_type = conditions(status.Servers(None, None, dispatcher_problem=found, workers_problem=found))
     assert by_type["DispatcherReady"]["reason"] == "DispatcherMissing"
     assert by_type["WorkersReady"]["reason"] == "WorkersMissing"
 
@@ -270,9 +270,9 @@ def test_a_held_rescale_is_reported_rather_than_a_workers_problem() -> None:
     """A held change is the operator's own decision: it names it, whatever else keeps workers unready."""
     body = {"metadata": {"name": "demo", "namespace": "ml", "uid": "u", "generation": 1},
             "spec": {"shardingPolicy": "FILE", "workers": {"replicas": 3}}}  # fmt: skip
-    held = hold.Decision(hold.HOLD, hold.Pending("workers 2→3", "worker count change 2→3", 2), "waits: reading")
+    held = hold.HoldDecision(hold.HOLD, hold.Pending("workers 2→3", "worker count change 2→3", 2), "waits: reading")
     problem = Finding("CrashLoopBackOff", "Pod demo-worker-0: container worker is in CrashLoopBackOff")
-    observed = status.Observed(sts("demo-dispatcher", 1, 1), sts(), workers_problem=problem)
+    observed = status.Servers(sts("demo-dispatcher", 1, 1), sts(), workers_problem=problem)
     st = status.compute_status(spec.parse(body, "img"), body, observed, BuildSettings(), "T1", decision=held)
     workers = next(c for c in st["conditions"] if c["type"] == "WorkersReady")
     assert (workers["reason"], workers["message"]) == ("RescaleHeld", "waits: reading")

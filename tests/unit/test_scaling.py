@@ -38,7 +38,7 @@ class FakeCluster:
         objects = {("StatefulSet", o["metadata"]["name"]): o for o in (self.dispatcher, self.workers) if o}
         return plan.Children("demo", objects, pods)
 
-    def apply(self, svc: spec.ServiceSpec) -> scaling.ScalePlan | None:
+    def apply(self, svc: spec.ServiceSpec) -> scaling.ScaleStep | None:
         desired = plan.desired_children(svc, SETTINGS, self.children())
         by_name = {m["metadata"]["name"]: m for m in desired.apply if m["kind"] == "StatefulSet"}
         new_dispatcher = by_name[builders.dispatcher_name(svc)]
@@ -279,7 +279,7 @@ def test_only_the_live_pod_zero_on_the_current_revision_counts_as_started() -> N
 
 def test_a_new_statefulset_without_replicas_scales_from_zero() -> None:
     svc = parse(shardingPolicy="FILE", workers={"replicas": 2})
-    step = scaling.plan(svc, {"spec": {}}, None, [], None, lambda n: [str(i) for i in range(n)], 0)
+    step = scaling.step(svc, {"spec": {}}, None, [], None, lambda n: [str(i) for i in range(n)], 0)
     assert (step.dispatcher_workers, step.worker_replicas) == (2, 0) and step.waiting
 
 
@@ -340,7 +340,7 @@ def test_a_stuck_pod_is_left_alone_while_it_terminates_and_once_every_pod_is_upd
 def test_objects_without_optional_fields_are_read_as_kubernetes_defaults() -> None:
     """metadata.generation, labels and spec.replicas may be absent; the functions read them as their defaults."""
     svc = parse(shardingPolicy="FILE", workers={"replicas": 2})
-    step = scaling.plan(svc, {}, None, [], None, lambda n: [str(i) for i in range(n)], 0)
+    step = scaling.step(svc, {}, None, [], None, lambda n: [str(i) for i in range(n)], 0)
     assert (step.dispatcher_workers, step.worker_replicas) == (2, 0)
     started = {"metadata": {"name": "x-dispatcher-0", "labels": {"controller-revision-hash": "new"}},
                "status": {"containerStatuses": [{"started": True}]}}  # fmt: skip

@@ -36,7 +36,7 @@ def conditions(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_ready_when_dispatcher_and_all_workers_are_ready() -> None:
     svc = parse(shardingPolicy="FILE")
     dispatcher = {**builders.build_dispatcher_statefulset(svc, SETTINGS, 2), "status": sts(1, 1)["status"]}
-    st = status.compute_status(svc, body(), status.Observed(dispatcher, sts(2, 2)), SETTINGS, "T1")
+    st = status.compute_status(svc, body(), status.Servers(dispatcher, sts(2, 2)), SETTINGS, "T1")
     c = conditions(st)
     assert c["Ready"]["status"] == "True" and c["Ready"]["reason"] == "Ready"
     assert c["DispatcherReady"]["status"] == c["WorkersReady"]["status"] == "True"
@@ -50,7 +50,7 @@ def test_ready_when_dispatcher_and_all_workers_are_ready() -> None:
 
 def test_not_ready_says_which_part_is_missing() -> None:
     svc = parse()
-    st = status.compute_status(svc, body(), status.Observed(sts(1, 1), sts(2, 1)), SETTINGS, "T1")
+    st = status.compute_status(svc, body(), status.Servers(sts(1, 1), sts(2, 1)), SETTINGS, "T1")
     c = conditions(st)
     assert c["Ready"]["status"] == "False"
     assert c["Ready"]["reason"] == "WorkersNotReady"
@@ -58,19 +58,19 @@ def test_not_ready_says_which_part_is_missing() -> None:
 
 
 def test_restarting_dispatcher() -> None:
-    st = status.compute_status(parse(), body(), status.Observed(sts(1, 0, "r1", "r2"), sts(2, 2)), SETTINGS, "T")
+    st = status.compute_status(parse(), body(), status.Servers(sts(1, 0, "r1", "r2"), sts(2, 2)), SETTINGS, "T")
     assert conditions(st)["DispatcherReady"]["reason"] == "DispatcherRestarting"
 
 
 def test_waiting_for_scale_order_is_reported() -> None:
     st = status.compute_status(
-        parse(), body(), status.Observed(sts(1, 1), sts(2, 2)), SETTINGS, "T", waiting="Scaling up: waiting"
+        parse(), body(), status.Servers(sts(1, 1), sts(2, 2)), SETTINGS, "T", waiting="Scaling up: waiting"
     )
     assert conditions(st)["WorkersReady"]["reason"] == "Scaling"
 
 
 def test_invalid_spec_wins_and_keeps_observed_counts() -> None:
-    st = status.compute_status(None, body(), status.Observed(sts(1, 1), sts(2, 2)), SETTINGS, "T", invalid="bad: x")
+    st = status.compute_status(None, body(), status.Servers(sts(1, 1), sts(2, 2)), SETTINGS, "T", invalid="bad: x")
     c = conditions(st)
     assert (c["Ready"]["status"], c["Ready"]["reason"], c["Ready"]["message"]) == ("False", "InvalidSpec", "bad: x")
     assert st["workers"]["readyReplicas"] == 2
@@ -78,13 +78,13 @@ def test_invalid_spec_wins_and_keeps_observed_counts() -> None:
 
 def test_transition_time_changes_only_when_status_flips() -> None:
     svc = parse()
-    first = status.compute_status(svc, body(), status.Observed(sts(1, 1), sts(2, 1)), SETTINGS, "T1")
+    first = status.compute_status(svc, body(), status.Servers(sts(1, 1), sts(2, 1)), SETTINGS, "T1")
     again = status.compute_status(
-        svc, {**body(), "status": first}, status.Observed(sts(1, 1), sts(2, 1)), SETTINGS, "T2"
+        svc, {**body(), "status": first}, status.Servers(sts(1, 1), sts(2, 1)), SETTINGS, "T2"
     )
     assert not status.status_differs(first, again), "an unchanged world must give an identical status"
     flipped = status.compute_status(
-        svc, {**body(), "status": first}, status.Observed(sts(1, 1), sts(2, 2)), SETTINGS, "T3"
+        svc, {**body(), "status": first}, status.Servers(sts(1, 1), sts(2, 2)), SETTINGS, "T3"
     )
     c = conditions(flipped)
     assert c["Ready"]["lastTransitionTime"] == "T3"
@@ -93,7 +93,7 @@ def test_transition_time_changes_only_when_status_flips() -> None:
 
 def test_a_held_rescale_shows_desired_and_current_and_why() -> None:
     svc = parse(shardingPolicy="FILE", workers={"replicas": 3})
-    held = hold.Decision(
+    held = hold.HoldDecision(
         hold.HOLD,
         hold.Pending("workers 2→3", "worker count change 2→3", 2),
         "waits: reading",
@@ -101,7 +101,7 @@ def test_a_held_rescale_shows_desired_and_current_and_why() -> None:
     st = status.compute_status(
         svc,
         body(),
-        status.Observed(sts(1, 1), sts(2, 2)),
+        status.Servers(sts(1, 1), sts(2, 2)),
         SETTINGS,
         "T1",
         decision=held,
@@ -122,7 +122,7 @@ def test_a_held_rescale_shows_desired_and_current_and_why() -> None:
     again = status.compute_status(
         svc,
         {**body(), "status": st},
-        status.Observed(sts(1, 1), sts(2, 2)),
+        status.Servers(sts(1, 1), sts(2, 2)),
         SETTINGS,
         "T2",
         decision=held,
@@ -132,7 +132,7 @@ def test_a_held_rescale_shows_desired_and_current_and_why() -> None:
 
 def test_suspended_and_resumed() -> None:
     svc = parse(suspend=True)
-    stopping = status.compute_status(svc, body(), status.Observed(sts(0, 0), sts(0, 0)), SETTINGS, "T1")
+    stopping = status.compute_status(svc, body(), status.Servers(sts(0, 0), sts(0, 0)), SETTINGS, "T1")
     c = conditions(stopping)
     assert c["Suspended"]["status"] == "True" and "no pod runs" in c["Suspended"]["message"]
     assert c["Ready"]["reason"] == c["DispatcherReady"]["reason"] == c["WorkersReady"]["reason"] == "Suspended"
@@ -140,7 +140,7 @@ def test_suspended_and_resumed() -> None:
     resumed = status.compute_status(
         parse(),
         {**body(), "status": stopping},
-        status.Observed(sts(1, 1), sts(2, 2)),
+        status.Servers(sts(1, 1), sts(2, 2)),
         SETTINGS,
         "T2",
     )
@@ -168,37 +168,37 @@ def test_every_situation_has_its_conditions_word_for_word() -> None:
     not_updated = {**sts(1, 0), "status": {**sts(1, 0)["status"], "updatedReplicas": 0}}
     rolling = sts(2, 2, "r1", "r2")
     cases = [
-        (status.Observed(None, None), None, [
+        (status.Servers(None, None), None, [
             ("Ready", "False", "DispatcherMissing", "The dispatcher StatefulSet does not exist yet."),
             ("DispatcherReady", "False", "DispatcherMissing", "The dispatcher StatefulSet does not exist yet."),
             ("WorkersReady", "False", "WorkersMissing", "The worker StatefulSet does not exist yet."),
         ]),
-        (status.Observed(sts(1, 1), sts(2, 2)), None, [
+        (status.Servers(sts(1, 1), sts(2, 2)), None, [
             ("Ready", "True", "Ready", SERVES),
             ("DispatcherReady", "True", "DispatcherReady", "The dispatcher serves requests."),
             ("WorkersReady", "True", "WorkersReady", "2/2 workers are ready."),
         ]),
-        (status.Observed(restarting, sts(2, 2)), None, [
+        (status.Servers(restarting, sts(2, 2)), None, [
             ("Ready", "False", "DispatcherRestarting", RESTARTING),
             ("DispatcherReady", "False", "DispatcherRestarting", RESTARTING),
             ("WorkersReady", "True", "WorkersReady", "2/2 workers are ready."),
         ]),
-        (status.Observed(not_updated, sts(2, 2)), None, [
+        (status.Servers(not_updated, sts(2, 2)), None, [
             ("Ready", "False", "DispatcherRestarting", RESTARTING),
             ("DispatcherReady", "False", "DispatcherRestarting", RESTARTING),
             ("WorkersReady", "True", "WorkersReady", "2/2 workers are ready."),
         ]),
-        (status.Observed(sts(1, 0), rolling), None, [
+        (status.Servers(sts(1, 0), rolling), None, [
             ("Ready", "False", "DispatcherNotReady", NOT_READY),
             ("DispatcherReady", "False", "DispatcherNotReady", NOT_READY),
             ("WorkersReady", "False", "WorkersNotReady", "2/2 workers are ready and up to date."),
         ]),
-        (status.Observed(sts(1, 1), sts(3, 3)), None, [  # 3 running, 2 wanted
+        (status.Servers(sts(1, 1), sts(3, 3)), None, [  # 3 running, 2 wanted
             ("Ready", "False", "WorkersNotReady", "3/2 workers are ready and up to date."),
             ("DispatcherReady", "True", "DispatcherReady", "The dispatcher serves requests."),
             ("WorkersReady", "False", "WorkersNotReady", "3/2 workers are ready and up to date."),
         ]),
-        (status.Observed(sts(1, 1), sts(2, 2)), "Scaling up: waiting", [
+        (status.Servers(sts(1, 1), sts(2, 2)), "Scaling up: waiting", [
             ("Ready", "False", "Scaling", "Scaling up: waiting"),
             ("DispatcherReady", "True", "DispatcherReady", "The dispatcher serves requests."),
             ("WorkersReady", "False", "Scaling", "Scaling up: waiting"),
@@ -219,7 +219,7 @@ def stopped(spec_replicas: int, pods: int | None) -> dict[str, Any]:
 
 
 KEPT = "Its Services, address (grpc://demo-dispatcher.ml.svc.cluster.local:5050), journal claim and configuration stay"
-SUSPEND_HELD = hold.Decision(hold.HOLD, hold.Pending("suspend", "suspend", 2), "suspend waits: a client reads")
+SUSPEND_HELD = hold.HoldDecision(hold.HOLD, hold.Pending("suspend", "suspend", 2), "suspend waits: a client reads")
 
 
 def test_every_suspend_situation_has_its_conditions_word_for_word() -> None:
@@ -231,25 +231,25 @@ def test_every_suspend_situation_has_its_conditions_word_for_word() -> None:
     gone = f"The service is suspended: no pod runs. {KEPT}; set spec.suspend: false to resume it."
     resumed = "The service was resumed: spec.suspend is false."
     cases = [
-        (suspended, {}, status.Observed(stopped(0, 1), stopped(0, 2)), None, [
+        (suspended, {}, status.Servers(stopped(0, 1), stopped(0, 2)), None, [
             ("Ready", "False", "Suspended", stopping),
             ("DispatcherReady", "False", "Suspended", off_dispatcher),
             ("WorkersReady", "False", "Suspended", off_workers),
             ("Suspended", "True", "Suspended", stopping),
         ]),
-        (suspended, {}, status.Observed(stopped(0, None), stopped(0, None)), None, [
+        (suspended, {}, status.Servers(stopped(0, None), stopped(0, None)), None, [
             ("Ready", "False", "Suspended", gone),
             ("DispatcherReady", "False", "Suspended", off_dispatcher),
             ("WorkersReady", "False", "Suspended", off_workers),
             ("Suspended", "True", "Suspended", gone),
         ]),
-        (suspended, {}, status.Observed(sts(1, 1), sts(2, 2)), SUSPEND_HELD, [
+        (suspended, {}, status.Servers(sts(1, 1), sts(2, 2)), SUSPEND_HELD, [
             ("Ready", "False", "SuspendHeld", "suspend waits: a client reads"),
             ("DispatcherReady", "True", "DispatcherReady", "The dispatcher serves requests."),
             ("WorkersReady", "True", "WorkersReady", "2/2 workers are ready."),
             ("Suspended", "False", "SuspendHeld", "suspend waits: a client reads"),
         ]),
-        (running, was_suspended, status.Observed(sts(1, 1), sts(2, 2)), None, [
+        (running, was_suspended, status.Servers(sts(1, 1), sts(2, 2)), None, [
             ("Ready", "True", "Ready", SERVES),
             ("DispatcherReady", "True", "DispatcherReady", "The dispatcher serves requests."),
             ("WorkersReady", "True", "WorkersReady", "2/2 workers are ready."),
@@ -264,7 +264,7 @@ def test_every_suspend_situation_has_its_conditions_word_for_word() -> None:
 def test_an_unparsable_spec_keeps_what_the_status_said_and_counts_what_runs() -> None:
     before = {"dispatcherAddress": "grpc://demo-dispatcher.ml.svc.cluster.local:5050", "selector": "x=y"}
     invalid = {**body(workers={"replicas": 4}), "status": before}
-    st = status.compute_status(None, invalid, status.Observed(sts(1, 1), sts(2, 1)), SETTINGS, "T", invalid="bad: x")
+    st = status.compute_status(None, invalid, status.Servers(sts(1, 1), sts(2, 1)), SETTINGS, "T", invalid="bad: x")
     assert triples(st) == [
         ("Ready", "False", "InvalidSpec", "bad: x"),
         ("DispatcherReady", "True", "DispatcherReady", "The dispatcher serves requests."),
@@ -273,7 +273,7 @@ def test_an_unparsable_spec_keeps_what_the_status_said_and_counts_what_runs() ->
     assert st["workers"] == {"replicas": 2, "readyReplicas": 1, "summary": "1/4", "desired": 4, "current": 2}
     assert (st["dispatcherAddress"], st["selector"]) == (before["dispatcherAddress"], "x=y")
     conflict = status.compute_status(
-        None, body(), status.Observed(None, None), SETTINGS, "T", invalid="taken", reason=reasons.NAME_CONFLICT
+        None, body(), status.Servers(None, None), SETTINGS, "T", invalid="taken", reason=reasons.NAME_CONFLICT
     )
     assert triples(conflict)[0] == ("Ready", "False", "NameConflict", "taken")
     assert conflict["workers"] == {"replicas": 0, "readyReplicas": 0, "summary": "0/0", "desired": 0, "current": 0}
@@ -298,22 +298,22 @@ def test_status_differs_only_where_a_merge_patch_would_change_something() -> Non
 
 def test_fields_kubernetes_leaves_out_read_as_their_defaults() -> None:
     svc = parse()
-    no_generation = status.compute_status(svc, {}, status.Observed(None, None), SETTINGS, "T")
+    no_generation = status.compute_status(svc, {}, status.Servers(None, None), SETTINGS, "T")
     assert no_generation["observedGeneration"] == 0
     assert (
-        status.compute_status(svc, {"metadata": {}}, status.Observed(None, None), SETTINGS, "T")["observedGeneration"]
+        status.compute_status(svc, {"metadata": {}}, status.Servers(None, None), SETTINGS, "T")["observedGeneration"]
         == 0
     )
-    unparsed = status.compute_status(None, {"metadata": {}}, status.Observed(None, None), SETTINGS, "T", invalid="x")
+    unparsed = status.compute_status(None, {"metadata": {}}, status.Servers(None, None), SETTINGS, "T", invalid="x")
     assert unparsed["workers"]["summary"] == "0/0"
     # A worker StatefulSet without spec or readyReplicas, a dispatcher without updatedReplicas:
     bare = {"metadata": {"generation": 2}, "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2}}
-    st = status.compute_status(svc, body(), status.Observed(sts(1, 1), bare), SETTINGS, "T")
+    st = status.compute_status(svc, body(), status.Servers(sts(1, 1), bare), SETTINGS, "T")
     assert conditions(st)["WorkersReady"]["message"] == "0/2 workers are ready and up to date."
     no_spec = {k: v for k, v in sts(2, 2).items() if k != "spec"}
-    st = status.compute_status(svc, body(), status.Observed(sts(1, 1), no_spec), SETTINGS, "T")
+    st = status.compute_status(svc, body(), status.Servers(sts(1, 1), no_spec), SETTINGS, "T")
     assert conditions(st)["WorkersReady"]["reason"] == "WorkersNotReady"
     dispatcher = sts(1, 0)
     del dispatcher["status"]["updatedReplicas"]
-    st = status.compute_status(svc, body(), status.Observed(dispatcher, sts(2, 2)), SETTINGS, "T")
+    st = status.compute_status(svc, body(), status.Servers(dispatcher, sts(2, 2)), SETTINGS, "T")
     assert conditions(st)["DispatcherReady"]["reason"] == "DispatcherRestarting"

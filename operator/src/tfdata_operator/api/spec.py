@@ -31,8 +31,8 @@ _ALTERNATIVE_PROTOCOLS: frozenset[str] = frozenset()
 WORK_DIR_SCHEMES = ("file", "gs")
 AUTOSCALING_POLICIES = frozenset({"OFF", "DYNAMIC"})
 # spec.workers.rescalePolicy: when a static rescale or a suspend is carried out (see hold.py).
-WHEN_IDLE, IMMEDIATE = "WhenIdle", "Immediate"
-RESCALE_POLICIES = (WHEN_IDLE, IMMEDIATE)
+RESCALE_WHEN_IDLE, RESCALE_IMMEDIATE = "WhenIdle", "Immediate"
+RESCALE_POLICIES = (RESCALE_WHEN_IDLE, RESCALE_IMMEDIATE)
 # The StatefulSet controller labels each pod controller-revision-hash=<statefulset>-<hash of
 # up to 10 digits>, and a label value has at most 63 characters: <name>-dispatcher must stay
 # within 52, so the name within 41. Every other derived name is shorter (a unit test checks).
@@ -133,10 +133,6 @@ class DispatcherSpec:
     worker_max_concurrent_snapshots: int | None = None
     pod: PodSettings = PodSettings()
 
-    @property
-    def has_journal_volume(self) -> bool:
-        return self.storage.enabled
-
 
 @dataclass(frozen=True)
 class WorkersSpec:
@@ -147,7 +143,7 @@ class WorkersSpec:
     dispatcher_timeout_ms: int | None = None
     data_transfer_protocol: str | None = None
     data_transfer_port: int | None = None
-    rescale_policy: str = WHEN_IDLE
+    rescale_policy: str = RESCALE_WHEN_IDLE
     rescale_max_wait_seconds: int | None = None
     pod: PodSettings = PodSettings()
 
@@ -158,8 +154,8 @@ TFDATA_METRIC, CPU_METRIC = "TFData", "CPU"
 AUTOSCALING_METRICS = (TFDATA_METRIC, CPU_METRIC)
 # spec.autoscaling.scaleDown: WhenIdle removes workers only while no client reads (DYNAMIC loses
 # nothing); Always also removes idle workers while clients read (at most once).
-WHEN_IDLE, ALWAYS = "WhenIdle", "Always"
-SCALE_DOWN_MODES = (WHEN_IDLE, ALWAYS)
+SCALE_DOWN_WHEN_IDLE, SCALE_DOWN_ALWAYS = "WhenIdle", "Always"
+SCALE_DOWN_MODES = (SCALE_DOWN_WHEN_IDLE, SCALE_DOWN_ALWAYS)
 
 
 @dataclass(frozen=True)
@@ -170,7 +166,7 @@ class AutoscalingSpec:
     target_cpu_utilization_percentage: int = 80
     target_data_stall_percentage: int = 10
     # Not defaulted by the CRD: WhenIdle for TFData, and what an HPA does (Always) for CPU.
-    scale_down: str = WHEN_IDLE
+    scale_down: str = SCALE_DOWN_WHEN_IDLE
     scale_down_stabilization_window_seconds: int = 300
 
 
@@ -473,7 +469,7 @@ def _workers(r: _Reader) -> WorkersSpec:
     dispatcher_timeout = r.integer("dispatcherTimeoutMs", None, 1, _MAX_MS)
     protocol = r.enum("dataTransferProtocol", TRANSFER_PROTOCOLS, None)
     transfer_port = r.integer("dataTransferPort", None, 1, 65535)
-    rescale_policy = r.enum("rescalePolicy", RESCALE_POLICIES, WHEN_IDLE)
+    rescale_policy = r.enum("rescalePolicy", RESCALE_POLICIES, RESCALE_WHEN_IDLE)
     max_wait = r.integer("rescaleMaxWaitSeconds", None, 1, 604_800)
     pod = _pod_settings(r, operator_volumes(journal=False))
     r.finish()
@@ -488,7 +484,7 @@ def _workers(r: _Reader) -> WorkersSpec:
             f"spec.workers.dataTransferPort is not used with dataTransferProtocol {protocol}: TensorFlow 2.21 "
             "sends elements over the workers' gRPC port (spec.workers.port); remove dataTransferPort"
         )
-    if max_wait is not None and rescale_policy == IMMEDIATE:
+    if max_wait is not None and rescale_policy == RESCALE_IMMEDIATE:
         r.problems.append(
             "spec.workers.rescaleMaxWaitSeconds applies only with rescalePolicy WhenIdle: an Immediate change "
             "never waits. Remove rescaleMaxWaitSeconds or the rescalePolicy"
@@ -525,7 +521,7 @@ def _autoscaling(r: _Reader) -> AutoscalingSpec:
     assert stall is not None and window is not None
     if min_replicas > max_replicas:
         r.problems.append(f"spec.autoscaling.minReplicas ({min_replicas}) must not exceed maxReplicas ({max_replicas})")
-    if metric == CPU_METRIC and scale_down == WHEN_IDLE:
+    if metric == CPU_METRIC and scale_down == SCALE_DOWN_WHEN_IDLE:
         r.problems.append(
             "spec.autoscaling.scaleDown WhenIdle needs metric TFData: a CPU HorizontalPodAutoscaler removes "
             "workers while clients read. Remove scaleDown, set it to Always, or use metric TFData"
@@ -540,7 +536,7 @@ def _autoscaling(r: _Reader) -> AutoscalingSpec:
         metric=metric,
         target_cpu_utilization_percentage=target,
         target_data_stall_percentage=stall,
-        scale_down=scale_down or (ALWAYS if metric == CPU_METRIC else WHEN_IDLE),
+        scale_down=scale_down or (SCALE_DOWN_ALWAYS if metric == CPU_METRIC else SCALE_DOWN_WHEN_IDLE),
         scale_down_stabilization_window_seconds=window,
     )
 

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from tfdata_operator.api.spec import ALWAYS, AutoscalingSpec
+from tfdata_operator.api.spec import SCALE_DOWN_ALWAYS, AutoscalingSpec
 from tfdata_operator.wire.signals import ServiceSignals
 
 # After a scale, readings describe the new count only this long after every worker answers: the
@@ -123,7 +123,7 @@ class Policy:
         return cls(
             min_replicas=a.min_replicas,
             max_replicas=a.max_replicas,
-            scale_down_always=a.scale_down == ALWAYS,
+            scale_down_always=a.scale_down == SCALE_DOWN_ALWAYS,
             window_seconds=float(a.scale_down_stabilization_window_seconds),
             saturated_cpu=a.target_cpu_utilization_percentage / 100,
             stalled=a.target_data_stall_percentage / 100,
@@ -152,14 +152,14 @@ class Plateau:
 
 @dataclass(frozen=True)
 class History:
-    """What the decision remembers between calls (the caller passes back ``Decision.history``)."""
+    """What the decision remembers between calls (the caller passes back ``ScaleDecision.history``)."""
 
     last: LastScale | None = None
     plateau: Plateau | None = None
 
 
 @dataclass(frozen=True)
-class Decision:
+class ScaleDecision:
     current: int
     replicas: int
     reason: str
@@ -210,7 +210,7 @@ def retention_seconds(p: Policy) -> float:
     return max(p.window_seconds, UP_WINDOW_SECONDS, after_scale_up) + CHECK_SECONDS
 
 
-def decide(p: Policy, current: int, samples: Sequence[Sample], history: History, now: float) -> Decision:
+def decide(p: Policy, current: int, samples: Sequence[Sample], history: History, now: float) -> ScaleDecision:
     """The count the workers should have now. ``samples`` are oldest first."""
     if history.last is None:
         # The first decision (a new service, or one that just started to autoscale): the count
@@ -228,14 +228,14 @@ class _Deciding:
     history: History
     now: float
 
-    def hold(self, reason: str, check: float = CHECK_SECONDS, history: History | None = None) -> Decision:
-        return Decision(self.current, self.current, reason, check, self.history if history is None else history)
+    def hold(self, reason: str, check: float = CHECK_SECONDS, history: History | None = None) -> ScaleDecision:
+        return ScaleDecision(self.current, self.current, reason, check, self.history if history is None else history)
 
-    def scale(self, to: int, reason: str, load_driven: bool = True) -> Decision:
+    def scale(self, to: int, reason: str, load_driven: bool = True) -> ScaleDecision:
         last = LastScale(self.now, self.current, to, load_driven)
-        return Decision(self.current, to, reason, CHECK_SECONDS, History(last))
+        return ScaleDecision(self.current, to, reason, CHECK_SECONDS, History(last))
 
-    def decide(self) -> Decision:
+    def decide(self) -> ScaleDecision:
         p, current, samples, now = self.p, self.current, self.samples, self.now
         clamped = min(max(current, p.min_replicas), p.max_replicas)
         if clamped != current:
@@ -277,7 +277,7 @@ class _Deciding:
             return self.remove_while_reading(fresh, why)
         return self.hold(why)
 
-    def idle(self, latest: Sample) -> Decision:
+    def idle(self, latest: Sample) -> ScaleDecision:
         """No client reads: the count does not matter now, so the workers go once the quiet lasts."""
         p = self.p
         quiet = History(self.history.last)  # the next reader may bring another load: forget the plateau
@@ -289,7 +289,7 @@ class _Deciding:
         why = f"no client has read for {latest.idle_seconds:.0f}s; removing workers after {p.window_seconds:.0f}s"
         return self.hold(why, max(1.0, min(QUIET_CHECK_SECONDS, left)), quiet)
 
-    def add(self, recent: list[Sample]) -> Decision:
+    def add(self, recent: list[Sample]) -> ScaleDecision:
         p, current, history = self.p, self.current, self.history
         stall, busy = _mean([s.stall_mean for s in recent]), _mean([s.busy for s in recent])
         cpu = _mean([s.cpu_mean for s in recent]) or 0.0
@@ -313,7 +313,7 @@ class _Deciding:
             wanted = max(wanted, math.ceil(current / (1 - min(stall, _MAX_STALL_FOR_STEP)) - 1e-9))
         return self.scale(min(max(wanted, current + 1), 2 * current, p.max_replicas), why)
 
-    def remove_while_reading(self, fresh: list[Sample], why: str) -> Decision:
+    def remove_while_reading(self, fresh: list[Sample], why: str) -> ScaleDecision:
         p, current, now = self.p, self.current, self.now
         if not p.scale_down_always:
             return self.hold(f"{why}; scaleDown WhenIdle removes workers only once no client reads")

@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 
 from tfdata_operator.autoscaling import policy as autoscaler
-from tfdata_operator.autoscaling.policy import Decision, History, Policy, Sample
+from tfdata_operator.autoscaling.policy import History, Policy, Sample, ScaleDecision
 from tfdata_operator.wire.signals import ServiceSignals
 
 # Per service, whatever the window: at one reading every 5 s, over an hour.
@@ -77,7 +77,7 @@ class Windows:
 
     def decide(
         self, key: Hashable, policy: Policy, current: int, fetched: ServiceSignals | str, now: float
-    ) -> Decision:
+    ) -> ScaleDecision:
         """Records ``fetched`` (read at ``now``), decides, and remembers what the decision needs next time."""
         window = self.record(key, now, fetched, policy)
         decision = autoscaler.decide(policy, current, list(window.samples), window.history, now)

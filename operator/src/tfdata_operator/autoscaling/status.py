@@ -18,19 +18,21 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tfdata_operator.api import diff
-from tfdata_operator.autoscaling.policy import Decision, History, LastScale
+from tfdata_operator.autoscaling.policy import History, LastScale, ScaleDecision
 from tfdata_operator.autoscaling.readings import ServiceWindow
 
 # The Event's reason for every scale the autoscaler makes.
 REFRESH_SECONDS = 30.0
 
 
-def event_message(decision: Decision) -> str:
+def event_message(decision: ScaleDecision) -> str:
     """``Scaled workers from 2 to 4: trainers waited on data 38% of the time, workers at 95% CPU``."""
     return f"Scaled workers from {decision.current} to {decision.replicas}: {decision.reason}"
 
 
-def build(old: Mapping[str, Any] | None, decision: Decision, window: ServiceWindow, now: datetime) -> dict[str, Any]:
+def build(
+    old: Mapping[str, Any] | None, decision: ScaleDecision, window: ServiceWindow, now: datetime
+) -> dict[str, Any]:
     """The whole ``status.autoscaling`` block after ``decision``; ``old`` is the one stored now."""
     old = old or {}
     last_scale = old.get("lastScale")

@@ -215,7 +215,7 @@ def reconcile(
         outcome.result = "changed"
     dispatcher_sts = live.get(("StatefulSet", builders.dispatcher_name(svc)))
     workers_sts = live.get(("StatefulSet", builders.workers_name(svc)))
-    observed_now = status.Observed(
+    observed_now = status.Servers(
         dispatcher=dispatcher_sts,
         workers=workers_sts,
         dispatcher_problem=_explain(
@@ -297,7 +297,7 @@ def _hold_decision(
     children: plan.Children,
     config: OperatorConfig,
     autoscaling: Autoscaling | None,
-) -> hold.Decision:
+) -> hold.HoldDecision:
     """Whether a change that would break readers goes ahead; the signal is read only if that depends on it.
 
     It is the same ``/v1/signals`` answer the TFData autoscaler reads, through the same ``fetch``.
@@ -322,7 +322,7 @@ def _sooner(a: float | None, b: float | None) -> float | None:
 
 
 def _hold_events(
-    api: Api, body: Manifest, svc: spec.ServiceSpec, children: plan.Children, decision: hold.Decision
+    api: Api, body: Manifest, svc: spec.ServiceSpec, children: plan.Children, decision: hold.HoldDecision
 ) -> None:
     """An Event when a change starts to wait, when a waiting one is carried out, and on suspend and resume."""
     meta = body["metadata"]
@@ -370,7 +370,7 @@ class _Reporter:
     outcome: Outcome
 
     def refused(self, svc: spec.ServiceSpec | None, message: str, reason: str = reasons.INVALID_SPEC) -> None:
-        observed = status.Observed(dispatcher=self.children.dispatcher, workers=self.children.workers)
+        observed = status.Servers(dispatcher=self.children.dispatcher, workers=self.children.workers)
         new_status = status.compute_status(
             svc, self.body, observed, self.config.build, self.now, invalid=message, reason=reason
         )

@@ -76,7 +76,7 @@ def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: C
 def decide_counts(svc: spec.ServiceSpec, settings: BuildSettings, children: Children) -> tuple[Counts, str | None]:
     """This step of a worker-count change (``scaling.plan``), and why it waits if it does."""
     live_config = builders.read_config(children.dispatcher)
-    step = scaling.plan(
+    step = scaling.step(
         svc,
         children.workers,
         children.dispatcher,

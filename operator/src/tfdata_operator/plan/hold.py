@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from tfdata_operator.api.spec import IMMEDIATE, ServiceSpec
+from tfdata_operator.api.spec import RESCALE_IMMEDIATE, ServiceSpec
 from tfdata_operator.wire.signals import ServiceSignals
 
 Manifest = dict[str, Any]
@@ -59,7 +59,7 @@ Signal = ServiceSignals | Unknown
 
 
 @dataclass(frozen=True)
-class Decision:
+class HoldDecision:
     action: str  # PROCEED, HOLD, or FORCE (carried out after rescaleMaxWaitSeconds despite readers)
     pending: Pending | None = None
     message: str = ""
@@ -101,7 +101,7 @@ def dispatcher_running(dispatcher_pods: list[Manifest]) -> bool:
 
 
 def needs_signal(svc: ServiceSpec, pending: Pending | None, running: bool) -> bool:
-    return pending is not None and svc.workers.rescale_policy != IMMEDIATE and running
+    return pending is not None and svc.workers.rescale_policy != RESCALE_IMMEDIATE and running
 
 
 def decide(
@@ -111,18 +111,20 @@ def decide(
     signal: Signal | None,
     held_since: datetime | None,
     now: datetime,
-) -> Decision:
+) -> HoldDecision:
     """Proceed, hold (with a message a person can act on, and when to look again), or force after the maximum wait.
 
     ``signal`` is what the dispatcher answered, read only when ``needs_signal``; ``held_since``
     is when the change started waiting (from the status), None if it does not wait yet.
     """
     if pending is None:
-        return Decision(PROCEED)
-    if svc.workers.rescale_policy == IMMEDIATE:
-        return Decision(PROCEED, pending, f"{_capital(pending.what)} carried out at once (rescalePolicy Immediate).")
+        return HoldDecision(PROCEED)
+    if svc.workers.rescale_policy == RESCALE_IMMEDIATE:
+        return HoldDecision(
+            PROCEED, pending, f"{_capital(pending.what)} carried out at once (rescalePolicy Immediate)."
+        )
     if not running:
-        return Decision(
+        return HoldDecision(
             PROCEED, pending, f"{_capital(pending.what)} carried out: no dispatcher pod runs, so no client reads."
         )
     if signal is None:
@@ -130,12 +132,12 @@ def decide(
     if isinstance(signal, ServiceSignals) and not signal.reading:
         if signal.idle_seconds >= QUIET_SECONDS:
             idle = f"no client has read for {signal.idle_seconds:.0f} s"
-            return Decision(PROCEED, pending, f"{_capital(pending.what)} carried out: {idle}.")
+            return HoldDecision(PROCEED, pending, f"{_capital(pending.what)} carried out: {idle}.")
         message = (
             f"{_capital(pending.what)} waits for a quiet moment: no client reads, for {signal.idle_seconds:.0f} s "
             f"of the {QUIET_SECONDS:.0f} s it waits for."
         )
-        return Decision(HOLD, pending, message, max(0.5, QUIET_SECONDS - signal.idle_seconds))
+        return HoldDecision(HOLD, pending, message, max(0.5, QUIET_SECONDS - signal.idle_seconds))
 
     if isinstance(signal, Unknown):
         why = f"whether a client reads is unknown ({signal.why}), so it counts as reading"
@@ -149,7 +151,7 @@ def decide(
             f"{_capital(pending.what)} carried out after waiting {waited:.0f} s (rescaleMaxWaitSeconds {max_wait}) "
             f"although {why}. Those readers fail."
         )
-        return Decision(FORCE, pending, message)
+        return HoldDecision(FORCE, pending, message)
     deadline = ""
     requeue = RECHECK_SECONDS
     if max_wait is not None:
@@ -160,10 +162,10 @@ def decide(
         f"{_capital(pending.what)} waits: {why}. It is carried out within 30 s after the last reader ends{deadline}; "
         "set spec.workers.rescalePolicy: Immediate to carry it out now (reading clients then fail)."
     )
-    return Decision(HOLD, pending, message, requeue)
+    return HoldDecision(HOLD, pending, message, requeue)
 
 
-def effective_spec(svc: ServiceSpec, decision: Decision) -> ServiceSpec:
+def effective_spec(svc: ServiceSpec, decision: HoldDecision) -> ServiceSpec:
     """The spec the children follow now: while a change is held, the worker count and pods it would change stay."""
     if decision.action != HOLD or decision.pending is None:
         return svc

@@ -26,7 +26,7 @@ Manifest = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class ScalePlan:
+class ScaleStep:
     """What to apply in this reconcile: the dispatcher's list length and the worker replicas."""
 
     dispatcher_workers: int
@@ -92,7 +92,7 @@ def started_on_current_revision(sts: Manifest | None, pods: list[Manifest]) -> b
     return False
 
 
-def plan(
+def step(
     svc: ServiceSpec,
     live_workers: Manifest | None,
     live_dispatcher: Manifest | None,
@@ -100,12 +100,12 @@ def plan(
     live_dispatcher_list: list[str] | None,
     list_for: Callable[[int], list[str]],
     worker_pods_present: int,
-) -> ScalePlan:
+) -> ScaleStep:
     """Decides this step of a scale change; ``list_for(n)`` is the static list for n workers."""
     desired = svc.workers.replicas
     if not svc.is_static or live_workers is None:
         # No worker list to respect, or a new service: the dispatcher's list covers every worker from the start.
-        return ScalePlan(desired, desired)
+        return ScaleStep(desired, desired)
 
     current = int(live_workers.get("spec", {}).get("replicas", 0))
     # The list always covers every worker pod that still exists, even one that is stopping.
@@ -115,21 +115,21 @@ def plan(
         # dispatcher lacks a worker of it.
         dispatcher_moved = started_on_current_revision(live_dispatcher, dispatcher_pods) or suspended(live_dispatcher)
         if live_dispatcher_list == list_for(dispatcher_workers) and dispatcher_moved:
-            return ScalePlan(dispatcher_workers, desired)
-        return ScalePlan(
+            return ScaleStep(dispatcher_workers, desired)
+        return ScaleStep(
             dispatcher_workers,
             current,
             f"Scaling up from {current} to {desired} workers: waiting for the dispatcher to restart "
             f"with the {dispatcher_workers}-worker list before adding workers",
         )
     if dispatcher_workers > desired:
-        return ScalePlan(
+        return ScaleStep(
             dispatcher_workers,
             desired,
             f"Scaling down to {desired} workers: waiting for {dispatcher_workers - desired} worker pod(s) "
             "to stop before the dispatcher restarts with the shorter list",
         )
-    return ScalePlan(desired, desired)
+    return ScaleStep(desired, desired)
 
 
 def _pod_ready(pod: Manifest) -> bool:

@@ -39,7 +39,7 @@ class Condition:
 
 
 @dataclass(frozen=True)
-class Observed:
+class Servers:
     """The live children the status is computed from."""
 
     dispatcher: Manifest | None
@@ -53,7 +53,7 @@ class Observed:
         return sum(int(((sts or {}).get("status") or {}).get("replicas", 0)) for sts in (self.dispatcher, self.workers))
 
 
-def dispatcher_condition(observed: Observed) -> Condition:
+def dispatcher_condition(observed: Servers) -> Condition:
     sts = observed.dispatcher
     if sts is None:
         return Condition(
@@ -78,7 +78,7 @@ def dispatcher_condition(observed: Observed) -> Condition:
     )
 
 
-def workers_condition(svc: ServiceSpec, observed: Observed, waiting: str | None) -> Condition:
+def workers_condition(svc: ServiceSpec, observed: Servers, waiting: str | None) -> Condition:
     desired = svc.workers.replicas
     sts = observed.workers
     ready = int(((sts or {}).get("status") or {}).get("readyReplicas", 0))
@@ -141,7 +141,7 @@ def merge_conditions(
     return merged
 
 
-def suspended_condition(svc: ServiceSpec, observed: Observed, held: hold.Decision | None, address: str) -> Condition:
+def suspended_condition(svc: ServiceSpec, observed: Servers, held: hold.HoldDecision | None, address: str) -> Condition:
     if held is not None:
         return Condition(SUSPENDED, False, SUSPEND_HELD, held.message)
     if not svc.suspend:
@@ -160,13 +160,13 @@ def suspended_condition(svc: ServiceSpec, observed: Observed, held: hold.Decisio
 def compute_status(
     svc: ServiceSpec | None,
     body: Mapping[str, Any],
-    observed: Observed,
+    observed: Servers,
     settings: BuildSettings,
     now: str,
     invalid: str | None = None,
     waiting: str | None = None,
     reason: str = INVALID_SPEC,
-    decision: hold.Decision | None = None,
+    decision: hold.HoldDecision | None = None,
 ) -> dict[str, Any]:
     """The whole status. ``svc`` is None when the spec is invalid and cannot be parsed at all.
 
