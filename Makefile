@@ -73,6 +73,10 @@ crd-schemas: venv ## Rewrite the CRD's embedded Kubernetes schemas from hack/ope
 	$(PY) hack/crd-schemas.py $(if $(FETCH),--fetch)
 	$(MAKE) sync-crds
 
+.PHONY: api-docs
+api-docs: venv ## Rewrite docs/api.md, the API reference, from crds/ (tests/unit/test_docs.py fails when it is stale).
+	$(PY) hack/api-docs.py
+
 ##@ Development cluster
 
 .PHONY: dev-cluster
