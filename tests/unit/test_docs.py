@@ -276,7 +276,7 @@ def test_the_checks_read_enough_of_the_docs_to_mean_something() -> None:
 
 WRONG = """\
 Run `make tset-unit`, then `tfdata-operator run --metrics-prot 9090` and `tfdata-operator rnder -f x.yaml`.
-The operator with `tfdata-operator run --workers 4` also takes `--resync-second`.
+The operator with `tfdata-operator run --log-format json` also takes `--resync-second`.
 
 ```sh
 tfdata-server worker --confg FILE
