@@ -54,8 +54,8 @@ def main() -> None:
     show_default=True, help="Reconcile every TFDataService this often even when nothing changed.",
 )  # fmt: skip
 @click.option(
-    "--workers", type=click.IntRange(min=1, max=64), default=8, envvar="TFDATA_WORKERS", show_default=True,
-    help="How many TFDataServices are reconciled at once.",
+    "--concurrent-reconciles", type=click.IntRange(min=1, max=64), default=8, envvar="TFDATA_CONCURRENT_RECONCILES",
+    show_default=True, help="How many TFDataServices are reconciled at once.",
 )  # fmt: skip
 @click.option(
     "--metrics-port", type=click.IntRange(min=0, max=65535), default=None, envvar="TFDATA_METRICS_PORT",
@@ -111,7 +111,7 @@ def run(
     liveness: str | None,
     log_format: str,
     resync_seconds: float,
-    workers: int,
+    concurrent_reconciles: int,
     metrics_port: int | None,
     metrics_address: str,
     leader_election: bool,
@@ -142,7 +142,7 @@ def run(
         ),
         namespaces=tuple(watched),
         resync_seconds=resync_seconds,
-        workers=workers,
+        concurrent_reconciles=concurrent_reconciles,
         election=election_config(
             leader_election,
             leader_election_namespace,

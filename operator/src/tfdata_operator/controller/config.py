@@ -18,7 +18,7 @@ class OperatorConfig:
     # It reads nothing: the reconcile works from the watches' cache.
     resync_seconds: float = 60.0
     # How many reconciles run at once (each one service; one service is never reconciled twice at once).
-    workers: int = 8
+    concurrent_reconciles: int = 8
     # Leader election on a Lease (several replicas: one reconciles, the others stand by); None: this
     # process reconciles from the start, as the only operator.
     election: ElectionConfig | None = None

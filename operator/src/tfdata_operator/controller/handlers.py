@@ -48,8 +48,10 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **indi
     api = load_client_config()
     memo.indices = indices
     memo.queue = queue = WorkQueue()
-    memo.pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="reconcile")
-    memo.tasks = [asyncio.create_task(queue.drain(lambda key: _reconcile(memo, key))) for _ in range(config.workers)]
+    memo.pool = ThreadPoolExecutor(max_workers=config.concurrent_reconciles, thread_name_prefix="reconcile")
+    memo.tasks = [
+        asyncio.create_task(queue.drain(lambda key: _reconcile(memo, key))) for _ in range(config.concurrent_reconciles)
+    ]
     memo.tasks.append(asyncio.create_task(_resync_forever(memo)))
     if config.election is None:
         memo.kube = Kube(api)
@@ -153,7 +155,7 @@ def snapshot(memo: OperatorState, key: cache.InstanceKey) -> tuple[dict[str, Any
     pods = cache.by_key(indices[children.POD.index].get(key, ()))
     service = cache.by_key(bodies)
     merged = memo.overlay.merge(key, {**objects, **pods, **service})
-    body = merged.get((children.SERVICE.kind, key[1]))
+    body = merged.get((children.TFDATASERVICE.kind, key[1]))
     pod_list = [v for (kind, _), v in merged.items() if kind == "Pod"]
     kinds = {k.kind for k in children.CHILDREN}
     return body, reconcile.Observed({k: v for k, v in merged.items() if k[0] in kinds}, pod_list)

@@ -94,11 +94,11 @@ CHILDREN: tuple[Kind, ...] = (
 POD = Kind("v1", "Pod", "pods", ("delete",), "replace stuck and stale pods")
 OBSERVED: tuple[Kind, ...] = (*CHILDREN, POD)
 
-SERVICE = Kind(API_VERSION, KIND, PLURAL, (), "the resource itself")
+TFDATASERVICE = Kind(API_VERSION, KIND, PLURAL, (), "the resource itself")
 # Only with leader election (several replicas), only in the operator's own namespace: read, create
 # and renew the Lease the replicas elect on (election.py).
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases", ("get", "create", "update"), "leader election")
-BY_KIND: dict[str, Kind] = {k.kind: k for k in (*OBSERVED, SERVICE, LEASE)}
+BY_KIND: dict[str, Kind] = {k.kind: k for k in (*OBSERVED, TFDATASERVICE, LEASE)}
 EVENT = Kind(
     "v1", "Event", "events", ("create", "list"), "what the operator did and why; why a child of a service is not ready"
 )
