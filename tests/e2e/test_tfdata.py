@@ -504,7 +504,7 @@ def test_an_immediate_rescale_breaks_the_reader_as_documented(services: Services
         reader.wait_elements(20)
         _scale(services, "rush", 3)
         read = reader.finish(150)
-    # The README: the dispatcher restarts with a fresh journal, and the reading job is gone.
+    # docs/concepts.md: the dispatcher restarts with a fresh journal, and the reading job is gone.
     assert read.returncode != 0 and read.error, read.describe()
     assert "timed out" not in read.error, f"the reader hung instead of failing: {read.describe()}"
     assert len(read.elements) < len(ALL), read.describe()

@@ -2,7 +2,7 @@
 
 One fault-tolerant dispatcher (as the operator runs it by default) and one worker on 127.0.0.1,
 with the server program's default timings, so the bounds measured here are the documented
-ones (README, "Metrics"). The tests run in order on the same service; each starts from idle.
+ones (docs/concepts.md, "Is any client reading?"). The tests run in order on the same service; each starts from idle.
 Figures are printed (run with ``-s`` to see them).
 """
 

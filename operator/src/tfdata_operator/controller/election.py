@@ -17,7 +17,7 @@ on a clean exit (every restart or rolling update would wait a whole lease durati
 ``ReleaseOnCancel``), its requests carry no timeout (a leader stuck in a renewal keeps believing
 it leads past the renew deadline, while a standby takes over), it runs the leader's work in a
 thread it cannot stop, and it gives the work no way to check it still leads before each write.
-Kopf's peering is no election either (see README: standby operator).
+Kopf's peering is no election either (see docs/operations.md, "A standby operator").
 
 The decisions (``Elector.attempt``) are plain code over a ``Leases`` door, unit-tested with an
 in-memory Lease and a fake clock; ``KubeLeases`` is the door to the API server.

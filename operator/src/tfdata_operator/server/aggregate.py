@@ -11,7 +11,7 @@ registered worker for every job a client reads, and deletes it (at the worker's 
 heartbeat) only once the job has ended or, after its last client released it or stopped
 heartbeating, was garbage-collected. A client that steps slowly still heartbeats every second
 from TensorFlow's own thread, so its tasks stay. ``serverconfig.DEFAULTS`` makes the deletion
-prompt; the README's "Metrics" section has the resulting bounds.
+prompt; docs/operations.md ("The pods' endpoints and metrics") has the resulting bounds.
 """
 
 from __future__ import annotations

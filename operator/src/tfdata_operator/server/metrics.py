@@ -1,4 +1,6 @@
-"""``/metrics`` of a dispatcher or worker pod, in Prometheus' text format (README, "Metrics").
+"""``/metrics`` of a dispatcher or worker pod, in Prometheus' text format.
+
+The metrics are listed in docs/operations.md, "The pods' endpoints and metrics".
 
 The supervisor serves them. What only TensorFlow can count (a worker's tasks, a dispatcher's
 registered workers) arrives from the TensorFlow process with its status line every second

@@ -104,8 +104,8 @@ class ServiceSignals:
     ``done``, or whenever the answer is not known (a worker list that could not be read, no
     registered worker answering): the signal never calls a busy service idle. ``reasons``
     says why, for a person. ``idle_seconds`` is how long it has been False (0 while True), so
-    a decision can ask for a quiet moment rather than one idle sample. The README's "Metrics"
-    section gives the bounds for how soon it turns False.
+    a decision can ask for a quiet moment rather than one idle sample. docs/concepts.md ("Is any
+    client reading?") gives the bounds for how soon it turns False.
 
     The rest are the autoscaler's inputs, ``None`` when unknown: worker CPU used over CPU given
     (mean and max over the workers that answered) and the reporting clients' data-stall fraction.
