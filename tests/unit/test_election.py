@@ -18,7 +18,8 @@ from support import ROOT
 
 from tfdata_operator import cli
 from tfdata_operator.controller import election
-from tfdata_operator.controller.election import ElectionConfig, ElectionError, Elector, NotLeading, Timing
+from tfdata_operator.controller.config import ElectionConfig, ElectionError, Timing
+from tfdata_operator.controller.election import Elector, NotLeading
 
 TIMING = Timing(lease_duration=10, renew_deadline=7, retry_period=2)
 

@@ -13,7 +13,7 @@ from tfdata_operator import __version__
 from tfdata_operator.api import spec
 from tfdata_operator.api.identity import API_VERSION, KIND
 from tfdata_operator.controller import election
-from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.config import ElectionConfig, ElectionError, OperatorConfig, Timing
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.render.builders import BuildSettings
 from tfdata_operator.wire import tfrecords
@@ -78,17 +78,17 @@ def main() -> None:
     help="The name of the Lease the replicas elect their leader on.",
 )  # fmt: skip
 @click.option(
-    "--lease-duration", type=click.IntRange(min=1), default=election.Timing.lease_duration,
+    "--lease-duration", type=click.IntRange(min=1), default=Timing.lease_duration,
     envvar="TFDATA_LEASE_DURATION", show_default=True,
     help="Seconds a standby waits after the leader's last renewal before it takes over.",
 )  # fmt: skip
 @click.option(
-    "--renew-deadline", type=click.FloatRange(min=0, min_open=True), default=election.Timing.renew_deadline,
+    "--renew-deadline", type=click.FloatRange(min=0, min_open=True), default=Timing.renew_deadline,
     envvar="TFDATA_RENEW_DEADLINE", show_default=True,
     help="Seconds the leader keeps trying to renew before it stops writing and exits (below --lease-duration).",
 )  # fmt: skip
 @click.option(
-    "--retry-period", type=click.FloatRange(min=0, min_open=True), default=election.Timing.retry_period,
+    "--retry-period", type=click.FloatRange(min=0, min_open=True), default=Timing.retry_period,
     envvar="TFDATA_RETRY_PERIOD", show_default=True,
     help="Seconds between two tries to take or renew the Lease.",
 )  # fmt: skip
@@ -174,7 +174,7 @@ def run(
 
 def election_config(
     enabled: bool, namespace: str | None, lease: str, timing: tuple[int, float, float]
-) -> election.ElectionConfig | None:
+) -> ElectionConfig | None:
     """The leader election's settings from ``run``'s options, or None without an election."""
     if not enabled:
         return None
@@ -185,10 +185,10 @@ def election_config(
             "outside a pod there is no namespace of the operator's own to put the Lease in"
         )
     try:
-        durations = election.Timing(*timing)
-    except election.ElectionError as exc:
+        durations = Timing(*timing)
+    except ElectionError as exc:
         raise click.UsageError(f"--lease-duration, --renew-deadline, --retry-period: {exc}") from exc
-    return election.ElectionConfig(namespace=namespace, name=lease, timing=durations)
+    return ElectionConfig(namespace=namespace, name=lease, timing=durations)
 
 
 @main.command()

@@ -27,13 +27,10 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +38,7 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 
 from tfdata_operator.controller import metrics
+from tfdata_operator.controller.config import ElectionConfig
 from tfdata_operator.controller.kube import Kube, describe_api_error
 from tfdata_operator.plan.children import LEASE, path
 
@@ -49,48 +47,6 @@ log = logging.getLogger(__name__)
 LOST_EXIT_CODE = 1
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 Lease = dict[str, Any]
-
-
-class ElectionError(ValueError):
-    """A setting of the election that cannot work; the message says which and what to change."""
-
-
-@dataclass(frozen=True)
-class Timing:
-    """client-go's three durations, in seconds. Its defaults (15, 10, 2) take 13-19 s to fail over
-    after a leader dies without a clean exit; these take 8-14 s (the goal is 15)."""
-
-    lease_duration: int = 10
-    renew_deadline: float = 7.0
-    retry_period: float = 2.0
-
-    def __post_init__(self) -> None:
-        # client-go's own checks (leaderelection.NewLeaderElector), with its jitter factor of 1.2.
-        if self.retry_period <= 0:
-            raise ElectionError(f"the retry period must be above 0 s (is {self.retry_period})")
-        if self.renew_deadline <= 1.2 * self.retry_period:
-            raise ElectionError(
-                f"the renew deadline ({self.renew_deadline} s) must be above 1.2 times the retry period "
-                f"({self.retry_period} s): a leader must get more than one try to renew"
-            )
-        if self.lease_duration <= self.renew_deadline:
-            raise ElectionError(
-                f"the lease duration ({self.lease_duration} s) must be above the renew deadline "
-                f"({self.renew_deadline} s): a leader that cannot renew must stop before a standby takes over"
-            )
-
-
-@dataclass(frozen=True)
-class ElectionConfig:
-    namespace: str
-    name: str
-    identity: str = field(default_factory=lambda: default_identity())
-    timing: Timing = field(default_factory=Timing)
-
-
-def default_identity() -> str:
-    """The pod's name (a pod's hostname) and a suffix of its own: a restarted container is a new candidate."""
-    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
 def default_namespace() -> str | None:
