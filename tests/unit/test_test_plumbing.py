@@ -131,6 +131,69 @@ def test_an_allowlist_entry_without_a_why_is_refused(tiny: Path) -> None:
     assert "allow.txt:1: write `<reason regex> :: <why it may skip>`" in run.stdout + run.stderr
 
 
+# Three ways a whole module is skipped before any of its tests exists: each must reach the check.
+COLLECTION_SKIPS = {
+    "importorskip": (
+        {"test_needs.py": 'import pytest\n\npytest.importorskip("flux_capacitor")\n\ndef test_a():\n    pass\n'},
+        "could not import 'flux_capacitor'",
+    ),
+    "module-level-skip": (
+        {"test_needs.py": 'import pytest\n\npytest.skip("no flux capacitor here", allow_module_level=True)\n'},
+        "no flux capacitor here",
+    ),
+    "collector": (
+        {
+            "conftest.py": (
+                "import pytest\n\n"
+                "class Spec(pytest.File):\n"
+                "    def collect(self):\n"
+                '        pytest.skip("spec files need a flux capacitor")\n\n'
+                "def pytest_collect_file(file_path, parent):\n"
+                '    if file_path.suffix == ".spec":\n'
+                "        return Spec.from_parent(parent, path=file_path)\n"
+            ),
+            "needs.spec": "anything\n",
+        },
+        "spec files need a flux capacitor",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", COLLECTION_SKIPS)
+def test_a_skip_at_collection_fails_the_run_under_ci_unless_allowed(tiny: Path, kind: str) -> None:
+    files, reason = COLLECTION_SKIPS[kind]
+    for name, text in files.items():
+        (tiny / name).write_text(text)
+    (tiny / "test_tiny.py").write_text("def test_runs():\n    pass\n")
+    results = tiny / "results"
+    run = run_tiny(tiny, CI="true", TFDATA_TEST_RESULTS=str(results))
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "1 passed, 1 skipped" in run.stdout, run.stdout
+    assert "skips not in the allowlist" in run.stdout and reason in run.stdout, run.stdout
+    counts = json.loads((results / "other.json").read_text())
+    assert {k: counts[k] for k in ("skipped", "skipped_not_allowed", "exitstatus")} == {
+        "skipped": 1, "skipped_not_allowed": 1, "exitstatus": 1,
+    }, counts  # fmt: skip
+
+    (tiny / "allow.txt").write_text(f"{re.escape(reason)} :: the tiny project lacks it on purpose\n")
+    allowed = run_tiny(tiny, CI="true", TFDATA_TEST_RESULTS=str(results))
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert "1 passed, 1 skipped" in allowed.stdout, allowed.stdout
+    assert json.loads((results / "other.json").read_text())["skipped_not_allowed"] == 0
+
+
+def test_the_ci_entry_point_and_every_workflow_job_apply_the_skip_rule() -> None:
+    """The rule lives under CI=true: `.ci/run` must set it before `make`, and each workflow job
+    must say so too (GitHub sets it, but a job's env is where a reader looks)."""
+    ci_run = (ROOT / ".ci" / "run").read_text()
+    export = re.search(r"^export CI=true$", ci_run, re.M)
+    first_make = re.search(r"^\s*make\b", ci_run, re.M)
+    assert export and first_make and export.start() < first_make.start(), ci_run
+    for path in sorted((ROOT / ".github" / "workflows").glob("*.y*ml")):
+        for name, job in yaml.safe_load(path.read_text())["jobs"].items():
+            assert str(job.get("env", {}).get("CI")).lower() == "true", f"{path.name} job {name}: set env CI: true"
+
+
 def test_the_repositorys_allowlist_parses_and_says_why() -> None:
     from fixtures.skips import read_allowlist
 
