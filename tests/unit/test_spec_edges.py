@@ -17,7 +17,7 @@ import pytest
 
 from tfdata_operator import spec
 
-from cases import IMAGE, body, check_golden, parse
+from cases import IMAGE, body, parse
 
 # A valid DNS subdomain (a Secret's or ServiceAccount's name) of exactly 253 characters.
 DNS_253 = ".".join(["a" * 61, "b" * 63, "c" * 63, "d" * 63])
@@ -122,13 +122,15 @@ REFUSED: list[tuple[str, dict[str, Any]]] = [
 ]  # fmt: skip
 
 
-def test_the_first_value_outside_each_limit_is_refused_with_its_golden_sentence() -> None:
+def test_the_first_value_outside_each_limit_is_refused_with_its_golden_sentence(
+    golden: Callable[[str, str], None],
+) -> None:
     lines = []
     for case_id, fields in REFUSED:
         with pytest.raises(spec.SpecError) as err:
             parse(**fields)
         lines.append(f"{case_id}: {err.value}\n")
-    check_golden("edge-refusals.txt", "".join(lines))
+    golden("edge-refusals.txt", "".join(lines))
 
 
 def test_metadata_and_spec_are_required_and_each_missing_one_is_named() -> None:
