@@ -161,7 +161,7 @@ BAD_SPECS = [
         "transfer-port-without-protocol",
         "workers: {dataTransferPort: 6000}",
         "spec.workers.dataTransferPort is not used",
-        "dataTransferPort needs",
+        "spec.workers.dataTransferPort is not used: TensorFlow 2.21 sends elements over the workers' gRPC port",
     ),
     # --- The issue's table: wrong types inside embedded core types, and a protocol TF lacks.
     BadSpec(

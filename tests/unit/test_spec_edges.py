@@ -119,6 +119,12 @@ REFUSED: list[tuple[str, dict[str, Any]]] = [
                                                             {"name": "b", "mountPath": "relative"}])),
     ("env-two-reserved", workers(env=[{"name": "POD_NAME", "value": "x"}, {"name": "POD_NAMESPACE", "value": "y"}])),
     ("transfer-port-on-the-port", workers(port=5051, dataTransferPort=5051)),
+    # A sentence that names a value the user did not write says it is the default.
+    ("port-on-the-default-health-port", {"dispatcher": {"port": 8080}}),
+    ("health-port-on-the-default-port", workers(healthPort=5051)),
+    ("journal-nowhere-by-default", {"dispatcher": {"storage": {"enabled": False}}}),
+    # Nothing to compare minReplicas with: only the maxReplicas sentence.
+    ("min-above-a-refused-max", {"shardingPolicy": "DYNAMIC", "autoscaling": {"maxReplicas": 0, "minReplicas": 3}}),
 ]  # fmt: skip
 
 
