@@ -54,11 +54,12 @@ fmt: venv ## Format the Python code.
 	$(VENV)/bin/ruff check --fix operator tests hack
 
 .PHONY: lint
-lint: venv helm-lint ## Lint: ruff (lint and format check), mypy, the package's layers (import-linter: operator/.importlinter), and the Helm chart.
+lint: venv helm-lint ## Lint: ruff (lint and format check), mypy, the package's layers (import-linter: operator/.importlinter), the Helm chart, and a `Golden: <reason>` line in each commit that changes tests/unit/golden/.
 	$(VENV)/bin/ruff check --config operator/pyproject.toml operator tests hack
 	$(VENV)/bin/ruff format --config operator/pyproject.toml --check operator tests hack
 	cd operator && $(VENV)/bin/mypy src/tfdata_operator
 	cd operator && $(VENV)/bin/lint-imports --no-cache
+	$(PY) hack/check-golden-commits.py
 
 .PHONY: render-examples
 render-examples: venv ## Render every example with `tfdata-operator render` (no cluster needed).
@@ -172,9 +173,16 @@ test-tiers: lint test-unit test-server test-integration test-nodeagent test-e2e 
 test-unit: venv ## Unit tests: pure, fast, no cluster.
 	$(PYTEST) -q tests/unit
 
+# Every test that checks a golden file is marked `golden` (tests/fixtures/golden.py). A rewrite
+# fails the test that made it, so the first run's failures are expected; a second run without
+# TFDATA_UPDATE_GOLDEN must pass, which shows that rewrites were its only failures.
 .PHONY: golden
-golden: venv ## Rewrite tests/unit/golden/ (every example's manifests, every refusal's sentence) after an intended change; review the diff.
-	TFDATA_UPDATE_GOLDEN=1 $(PYTEST) -q tests/unit/test_golden.py
+golden: venv ## Rewrite tests/unit/golden/ (manifests, refusals, ranges, edges) after an intended change, then check they pass; review the diff and commit it with a `Golden: <reason>` line (make lint checks).
+	@rc=0; TFDATA_UPDATE_GOLDEN=1 $(PYTEST) -q -m golden tests/unit || rc=$$?; \
+	  if [ $$rc -gt 1 ]; then echo "make golden: the rewriting run stopped (exit $$rc)" >&2; exit $$rc; fi; \
+	  echo "== again, without TFDATA_UPDATE_GOLDEN: every golden test must pass now"; \
+	  $(PYTEST) -q -m golden tests/unit
+	@git status --short -- tests/unit/golden
 
 .PHONY: test-server
 test-server: venv ## The tf.data server program as real processes with real TensorFlow.

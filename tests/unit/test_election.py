@@ -14,7 +14,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from kubernetes.client.exceptions import ApiException
-from support import ROOT
+from support import ROOT, wait_for
 
 from tfdata_operator import cli
 from tfdata_operator.controller import election
@@ -197,10 +197,13 @@ def test_release_waits_for_the_writes_in_flight_and_refuses_new_ones() -> None:
     assert entered.wait(5)
     releaser = threading.Thread(target=a.release, args=(5,))
     releaser.start()
-    time.sleep(0.2)
-    assert lease.holder == "a", "released while a write was in flight"
+    # Once the release has begun (new writes are refused), it must wait for the one in flight: given
+    # up to a second to end, it is still waiting, and the Lease still a's.
+    wait_for(lambda: not a.holds(), 5, "the release to begin", interval=0.01)
     with pytest.raises(NotLeading), a.writing():
         pass
+    releaser.join(1)
+    assert releaser.is_alive() and lease.holder == "a", "released while a write was in flight"
     finish.set()
     writer.join(5)
     releaser.join(5)

@@ -2,11 +2,13 @@
 
 The other unit tests say what each field means; these catch what nobody meant to change: a
 renamed key, a probe's period, a default, a reworded refusal. After an intended change, `make
-golden` rewrites the files (tests/unit/golden/); review their diff like code.
+golden` rewrites the files (tests/unit/golden/); review their diff like code, and commit it with a
+`Golden: <reason>` line (tests/fixtures/golden.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,10 @@ from tfdata_operator import cli
 from tfdata_operator.api import spec
 from tfdata_operator.render.builders import BuildSettings
 
-from cases import BAD_SPECS, CRD_PATH, EXAMPLES, IMAGE, body, check_golden, manifest
+from cases import BAD_SPECS, CRD_PATH, EXAMPLES, IMAGE, body, manifest
+
+# The `golden` fixture (tests/fixtures/golden.py): golden(name, text).
+Golden = Callable[[str, str], None]
 
 # The chart's defaults: the operator in tfdata-system, so every NetworkPolicy has its rule.
 SETTINGS = BuildSettings(
@@ -31,9 +36,9 @@ def render(doc: dict[str, object]) -> str:
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
-def test_every_example_renders_exactly_its_golden_manifests(example: Path) -> None:
+def test_every_example_renders_exactly_its_golden_manifests(example: Path, golden: Golden) -> None:
     docs = [d for d in yaml.safe_load_all(example.read_text()) if d is not None]
-    check_golden(f"{example.stem}.yaml", "---\n".join(render(d) for d in docs))
+    golden(f"{example.stem}.yaml", "---\n".join(render(d) for d in docs))
 
 
 # What no example sets: every optional field at once, on each kind of policy.
@@ -80,19 +85,17 @@ EVERYTHING = {
 
 
 @pytest.mark.parametrize("policy", ["OFF", "DYNAMIC", "FILE", "DATA", "FILE_OR_DATA", "HINT"])
-def test_every_optional_field_renders_exactly_its_golden_manifests(policy: str) -> None:
-    check_golden(
-        f"everything-{policy.lower()}.yaml", render(body("everything", "ml", shardingPolicy=policy, **EVERYTHING))
-    )
+def test_every_optional_field_renders_exactly_its_golden_manifests(policy: str, golden: Golden) -> None:
+    golden(f"everything-{policy.lower()}.yaml", render(body("everything", "ml", shardingPolicy=policy, **EVERYTHING)))
 
 
-def test_every_refusal_is_exactly_its_golden_sentence() -> None:
+def test_every_refusal_is_exactly_its_golden_sentence(golden: Golden) -> None:
     lines = []
     for case in BAD_SPECS:
         with pytest.raises(spec.SpecError) as err:
             spec.parse({**yaml.safe_load(manifest(case)), "metadata": {"name": case.name, "namespace": "ml"}}, IMAGE)
         lines.append(f"{case.id}: {err.value}\n")
-    check_golden("refusals.txt", "".join(lines))
+    golden("refusals.txt", "".join(lines))
 
 
 # --- Every bounded integer field: the CRD's range is spec.py's, edge by edge --------------------------
@@ -130,7 +133,7 @@ def refusal(group: str, name: str, value: int) -> str | None:
     return None
 
 
-def test_every_bounded_field_takes_its_edges_and_refuses_one_past_them() -> None:
+def test_every_bounded_field_takes_its_edges_and_refuses_one_past_them(golden: Golden) -> None:
     """The API server (the CRD's minimum and maximum) and the operator (spec.py, also for `render`)
     refuse the same numbers; each refusal's sentence is in golden/ranges.txt."""
     fields = bounded_fields()
@@ -148,4 +151,4 @@ def test_every_bounded_field_takes_its_edges_and_refuses_one_past_them() -> None
             lines.append(f"spec.{group}.{name}={value}: {said}\n")
     # Inside its range but not a timeout TensorFlow takes:
     lines.append(f"spec.dispatcher.jobGcTimeoutMs=0: {refusal('dispatcher', 'jobGcTimeoutMs', 0)}\n")
-    check_golden("ranges.txt", "".join(lines))
+    golden("ranges.txt", "".join(lines))

@@ -65,7 +65,9 @@ def test_importing_the_operator_does_not_import_tensorflow() -> None:
         "import tfdata_operator.cli, tfdata_operator.controller.handlers, tfdata_operator.controller.reconcile\n"
         "import tfdata_operator.server.main\n"
         "from click.testing import CliRunner\n"
-        "CliRunner().invoke(tfdata_operator.cli.main, ['render', '-f', sys.argv[1]])\n"
+        "result = CliRunner().invoke(tfdata_operator.cli.main, ['render', '-f', sys.argv[1]])\n"
+        "assert result.exit_code == 0, (result.output, result.exception)\n"
+        "assert 'kind: StatefulSet' in result.output, result.output\n"
         "assert 'tensorflow' not in sys.modules, 'the operator imported TensorFlow'\n"
     )
     subprocess.run([sys.executable, "-c", code, str(EXAMPLES[0])], check=True)

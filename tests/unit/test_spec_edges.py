@@ -17,7 +17,7 @@ import pytest
 
 from tfdata_operator.api import spec
 
-from cases import IMAGE, body, check_golden, parse
+from cases import IMAGE, body, parse
 
 # A valid DNS subdomain (a Secret's or ServiceAccount's name) of exactly 253 characters.
 DNS_253 = ".".join(["a" * 61, "b" * 63, "c" * 63, "d" * 63])
@@ -119,16 +119,24 @@ REFUSED: list[tuple[str, dict[str, Any]]] = [
                                                             {"name": "b", "mountPath": "relative"}])),
     ("env-two-reserved", workers(env=[{"name": "POD_NAME", "value": "x"}, {"name": "POD_NAMESPACE", "value": "y"}])),
     ("transfer-port-on-the-port", workers(port=5051, dataTransferPort=5051)),
+    # A sentence that names a value the user did not write says it is the default.
+    ("port-on-the-default-health-port", {"dispatcher": {"port": 8080}}),
+    ("health-port-on-the-default-port", workers(healthPort=5051)),
+    ("journal-nowhere-by-default", {"dispatcher": {"storage": {"enabled": False}}}),
+    # Nothing to compare minReplicas with: only the maxReplicas sentence.
+    ("min-above-a-refused-max", {"shardingPolicy": "DYNAMIC", "autoscaling": {"maxReplicas": 0, "minReplicas": 3}}),
 ]  # fmt: skip
 
 
-def test_the_first_value_outside_each_limit_is_refused_with_its_golden_sentence() -> None:
+def test_the_first_value_outside_each_limit_is_refused_with_its_golden_sentence(
+    golden: Callable[[str, str], None],
+) -> None:
     lines = []
     for case_id, fields in REFUSED:
         with pytest.raises(spec.SpecError) as err:
             parse(**fields)
         lines.append(f"{case_id}: {err.value}\n")
-    check_golden("edge-refusals.txt", "".join(lines))
+    golden("edge-refusals.txt", "".join(lines))
 
 
 def test_metadata_and_spec_are_required_and_each_missing_one_is_named() -> None:

@@ -99,10 +99,15 @@ def tiny(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_tiny(project: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """pytest on the tiny project with the fixtures layer's skip check, as tests/conftest.py loads it."""
+def run_with_plugin(plugin: str, project: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """pytest on a project of its own with one plugin of the fixtures layer, as tests/conftest.py loads it."""
     pythonpath = os.pathsep.join([str(TESTS), str(ROOT / "hack"), os.environ.get("PYTHONPATH", "")])
-    return pytest_run("-p", "fixtures.skips", "-q", str(project), cwd=project, env={"PYTHONPATH": pythonpath, **env})
+    return pytest_run("-p", plugin, "-q", *args, str(project), cwd=project, env={"PYTHONPATH": pythonpath, **env})
+
+
+def run_tiny(project: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """pytest on the tiny project with the fixtures layer's skip check."""
+    return run_with_plugin("fixtures.skips", project, **env)
 
 
 def test_a_skip_fails_the_run_under_ci(tiny: Path) -> None:
@@ -131,6 +136,69 @@ def test_an_allowlist_entry_without_a_why_is_refused(tiny: Path) -> None:
     assert "allow.txt:1: write `<reason regex> :: <why it may skip>`" in run.stdout + run.stderr
 
 
+# Three ways a whole module is skipped before any of its tests exists: each must reach the check.
+COLLECTION_SKIPS = {
+    "importorskip": (
+        {"test_needs.py": 'import pytest\n\npytest.importorskip("flux_capacitor")\n\ndef test_a():\n    pass\n'},
+        "could not import 'flux_capacitor'",
+    ),
+    "module-level-skip": (
+        {"test_needs.py": 'import pytest\n\npytest.skip("no flux capacitor here", allow_module_level=True)\n'},
+        "no flux capacitor here",
+    ),
+    "collector": (
+        {
+            "conftest.py": (
+                "import pytest\n\n"
+                "class Spec(pytest.File):\n"
+                "    def collect(self):\n"
+                '        pytest.skip("spec files need a flux capacitor")\n\n'
+                "def pytest_collect_file(file_path, parent):\n"
+                '    if file_path.suffix == ".spec":\n'
+                "        return Spec.from_parent(parent, path=file_path)\n"
+            ),
+            "needs.spec": "anything\n",
+        },
+        "spec files need a flux capacitor",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", COLLECTION_SKIPS)
+def test_a_skip_at_collection_fails_the_run_under_ci_unless_allowed(tiny: Path, kind: str) -> None:
+    files, reason = COLLECTION_SKIPS[kind]
+    for name, text in files.items():
+        (tiny / name).write_text(text)
+    (tiny / "test_tiny.py").write_text("def test_runs():\n    pass\n")
+    results = tiny / "results"
+    run = run_tiny(tiny, CI="true", TFDATA_TEST_RESULTS=str(results))
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "1 passed, 1 skipped" in run.stdout, run.stdout
+    assert "skips not in the allowlist" in run.stdout and reason in run.stdout, run.stdout
+    counts = json.loads((results / "other.json").read_text())
+    assert {k: counts[k] for k in ("skipped", "skipped_not_allowed", "exitstatus")} == {
+        "skipped": 1, "skipped_not_allowed": 1, "exitstatus": 1,
+    }, counts  # fmt: skip
+
+    (tiny / "allow.txt").write_text(f"{re.escape(reason)} :: the tiny project lacks it on purpose\n")
+    allowed = run_tiny(tiny, CI="true", TFDATA_TEST_RESULTS=str(results))
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert "1 passed, 1 skipped" in allowed.stdout, allowed.stdout
+    assert json.loads((results / "other.json").read_text())["skipped_not_allowed"] == 0
+
+
+def test_the_ci_entry_point_and_every_workflow_job_apply_the_skip_rule() -> None:
+    """The rule lives under CI=true: `.ci/run` must set it before `make`, and each workflow job
+    must say so too (GitHub sets it, but a job's env is where a reader looks)."""
+    ci_run = (ROOT / ".ci" / "run").read_text()
+    export = re.search(r"^export CI=true$", ci_run, re.M)
+    first_make = re.search(r"^\s*make\b", ci_run, re.M)
+    assert export and first_make and export.start() < first_make.start(), ci_run
+    for path in sorted((ROOT / ".github" / "workflows").glob("*.y*ml")):
+        for name, job in yaml.safe_load(path.read_text())["jobs"].items():
+            assert str(job.get("env", {}).get("CI")).lower() == "true", f"{path.name} job {name}: set env CI: true"
+
+
 def test_the_repositorys_allowlist_parses_and_says_why() -> None:
     from fixtures.skips import read_allowlist
 
@@ -154,6 +222,147 @@ def test_each_run_writes_its_counts_and_the_table_shows_them(tiny: Path, tmp_pat
     ).stdout.splitlines()
     assert re.fullmatch(r"other\s+1\s+0\s+0\s+1 \(1 not allowed\)\s+FAILED \(exit 1\)", table[-1]), table
     assert any(re.fullmatch(r"unit\s+-\s+-\s+-\s+-\s+not run", line) for line in table), table
+
+
+# --- Golden files: reviewed, never rewritten silently ---------------------------------------------
+
+GOLDEN_TEST = """
+def test_says(golden):
+    golden("says.txt", "hello\\n")
+
+def test_plain():
+    pass
+"""
+
+
+@pytest.fixture
+def golden_project(tmp_path: Path) -> Path:
+    """A project of its own whose one golden test expects golden/says.txt, which says something else."""
+    (tmp_path / "test_says.py").write_text(GOLDEN_TEST)
+    (tmp_path / "pytest.ini").write_text("[pytest]\ngolden_dir = golden\n")
+    (tmp_path / "golden").mkdir()
+    (tmp_path / "golden" / "says.txt").write_text("goodbye\n")
+    return tmp_path
+
+
+def run_golden(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return run_with_plugin("fixtures.golden", project, *args, **env)
+
+
+def test_a_changed_golden_file_fails_saying_so(golden_project: Path) -> None:
+    run = run_golden(golden_project)
+    assert run.returncode == 1, run.stdout
+    assert "golden/says.txt changed" in run.stdout and "+hello" in run.stdout, run.stdout
+    assert (golden_project / "golden" / "says.txt").read_text() == "goodbye\n"
+
+
+def test_a_rewrite_fails_the_run_that_made_it_and_the_next_run_passes(golden_project: Path) -> None:
+    rewrite = run_golden(golden_project, TFDATA_UPDATE_GOLDEN="1")
+    assert rewrite.returncode == 1, rewrite.stdout
+    assert "rewrote golden/says.txt: review the diff and commit it" in rewrite.stdout, rewrite.stdout
+    assert "1 failed, 1 passed" in rewrite.stdout, rewrite.stdout
+    assert (golden_project / "golden" / "says.txt").read_text() == "hello\n"
+    # Nothing left to rewrite: the same command passes, and so does the check.
+    assert run_golden(golden_project, TFDATA_UPDATE_GOLDEN="1").returncode == 0
+    assert run_golden(golden_project).returncode == 0
+
+
+def test_ci_refuses_to_rewrite_a_golden_file(golden_project: Path) -> None:
+    (golden_project / "golden" / "says.txt").write_text("hello\n")  # even one that would not change
+    run = run_golden(golden_project, TFDATA_UPDATE_GOLDEN="1", CI="true")
+    assert run.returncode == 1, run.stdout
+    assert "TFDATA_UPDATE_GOLDEN=1 under CI=true: golden files are not rewritten in CI" in run.stdout, run.stdout
+    (golden_project / "golden" / "says.txt").write_text("goodbye\n")
+    assert run_golden(golden_project, TFDATA_UPDATE_GOLDEN="1", CI="true").returncode == 1
+    assert (golden_project / "golden" / "says.txt").read_text() == "goodbye\n"
+
+
+def test_the_golden_marker_selects_exactly_the_tests_that_take_the_fixture(golden_project: Path) -> None:
+    golden = run_golden(golden_project, "--collect-only", "-m", "golden")
+    others = run_golden(golden_project, "--collect-only", "-m", "not golden")
+    assert collected(golden) == ["test_says.py::test_says"], golden.stdout
+    assert collected(others) == ["test_says.py::test_plain"], others.stdout
+
+
+def test_make_golden_selects_every_golden_check_of_the_unit_tier() -> None:
+    """Each of the repository's golden files is some `golden`-marked test's expectation: the files
+    that the unit tier's golden tests name are those in tests/unit/golden/, no fewer, no more."""
+    recipe = re.search(r"^golden:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M)
+    assert recipe and "TFDATA_UPDATE_GOLDEN=1 $(PYTEST) -q -m golden tests/unit" in recipe.group(1), recipe
+    names = set()
+    for path in (TESTS / "unit").glob("test_*.py"):
+        names |= set(re.findall(r"\bgolden\(\s*f?\"([^\"]+)\"", path.read_text()))
+    patterns = [re.compile(re.sub(r"\\\{[^}]*\\\}", ".+", re.escape(name)) + "$") for name in names]
+    files = [p.name for p in (TESTS / "unit" / "golden").iterdir()]
+    unchecked = [f for f in files if not any(p.match(f) for p in patterns)]
+    assert len(names) >= 5 and not unchecked, (sorted(names), unchecked)
+
+
+GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"} | {
+    f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER") for what, value in (("NAME", "t"), ("EMAIL", "t@t"))
+}
+
+
+def commit(repo: Path, files: dict[str, str], message: str) -> None:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    env = {**os.environ, **GIT_ENV}
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True, env=env)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", message], check=True, env=env)
+
+
+def check_golden_commits(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    script = ROOT / "hack" / "check-golden-commits.py"
+    run = [sys.executable, str(script), "--repo", str(repo), *args]
+    return subprocess.run(run, capture_output=True, text=True, timeout=60, env={**os.environ, **GIT_ENV})
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> Path:
+    """A repository whose golden file changed once before the rule and once after it, with a reason."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True, env={**os.environ, **GIT_ENV})
+    commit(repo, {"tests/unit/golden/says.txt": "hello\n"}, "golden files, before the rule")
+    commit(repo, {"hack/check-golden-commits.py": "# the rule\n"}, "the rule")
+    commit(repo, {"tests/unit/golden/says.txt": "hi\n"}, "refusal: shorter\n\nGolden: the greeting is shorter now")
+    commit(repo, {"README.md": "readme\n"}, "no golden file")
+    return repo
+
+
+def test_each_commit_that_changes_a_golden_file_says_why(history: Path) -> None:
+    ok = check_golden_commits(history)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "1 commit(s) since" in ok.stdout, ok.stdout
+    commit(history, {"tests/unit/golden/says.txt": "hey\n"}, "refusal: says hey\n\nGolden:")
+    bad = check_golden_commits(history)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "(refusal: says hey): says.txt" in bad.stderr and "Golden: <reason>" in bad.stderr, bad.stderr
+    # From an earlier base, the commit before the rule is checked too.
+    first = subprocess.run(["git", "-C", str(history), "rev-list", "--max-parents=0", "HEAD"], capture_output=True,
+                           text=True, check=True).stdout.strip()  # fmt: skip
+    subprocess.run(["git", "-C", str(history), "reset", "-q", "--hard", "HEAD~1"], check=True)
+    assert check_golden_commits(history, "--base", first).returncode == 0
+    commit(history, {"tests/unit/golden/other.txt": "new\n"}, "a new golden file without a reason")
+    assert "other.txt" in check_golden_commits(history, "--base", first).stderr
+
+
+def test_a_shallow_clone_checks_the_commits_it_has(history: Path, tmp_path: Path) -> None:
+    commit(history, {"tests/unit/golden/says.txt": "hey\n"}, "no reason given")
+    commit(history, {"README.md": "more\n"}, "after it")
+    for depth, code in (("1", 0), ("2", 0), ("3", 1)):
+        clone = tmp_path / f"depth-{depth}"
+        subprocess.run(["git", "clone", "-q", "--depth", depth, f"file://{history}", str(clone)], check=True)
+        run = check_golden_commits(clone)
+        assert run.returncode == code, (depth, run.stdout, run.stderr)
+        if code == 0:
+            assert "shallow clone" in run.stdout, run.stdout
+
+
+def test_make_lint_checks_the_golden_commits() -> None:
+    recipe = re.search(r"^lint:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M)
+    assert recipe and "hack/check-golden-commits.py" in recipe.group(1), recipe
 
 
 # --- Workflows that work -----------------------------------------------------------------------

@@ -426,11 +426,13 @@ def _dispatcher(r: _Reader) -> DispatcherSpec:
     pod = _pod_settings(r, operator_volumes(journal=storage.enabled))
     r.finish()
     if port == health_port:
-        r.problems.append(f"spec.dispatcher.port and spec.dispatcher.healthPort must differ (both are {port})")
+        r.problems.append(_same_ports(r, port))
     if fault_tolerant and work_dir is None and not storage.enabled:
+        default = "" if r.has("faultTolerantMode") else " (true by default)"
         r.problems.append(
-            "spec.dispatcher.faultTolerantMode needs somewhere to journal: keep "
-            "spec.dispatcher.storage.enabled true, or set spec.dispatcher.workDir"
+            f"spec.dispatcher.faultTolerantMode{default} needs somewhere to journal, and "
+            "spec.dispatcher.storage.enabled is false with no spec.dispatcher.workDir: set storage.enabled to "
+            "true (its default), set a workDir, or set faultTolerantMode to false"
         )
     assert port is not None and health_port is not None
     return DispatcherSpec(
@@ -474,14 +476,14 @@ def _workers(r: _Reader) -> WorkersSpec:
     pod = _pod_settings(r, operator_volumes(journal=False))
     r.finish()
     if port == health_port:
-        r.problems.append(f"spec.workers.port and spec.workers.healthPort must differ (both are {port})")
+        r.problems.append(_same_ports(r, port))
     if transfer_port is not None and transfer_port in (port, health_port):
         r.problems.append("spec.workers.dataTransferPort must differ from spec.workers.port and healthPort")
-    if transfer_port is not None and protocol is None:
-        r.problems.append("spec.workers.dataTransferPort needs spec.workers.dataTransferProtocol")
-    elif transfer_port is not None and protocol not in _ALTERNATIVE_PROTOCOLS:
+    if transfer_port is not None and protocol not in _ALTERNATIVE_PROTOCOLS:
+        # Not "set a protocol": none of TensorFlow 2.21's uses the port.
+        used = f" with dataTransferProtocol {protocol}" if protocol else ""
         r.problems.append(
-            f"spec.workers.dataTransferPort is not used with dataTransferProtocol {protocol}: TensorFlow 2.21 "
+            f"spec.workers.dataTransferPort is not used{used}: TensorFlow 2.21 "
             "sends elements over the workers' gRPC port (spec.workers.port); remove dataTransferPort"
         )
     if max_wait is not None and rescale_policy == RESCALE_IMMEDIATE:
@@ -504,11 +506,17 @@ def _workers(r: _Reader) -> WorkersSpec:
     )
 
 
+def _same_ports(r: _Reader, port: int | None) -> str:
+    """The refusal of a pod's port that is its health port, naming a default the user did not write."""
+    default = next((f", the default {key}" for key in ("port", "healthPort") if not r.has(key)), "")
+    return f"{r.path}.port and {r.path}.healthPort must differ (both are {port}{default})"
+
+
 def _autoscaling(r: _Reader) -> AutoscalingSpec:
     if not r.has("maxReplicas"):
         r.problems.append("spec.autoscaling.maxReplicas is required")
     d = AutoscalingSpec(max_replicas=1)
-    max_replicas = r.integer("maxReplicas", 1, 1, 1000)
+    max_replicas = r.integer("maxReplicas", None, 1, 1000)
     min_replicas = r.integer("minReplicas", d.min_replicas, 1, 1000)
     metric = r.enum("metric", AUTOSCALING_METRICS, d.metric) or d.metric
     target = r.integer("targetCPUUtilizationPercentage", d.target_cpu_utilization_percentage, 1, 100)
@@ -517,9 +525,9 @@ def _autoscaling(r: _Reader) -> AutoscalingSpec:
     scale_down = r.enum("scaleDown", SCALE_DOWN_MODES, None)
     window = r.integer("scaleDownStabilizationWindowSeconds", d.scale_down_stabilization_window_seconds, 0, 3600)
     r.finish()
-    assert max_replicas is not None and min_replicas is not None and target is not None
-    assert stall is not None and window is not None
-    if min_replicas > max_replicas:
+    assert min_replicas is not None and target is not None and stall is not None and window is not None
+    # No maxReplicas (missing or refused above) leaves nothing the user wrote to compare with.
+    if max_replicas is not None and min_replicas > max_replicas:
         r.problems.append(f"spec.autoscaling.minReplicas ({min_replicas}) must not exceed maxReplicas ({max_replicas})")
     if metric == CPU_METRIC and scale_down == SCALE_DOWN_WHEN_IDLE:
         r.problems.append(
@@ -531,7 +539,7 @@ def _autoscaling(r: _Reader) -> AutoscalingSpec:
             "spec.autoscaling.targetDataStallPercentage is used only by metric TFData: remove it, or use metric TFData"
         )
     return AutoscalingSpec(
-        max_replicas=max_replicas,
+        max_replicas=max_replicas or d.max_replicas,  # the default only beside a problem: parse raises
         min_replicas=min_replicas,
         metric=metric,
         target_cpu_utilization_percentage=target,
