@@ -1,10 +1,15 @@
 """One level-based reconcile of a TFDataService: from what the watches observed, apply what differs, report.
 
-The work queue (``queue.py``) calls ``reconcile`` with a snapshot of the watches' cache, so
+The work queue (``workqueue.py``) calls ``reconcile`` with a snapshot of the watches' cache, so
 observing costs no request. It converges from any starting point, repairs drift, and writes
 nothing when nothing differs. An invalid spec, a name taken by an object the service does
 not own, or a child the API server refuses changes no child: it only sets
 ``Ready=False`` with the reason and records a Warning event once.
+
+It reads as its steps (``STEPS``), each a small function of one ``Run``: observe, validate,
+autoscale, hold changes that would break readers, plan the children, dry-run the changes,
+apply them, repair pods, delete what is no longer wanted, announce a hold, report the status.
+``Run.record`` is what every change does: a log line, the changes metric, an Event.
 """
 
 from __future__ import annotations
@@ -117,136 +122,246 @@ _REFUSALS = (400, 403, 422)
 def reconcile(
     api: Api, config: OperatorConfig, body: Manifest, observed: Observed, autoscaling: Autoscaling | None = None
 ) -> Outcome:
-    """Converges one TFDataService from ``observed``; the caller keeps one reconcile per service at a time."""
-    outcome = Outcome()
+    """Converges one TFDataService from ``observed``; the caller keeps one reconcile per service at a time.
+
+    ``observe`` gathers what the cache holds, then each step of ``STEPS`` runs in order on the
+    same ``Run``; a step that returns False has said why (the status, an Event) and ends the
+    reconcile there.
+    """
     if body["metadata"].get("deletionTimestamp"):
-        return outcome  # ownerReferences let the garbage collector remove the children
-    meta = body["metadata"]
-    namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
-    owned = {k: v for k, v in observed.objects.items() if plan.owned_by(v, uid)}
-    children = plan.Children(name=name, objects=owned, pods=observed.pods)
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    report = _Reporter(api, config, body, children, now, outcome)
+        return Outcome()  # ownerReferences let the garbage collector remove the children
+    run = observe(api, config, body, observed, autoscaling)
+    for step in STEPS:
+        if not step(run):
+            break
+    return run.outcome
 
-    try:
-        svc = spec.parse(body, config.server_image)
-    except spec.SpecError as exc:
-        report.refused(None, f"Invalid spec: {exc}")
-        return outcome
 
+@dataclass
+class Run:
+    """One reconcile: what it observed, and what each step decided for the next ones."""
+
+    api: Api
+    config: OperatorConfig
+    body: Manifest
+    observed: Observed
+    autoscaling: Autoscaling | None
+    children: plan.Children
+    now: str
+    outcome: Outcome = field(default_factory=Outcome)
+    svc: spec.ServiceSpec = field(init=False)
     auto_status: Manifest | None = None
-    if autoscaling is not None:
-        svc, auto_status = _autoscale(api, config, body, svc, children, autoscaling, outcome)
+    decision: hold.HoldDecision = field(default_factory=lambda: hold.HoldDecision(hold.PROCEED))
+    desired: plan.Desired = field(default_factory=lambda: plan.Desired([], [], None))
+    # The children as they are after this reconcile's writes, by (kind, name).
+    live: dict[tuple[str, str], Manifest] = field(default_factory=dict)
+    # The children whose manifests differ from what runs, in the order they are applied.
+    changed: list[Manifest] = field(default_factory=list)
 
-    decision = _hold_decision(svc, body, children, config, autoscaling)
-    outcome.requeue_after = _sooner(outcome.requeue_after, decision.requeue_after)
-    desired = plan.desired_children(hold.effective_spec(svc, decision), config.build, children)
-    if taken := [k for m in desired.apply if (k := plan.key(m)) in observed.objects and k not in owned]:
-        report.conflict(svc, taken)
-        return outcome
-    live = dict(owned)
-    changed = [m for m in desired.apply if plan.needs_apply(m, live.get(plan.key(m)))]
+    @property
+    def report(self) -> _Reporter:
+        return _Reporter(self.api, self.config, self.body, self.children, self.now, self.outcome)
 
-    # Dry-run every change first (all at once: a dry run changes nothing): if the API server refuses
-    # any of them (a pod template it rejects, say), nothing is changed at all and the user is told why.
-    for manifest, result in zip(changed, _each(lambda m: api.apply(m, dry_run=True), changed), strict=True):
+    def record(self, reason: str, message: str, event_type: str = "Normal") -> None:
+        """What every change does: a log line, the changes metric by reason, and an Event on the service."""
+        meta = self.body["metadata"]
+        log.info("%s/%s: %s", meta["namespace"], meta["name"], message)
+        metrics.CHANGES.labels(reason).inc()
+        self.api.event(self.body, event_type, reason, message)
+
+
+def observe(
+    api: Api, config: OperatorConfig, body: Manifest, observed: Observed, autoscaling: Autoscaling | None
+) -> Run:
+    """The service's own children, as the watches' cache has them: no request."""
+    uid = body["metadata"]["uid"]
+    owned = {k: v for k, v in observed.objects.items() if plan.owned_by(v, uid)}
+    children = plan.Children(name=body["metadata"]["name"], objects=owned, pods=observed.pods)
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Run(api, config, body, observed, autoscaling, children, now, live=dict(owned))
+
+
+def validate(run: Run) -> bool:
+    """The spec parsed, defaulted and checked; an invalid one changes nothing and says why."""
+    try:
+        run.svc = spec.parse(run.body, run.config.server_image)
+    except spec.SpecError as exc:
+        run.report.refused(None, f"Invalid spec: {exc}")
+        return False
+    return True
+
+
+def autoscale(run: Run) -> bool:
+    """The TFData autoscaler's turn (``_autoscale``): the worker count the children are built with."""
+    if run.autoscaling is not None:
+        run.svc, run.auto_status = _autoscale(run, run.autoscaling)
+    return True
+
+
+def hold_changes(run: Run) -> bool:
+    """Whether a change that would break readers (a static rescale, a suspend) goes ahead now."""
+    run.decision = _hold_decision(run.svc, run.body, run.children, run.config, run.autoscaling)
+    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, run.decision.requeue_after)
+    return True
+
+
+def plan_children(run: Run) -> bool:
+    """What the children should be (``plan.desired``), and which of them differ from what runs."""
+    run.desired = plan.desired_children(hold.effective_spec(run.svc, run.decision), run.config.build, run.children)
+    owned = run.children.objects
+    if taken := [k for m in run.desired.apply if (k := plan.key(m)) in run.observed.objects and k not in owned]:
+        run.report.conflict(run.svc, taken)
+        return False
+    run.changed = [m for m in run.desired.apply if plan.needs_apply(m, run.live.get(plan.key(m)))]
+    return True
+
+
+def dry_run(run: Run) -> bool:
+    """Every change dry-run first (all at once: a dry run changes nothing): if the API server refuses any
+    of them (a pod template it rejects, say), nothing is changed at all and the user is told why."""
+    api, uid, live = run.api, run.body["metadata"]["uid"], run.live
+    for manifest, result in zip(run.changed, _each(lambda m: api.apply(m, dry_run=True), run.changed), strict=True):
         if isinstance(result, ApiException) and (result.status in _REFUSALS or _describes_object(result)):
             if plan.key(manifest) not in live and _taken(api, manifest, uid):
                 # The refusal is of someone else's object merged with ours: say whose the name is.
-                report.conflict(svc, [plan.key(manifest)])
-                return outcome
+                run.report.conflict(run.svc, [plan.key(manifest)])
+                return False
             if _is_immutable_statefulset_change(manifest, result):
-                _recreate(api, body, manifest, live, outcome)
-                return outcome
+                _recreate(run, manifest)
+                return False
             what = f"The API server refused the {manifest['kind']} {manifest['metadata']['name']}: "
-            report.refused(svc, what + describe_api_error(result))
-            return outcome
+            run.report.refused(run.svc, what + describe_api_error(result))
+            return False
         if isinstance(result, BaseException):
             raise result
         if plan.key(manifest) not in live and _foreign(result, uid):
             # Not in the cache (which holds only objects with the operator's labels), yet it exists.
-            report.conflict(svc, [plan.key(manifest)])
-            return outcome
+            run.report.conflict(run.svc, [plan.key(manifest)])
+            return False
     faults.reached("after-dry-run")
+    return True
 
-    # The first change alone (a fault point can stop the operator between it and the rest), then the
-    # others at once: they do not depend on each other, and a reconcile's latency is its round trips.
+
+def apply(run: Run) -> bool:
+    """The changes, for real: the first alone (a fault point can stop the operator between it and the
+    rest), then the others at once: they do not depend on each other, and a reconcile's latency is its
+    round trips. One Event names everything created; every other change has its own."""
     applied: list[Manifest | BaseException] = []
-    if changed:
-        applied.append(api.apply(changed[0]))
+    if run.changed:
+        applied.append(run.api.apply(run.changed[0]))
         faults.reached("after-first-apply")
-        applied += _each(api.apply, changed[1:])
+        applied += _each(run.api.apply, run.changed[1:])
     created = []
-    for manifest, result in zip(changed, applied, strict=True):
+    meta = run.body["metadata"]
+    for manifest, result in zip(run.changed, applied, strict=True):
         if isinstance(result, BaseException):
             raise result
-        before = live.get(plan.key(manifest))
-        live[plan.key(manifest)] = result
-        outcome.written.append(result)
+        before = run.live.get(plan.key(manifest))
+        run.live[plan.key(manifest)] = result
+        run.outcome.written.append(result)
         reason, message = plan.change_events(manifest, before)
-        log.info("%s/%s: %s", namespace, name, message)
-        metrics.CHANGES.labels(reason).inc()
         if reason == reasons.CREATED:
+            log.info("%s/%s: %s", meta["namespace"], meta["name"], message)
+            metrics.CHANGES.labels(reason).inc()
             created.append(f"{manifest['kind']} {manifest['metadata']['name']}")
         else:
-            api.event(body, "Normal", reason, message)
+            run.record(reason, message)
     if created:
-        api.event(body, "Normal", reasons.CREATED, "Created " + ", ".join(created))
+        run.api.event(run.body, "Normal", reasons.CREATED, "Created " + ", ".join(created))
+    return True
 
-    statefulsets = (builders.dispatcher_name(svc), builders.workers_name(svc))
-    for sts in (live.get(("StatefulSet", n)) for n in statefulsets):
+
+def repair_pods(run: Run) -> bool:
+    """Pods a StatefulSet will not replace by itself: stuck on an old revision, or registered with an
+    earlier dispatcher. Deleted, so that their StatefulSet recreates them."""
+    svc, children = run.svc, run.children
+    for sts in (run.live.get(("StatefulSet", n)) for n in (builders.dispatcher_name(svc), builders.workers_name(svc))):
         for pod in scaling.stuck_pods(sts, children.pods):
-            _replace_pod(
-                api, body, pod, reasons.RESTARTED_STUCK_POD, "it is not ready and runs an old configuration", outcome
-            )
+            _replace_pod(run, pod, reasons.RESTARTED_STUCK_POD, "it is not ready and runs an old configuration")
     for pod in scaling.stale_workers(svc, children.pods_of(builders.DISPATCHER), children.pods_of(builders.WORKER)):
         why = ("it registered with an earlier dispatcher pod, and without faultTolerantMode the new dispatcher "
                "hands out task ids the worker still holds")  # fmt: skip
-        _replace_pod(api, body, pod, reasons.RESTARTED_STALE_WORKER, why, outcome)
-    for api_version, kind, child in desired.delete:
-        if api.delete(api_version, kind, namespace, child):
-            log.info("%s/%s: Deleted %s %s", namespace, name, kind, child)
-            metrics.CHANGES.labels(reasons.DELETED).inc()
-            api.event(body, "Normal", reasons.DELETED, f"Deleted {kind} {child}")
-            outcome.result = "changed"
+        _replace_pod(run, pod, reasons.RESTARTED_STALE_WORKER, why)
+    return True
 
-    _hold_events(api, body, svc, children, decision)
-    if outcome.written:
-        outcome.result = "changed"
-    dispatcher_sts = live.get(("StatefulSet", builders.dispatcher_name(svc)))
-    workers_sts = live.get(("StatefulSet", builders.workers_name(svc)))
-    observed_now = status.Servers(
+
+def delete(run: Run) -> bool:
+    """The children this spec no longer asks for (an HPA, a PodDisruptionBudget, a NetworkPolicy)."""
+    namespace = run.body["metadata"]["namespace"]
+    for api_version, kind, child in run.desired.delete:
+        if run.api.delete(api_version, kind, namespace, child):
+            run.record(reasons.DELETED, f"Deleted {kind} {child}")
+            run.outcome.result = "changed"
+    return True
+
+
+def announce_hold(run: Run) -> bool:
+    """An Event when a change starts to wait, when a waiting one is carried out, and on suspend and resume."""
+    was_held = bool((run.body.get("status") or {}).get("held"))
+    decision, pending = run.decision, run.decision.pending
+    if decision.action == hold.HOLD and pending is not None and not was_held:
+        run.record(reasons.SUSPEND_HELD if pending.is_suspend else reasons.RESCALE_HELD, decision.message)
+    elif decision.action == hold.FORCE:
+        run.record(reasons.HELD_CHANGE_FORCED, decision.message, "Warning")
+    elif decision.action == hold.PROCEED and pending is not None and was_held:
+        run.record(reasons.HELD_CHANGE_CARRIED_OUT, decision.message)
+    if decision.action != hold.HOLD and pending is not None and pending.is_suspend:
+        message = "Suspending: every pod of the service stops; its Services, address and journal claim stay."
+        run.api.event(run.body, "Normal", reasons.SUSPENDING, message)
+    elif not run.svc.suspend and scaling.suspended(run.children.dispatcher):
+        message = "Resuming: the dispatcher and workers start again at the same address."
+        run.api.event(run.body, "Normal", reasons.RESUMING, message)
+    return True
+
+
+def report_status(run: Run) -> bool:
+    """The status, recomputed from the children as they are now (and why they do not serve, if they do not)."""
+    if run.outcome.written:
+        run.outcome.result = "changed"
+    svc, children, autoscaling = run.svc, run.children, run.autoscaling
+    dispatcher_sts = run.live.get(("StatefulSet", builders.dispatcher_name(svc)))
+    workers_sts = run.live.get(("StatefulSet", builders.workers_name(svc)))
+    servers = status.Servers(
         dispatcher=dispatcher_sts,
         workers=workers_sts,
         dispatcher_problem=_explain(
-            api, dispatcher_sts, children.pods_of(builders.DISPATCHER), svc.dispatcher.health_port, autoscaling
+            run.api, dispatcher_sts, children.pods_of(builders.DISPATCHER), svc.dispatcher.health_port, autoscaling
         ),
         workers_problem=_explain(
-            api, workers_sts, children.pods_of(builders.WORKER), svc.workers.health_port, autoscaling
+            run.api, workers_sts, children.pods_of(builders.WORKER), svc.workers.health_port, autoscaling
         ),
     )
     new_status = status.compute_status(
-        svc, body, observed_now, config.build, now, waiting=desired.waiting, decision=decision
+        svc, run.body, servers, run.config.build, run.now, waiting=run.desired.waiting, decision=run.decision
     )
-    new_status["autoscaling"] = auto_status
-    report.write(new_status)
-    return outcome
+    new_status["autoscaling"] = run.auto_status
+    run.report.write(new_status)
+    return True
 
 
-def _autoscale(
-    api: Api,
-    config: OperatorConfig,
-    body: Manifest,
-    svc: spec.ServiceSpec,
-    children: plan.Children,
-    autoscaling: Autoscaling,
-    outcome: Outcome,
-) -> tuple[spec.ServiceSpec, Manifest | None]:
+Step = Callable[[Run], bool]
+# The reconcile, in order (after ``observe``): each step is a small function of the same ``Run``.
+STEPS: tuple[Step, ...] = (
+    validate,
+    autoscale,
+    hold_changes,
+    plan_children,
+    dry_run,
+    apply,
+    repair_pods,
+    delete,
+    announce_hold,
+    report_status,
+)
+
+
+def _autoscale(run: Run, autoscaling: Autoscaling) -> tuple[spec.ServiceSpec, Manifest | None]:
     """The TFData autoscaler's turn: read the dispatcher's signals when due, decide, and scale.
 
     Returns the spec to build the children from (with the new worker count) and the
     ``status.autoscaling`` block (None removes it: the service is not autoscaled on TFData).
     """
+    svc, body, outcome = run.svc, run.body, run.outcome
     key = (svc.namespace, svc.name)
     old = (body.get("status") or {}).get("autoscaling")
     if svc.autoscaling is None or not builders.reads_signals(svc):
@@ -261,23 +376,20 @@ def _autoscale(
         return svc, old
     if window.history == autoscaler.History() and not window.samples:
         window.history = autoscalestatus.history_from_status(old)  # a restarted operator
-    fetched = autoscaling.fetch(_signals_url(svc, config, children))
+    fetched = autoscaling.fetch(_signals_url(svc, run.config, run.children))
     decision = autoscaling.windows.decide(
         key, autoscaler.Policy.of(svc.autoscaling), svc.workers.replicas, fetched, now
     )
     outcome.requeue_after = decision.next_check_seconds
     if decision.scales:
-        scale = api.scale(svc.namespace, svc.name, decision.replicas)
+        scale = run.api.scale(svc.namespace, svc.name, decision.replicas)
         # The Scale's resourceVersion is the TFDataService's: the cache shows the new count at once.
         scaled = copy.deepcopy(body)
         scaled["spec"].setdefault("workers", {})["replicas"] = decision.replicas
         scaled["metadata"]["resourceVersion"] = scale["metadata"]["resourceVersion"]
         scaled.pop("status", None)
         outcome.written.append(scaled)
-        message = autoscalestatus.event_message(decision)
-        log.info("%s/%s: %s", svc.namespace, svc.name, message)
-        metrics.CHANGES.labels(reasons.SCALED).inc()
-        api.event(body, "Normal", reasons.SCALED, message)
+        run.record(reasons.SCALED, autoscalestatus.event_message(decision))
         svc = dataclasses.replace(svc, workers=dataclasses.replace(svc.workers, replicas=decision.replicas))
     return svc, autoscalestatus.build(old, decision, window, datetime.now(timezone.utc))
 
@@ -319,34 +431,6 @@ def _hold_decision(
 def _sooner(a: float | None, b: float | None) -> float | None:
     """The earlier of two requeue delays (None: no requeue asked)."""
     return b if a is None else a if b is None else min(a, b)
-
-
-def _hold_events(
-    api: Api, body: Manifest, svc: spec.ServiceSpec, children: plan.Children, decision: hold.HoldDecision
-) -> None:
-    """An Event when a change starts to wait, when a waiting one is carried out, and on suspend and resume."""
-    meta = body["metadata"]
-    was_held = bool((body.get("status") or {}).get("held"))
-    pending = decision.pending
-    reason = ""
-    event_type = "Normal"
-    if decision.action == hold.HOLD and pending is not None and not was_held:
-        reason = reasons.SUSPEND_HELD if pending.is_suspend else reasons.RESCALE_HELD
-    elif decision.action == hold.FORCE:
-        reason, event_type = reasons.HELD_CHANGE_FORCED, "Warning"
-    elif decision.action == hold.PROCEED and pending is not None and was_held:
-        reason = reasons.HELD_CHANGE_CARRIED_OUT
-    if reason:
-        log.info("%s/%s: %s", meta["namespace"], meta["name"], decision.message)
-        metrics.CHANGES.labels(reason).inc()
-        api.event(body, event_type, reason, decision.message)
-    if decision.action != hold.HOLD and pending is not None and pending.is_suspend:
-        message = "Suspending: every pod of the service stops; its Services, address and journal claim stay."
-        api.event(body, "Normal", reasons.SUSPENDING, message)
-    elif not svc.suspend and scaling.suspended(children.dispatcher):
-        api.event(
-            body, "Normal", reasons.RESUMING, "Resuming: the dispatcher and workers start again at the same address."
-        )
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -434,29 +518,23 @@ def _is_immutable_statefulset_change(manifest: Manifest, exc: ApiException) -> b
     )
 
 
-def _recreate(
-    api: Api, body: Manifest, manifest: Manifest, live: dict[tuple[str, str], Manifest], outcome: Outcome
-) -> None:
+def _recreate(run: Run, manifest: Manifest) -> None:
     """A StatefulSet field that cannot be updated changed: delete it; the next reconcile creates it anew."""
     name = manifest["metadata"]["name"]
-    current = live.get(("StatefulSet", name))
+    current = run.live.get(("StatefulSet", name))
     uid = current["metadata"]["uid"] if current else None
-    if api.delete("apps/v1", "StatefulSet", manifest["metadata"]["namespace"], name, uid=uid):
-        message = f"Recreating StatefulSet {name}: a field Kubernetes cannot update in place changed"
-        log.info(message)
-        metrics.CHANGES.labels(reasons.RECREATING).inc()
-        api.event(body, "Normal", reasons.RECREATING, message)
-        outcome.result = "changed"
+    if run.api.delete("apps/v1", "StatefulSet", manifest["metadata"]["namespace"], name, uid=uid):
+        run.record(
+            reasons.RECREATING, f"Recreating StatefulSet {name}: a field Kubernetes cannot update in place changed"
+        )
+        run.outcome.result = "changed"
 
 
-def _replace_pod(api: Api, body: Manifest, pod: Manifest, reason: str, why: str, outcome: Outcome) -> None:
+def _replace_pod(run: Run, pod: Manifest, reason: str, why: str) -> None:
     meta = pod["metadata"]
-    if api.delete("v1", "Pod", meta["namespace"], meta["name"], uid=meta.get("uid")):
-        message = f"Deleted pod {meta['name']}: {why}"
-        log.info(message)
-        metrics.CHANGES.labels(reason).inc()
-        api.event(body, "Normal", reason, message)
-        outcome.result = "changed"
+    if run.api.delete("v1", "Pod", meta["namespace"], meta["name"], uid=meta.get("uid")):
+        run.record(reason, f"Deleted pod {meta['name']}: {why}")
+        run.outcome.result = "changed"
 
 
 def _explain(
