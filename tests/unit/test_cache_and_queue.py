@@ -1,4 +1,4 @@
-"""The watches' cache (trimmed bodies, the overlay of the operator's own writes) and the work queue."""
+"""The watches' cache (trimmed bodies, the overlay of the operator's own writes, recent reads) and the work queue."""
 
 from __future__ import annotations
 
@@ -129,6 +129,34 @@ def test_a_newer_watch_event_overrides_the_overlay() -> None:
     overlay.record(KEY, sts("demo-worker", "7", replicas=3))
     newer = {("StatefulSet", "demo-worker"): sts("demo-worker", "9", replicas=5)}
     assert overlay.merge(KEY, newer) == newer
+
+
+def test_a_recent_read_is_read_again_only_after_its_ttl_and_expired_ones_are_forgotten() -> None:
+    recent: cache.Recent[int] = cache.Recent()
+    reads: list[str] = []
+
+    def read(key: str) -> int:
+        reads.append(key)
+        return len(reads)
+
+    assert recent.get("a", lambda: read("a"), now=0, ttl=60) == 1
+    assert recent.get("a", lambda: read("a"), now=59.9, ttl=60) == 1
+    assert recent.get("b", lambda: read("b"), now=30, ttl=60) == 2
+    assert recent.get("a", lambda: read("a"), now=60, ttl=60) == 3
+    assert reads == ["a", "b", "a"]
+    recent.get("c", lambda: read("c"), now=90, ttl=60)  # "b", read at 30, has expired: forgotten
+    assert len(recent) == 2
+
+
+def test_a_read_that_fails_is_not_kept() -> None:
+    recent: cache.Recent[int] = cache.Recent()
+
+    def fail() -> int:
+        raise OSError("unreachable")
+
+    with pytest.raises(OSError):
+        recent.get("a", fail, now=0, ttl=60)
+    assert recent.get("a", lambda: 7, now=1, ttl=60) == 7
 
 
 def test_backoff_doubles_up_to_a_minute() -> None:

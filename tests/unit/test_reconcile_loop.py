@@ -18,12 +18,12 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from support import service_signals
 
+from tfdata_operator.api.identity import MANAGER
 from tfdata_operator.controller import reconcile
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.plan import hold
 from tfdata_operator.render import builders
-from tfdata_operator.render.builders import MANAGER
 from tfdata_operator.wire.signals import ServiceSignals
 
 from cases import STALLED_SIGNALS
@@ -768,3 +768,80 @@ def test_workers_of_an_earlier_journal_less_dispatcher_pod_are_replaced_and_only
     api.objects[("Pod", "demo-worker-0")] = pods[1]
     reconcile.reconcile(api, CONFIG, {**journaled, "status": api.status}, observed)
     assert ("event", "RestartedStaleWorker") not in api.take_calls()
+
+
+# --- At scale: a settled cluster costs nothing; an unready service is read once per resync ------
+
+# As `make bench` writes them (hack/bench.py): DYNAMIC, 4 workers, a journal claim, on kwok's nodes.
+KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+BENCH = {"dispatcher": {"tolerations": [KWOK_TOLERATION]}, "workers": {"replicas": 4, "tolerations": [KWOK_TOLERATION]}}
+UNBOUND = "0/10 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"
+
+
+def kwok_pod(api: FakeApi, sts_name: str, ordinal: int, ready: bool = True, scheduled: bool = True) -> Manifest:
+    """A pod as kwok reports it: Running and Ready with a pod IP; ``ready=False``: still running, but
+    marked not ready (as the node lifecycle controller does); ``scheduled=False``: Pending, the
+    scheduler waiting for its claim."""
+    pod = pod_of(api, sts_name, ordinal)
+    if not scheduled:
+        waiting = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": UNBOUND}
+        pod["status"] = {"phase": "Pending", "conditions": [waiting]}
+        return pod
+    running = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    pod["status"] = {
+        "phase": "Running",
+        "podIP": f"10.0.0.{ordinal + (10 if 'worker' in sts_name else 1)}",
+        "conditions": [{"type": "Ready", "status": str(ready), "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "containerStatuses": [{"name": "server", "ready": ready, "restartCount": 0, "state": running}],
+    }
+    return pod
+
+
+def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_each_per_resync() -> None:
+    """The reconciles that the pods' events and the resyncs queue over three minutes: a ready
+    service sends no request; one whose dispatcher waits for its claim and one of whose workers
+    runs but is not ready lists the claim's Events and asks that worker's /readyz at most once per
+    resync, and writes its status only when it first says why."""
+    clock, asked = Clock(), []
+    readers = reconcile.Autoscaling(clock=clock, read_readiness=lambda url: asked.append(url) or "not ok: starting")
+    body = service(**BENCH)
+
+    ready = FakeApi()
+    run(ready, body)
+    settle(ready, "demo-dispatcher")
+    settle(ready, "demo-worker")
+    ready_pods = [kwok_pod(ready, "demo-dispatcher", 0)] + [kwok_pod(ready, "demo-worker", i) for i in range(4)]
+
+    unready = FakeApi()
+    run(unready, body)
+    settle(unready, "demo-dispatcher", ready=0)
+    settle(unready, "demo-worker", ready=3)
+    unready_pods = [kwok_pod(unready, "demo-dispatcher", 0, scheduled=False)]
+    unready_pods += [kwok_pod(unready, "demo-worker", i, ready=i != 3) for i in range(4)]
+    unready.object_events[("PersistentVolumeClaim", "journal-demo-dispatcher-0")] = [
+        {"type": "Warning", "reason": "ProvisioningFailed", "message": "no volume plugin matched", "lastTimestamp": "t"}
+    ]
+
+    def reconcile_both() -> None:
+        for api, pods in ((ready, ready_pods), (unready, unready_pods)):
+            observed = reconcile.Observed(api.observed().objects, pods)
+            reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
+
+    ready.take_calls(), unready.take_calls()
+    reconcile_both()  # each says what it is now: Ready, or why not
+    assert ready.take_calls() == [("status", "demo")]
+    assert unready.take_calls() == [("list-events", "PersistentVolumeClaim/journal-demo-dispatcher-0"),
+                                    ("status", "demo")]  # fmt: skip
+    assert condition(unready, "DispatcherReady")["reason"] == "ProvisioningFailed"
+    assert condition(unready, "WorkersReady")["reason"] == "ServerNotReady" and asked == [
+        "http://10.0.0.13:8080/readyz"
+    ]
+
+    window = 3 * CONFIG.resync_seconds
+    for _ in range(int(window / 2)):  # a reconcile every 2 s, as a busy cluster's events queue them
+        clock.now += 2
+        reconcile_both()
+    assert ready.take_calls() == []
+    resyncs = int(window // CONFIG.resync_seconds)
+    assert unready.take_calls() == [("list-events", "PersistentVolumeClaim/journal-demo-dispatcher-0")] * resyncs
+    assert len(asked) == 1 + resyncs, asked

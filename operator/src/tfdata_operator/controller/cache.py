@@ -1,19 +1,22 @@
-"""What the operator knows of the cluster without asking: the watches' cache, plus its own writes.
+"""What the operator knows of the cluster without asking: the watches' cache, plus its own writes
+and its last few reads.
 
 kopf's indexes (one per kind in ``children.OBSERVED``, and one of TFDataServices) hold a
 trimmed body of every object the operator manages, keyed by (namespace, instance), so
 observing a service costs no request. A write's response is newer than what the watch has
 delivered so far: ``Overlay`` keeps it until the watch catches up, so the next reconcile
-does not redo the write it just made.
+does not redo the write it just made. What is read without a watch (the Events that say why
+a child is not ready, a server's ``/readyz``) ``Recent`` keeps for a while, so the reconciles
+that every event of a busy service queues do not read it again each time.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from tfdata_operator.api.identity import INSTANCE_LABEL
 
@@ -152,3 +155,33 @@ class Overlay:
 
 def by_key(bodies: Iterable[Mapping[str, Any]]) -> dict[ObjectKey, Manifest]:
     return {(b["kind"], b["metadata"]["name"]): dict(b) for b in bodies}
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class Recent(Generic[T]):
+    """Answers of reads the watches do not cover, each kept for ``ttl`` seconds (the caller's resync):
+    a key is read at most once per ``ttl``, however many reconciles ask for it meanwhile."""
+
+    _items: dict[Hashable, tuple[float, T]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, key: Hashable, read: Callable[[], T], now: float, ttl: float) -> T:
+        """The answer read for ``key`` less than ``ttl`` seconds before ``now``, else ``read()``'s (kept)."""
+        with self._lock:
+            kept = self._items.get(key)
+        if kept is not None and now - kept[0] < ttl:
+            return kept[1]
+        value = read()  # outside the lock: reads of other keys go on meanwhile
+        with self._lock:
+            # Forget what expired, so keys of objects that are gone do not pile up.
+            for old in [k for k, (when, _) in self._items.items() if now - when >= ttl]:
+                del self._items[old]
+            self._items[key] = (now, value)
+        return value
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)

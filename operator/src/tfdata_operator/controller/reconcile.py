@@ -31,7 +31,7 @@ from tfdata_operator.api.identity import API_VERSION, KIND, MANAGER
 from tfdata_operator.autoscaling import policy as autoscaler
 from tfdata_operator.autoscaling import readings as signalsource
 from tfdata_operator.autoscaling import status as autoscalestatus
-from tfdata_operator.controller import faults, metrics, probes
+from tfdata_operator.controller import cache, faults, metrics, probes
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.kube import describe_api_error
 from tfdata_operator.plan import desired as plan
@@ -66,13 +66,17 @@ class Api(Protocol):
 @dataclass
 class Autoscaling:
     """What the TFData autoscaler keeps between reconciles, and how the operator reads a dispatcher's
-    signals (for the autoscaler and the hold decision alike; a fake in tests)."""
+    signals (for the autoscaler and the hold decision alike; a fake in tests); and the diagnosis's
+    last reads of what the watches do not cover, each kept for a resync (``_explain``)."""
 
     windows: signalsource.Windows = field(default_factory=signalsource.Windows)
     fetch: Callable[[str], ServiceSignals | str] = probes.fetch
     # What a running but unready server says on its /readyz (for the status's explanation).
     read_readiness: Callable[[str], str | None] = probes.read_readiness
     clock: Callable[[], float] = time.time
+    # The Events about an object, by (namespace, kind, name); each /readyz answer, by URL.
+    events: cache.Recent[list[Manifest]] = field(default_factory=cache.Recent)
+    readiness: cache.Recent[str | None] = field(default_factory=cache.Recent)
 
 
 @dataclass(frozen=True)
@@ -325,10 +329,15 @@ def report_status(run: Run) -> bool:
         dispatcher=dispatcher_sts,
         workers=workers_sts,
         dispatcher_problem=_explain(
-            run.api, dispatcher_sts, children.pods_of(builders.DISPATCHER), svc.dispatcher.health_port, autoscaling
+            run.api,
+            run.config,
+            dispatcher_sts,
+            children.pods_of(builders.DISPATCHER),
+            svc.dispatcher.health_port,
+            autoscaling,
         ),
         workers_problem=_explain(
-            run.api, workers_sts, children.pods_of(builders.WORKER), svc.workers.health_port, autoscaling
+            run.api, run.config, workers_sts, children.pods_of(builders.WORKER), svc.workers.health_port, autoscaling
         ),
     )
     new_status = status.compute_status(
@@ -539,6 +548,7 @@ def _replace_pod(run: Run, pod: Manifest, reason: str, why: str) -> None:
 
 def _explain(
     api: Api,
+    config: OperatorConfig,
     sts: Manifest | None,
     pods: list[Manifest],
     health_port: int,
@@ -546,14 +556,29 @@ def _explain(
 ) -> Finding | None:
     """Why a StatefulSet does not serve (``diagnose.py``): nothing is read for one that is settled,
     Events only for pods it could not create or claims that are not bound, and one server's
-    ``/readyz`` only when its pod runs but is not ready and nothing else explains it."""
+    ``/readyz`` only when its pod runs but is not ready and nothing else explains it.
+
+    Each of these reads is kept for a resync (``readers``): every event of an unready service's
+    pods queues a reconcile, and each would otherwise read again what it read a moment ago. So an
+    unready StatefulSet costs at most one read of each per resync, and the status written from
+    them changes only when their answer does."""
     if sts is None or scaling.statefulset_settled(sts):
         return None
     namespace, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
-    events = api.list_events(namespace, "StatefulSet", name) if needs_events(sts, pods) else []
-    claims = {c: api.list_events(namespace, "PersistentVolumeClaim", c) for c in claims_to_read(sts, pods)}
-    found = explain(sts, pods, events, claims)
+    ttl, now = config.resync_seconds, readers.clock() if readers is not None else 0.0
+
+    def events(kind: str, involved: str) -> list[Manifest]:
+        if readers is None:
+            return api.list_events(namespace, kind, involved)
+        return readers.events.get(
+            (namespace, kind, involved), lambda: api.list_events(namespace, kind, involved), now, ttl
+        )
+
+    sts_events = events("StatefulSet", name) if needs_events(sts, pods) else []
+    claims = {c: events("PersistentVolumeClaim", c) for c in claims_to_read(sts, pods)}
+    found = explain(sts, pods, sts_events, claims)
     if found is None and readers is not None and (pod := unready_server(sts, pods)) is not None:
-        detail = readers.read_readiness(f"http://{pod['status']['podIP']}:{health_port}/readyz")
+        url = f"http://{pod['status']['podIP']}:{health_port}/readyz"
+        detail = readers.readiness.get(url, lambda: readers.read_readiness(url), now, ttl)
         found = from_readiness(pod, detail) if detail else None
     return found
