@@ -8,6 +8,7 @@ from typing import Any
 
 from tfdata_operator import cli
 from tfdata_operator.api import spec
+from tfdata_operator.api.identity import API_VERSION, KIND
 from tfdata_operator.render.builders import BuildSettings
 from tfdata_operator.wire.signals import ServiceSignals
 
@@ -38,8 +39,8 @@ STALLED_SIGNALS = ServiceSignals(
 def body(name: str = "demo", namespace: str = "ml", generation: int = 1, **spec_fields: Any) -> dict[str, Any]:
     """A TFDataService as the API server hands it to the operator."""
     return {
-        "apiVersion": "tfdata.dev/v1alpha1",
-        "kind": "TFDataService",
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": name, "namespace": namespace, "uid": "uid-1", "generation": generation},
         "spec": spec_fields,
     }

@@ -17,6 +17,8 @@ from tfdata_operator.client import fingerprint as fp
 from tfdata_operator.client.stall import StallMeter
 from tfdata_operator.wire import discovery, signals
 
+from fixtures.fakes import Clock
+
 
 def settings(policy: str, name: str = "imagenet") -> discovery.ClientSettings:
     return discovery.ClientSettings(address="grpc://d:5050", sharding_policy=policy, processing_mode=policy,
@@ -91,22 +93,14 @@ def test_the_differing_transformation_is_named() -> None:
     )
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def slow_source(clock: FakeClock, waits: list[float]) -> Iterator[int]:
+def slow_source(clock: Clock, waits: list[float]) -> Iterator[int]:
     for i, wait in enumerate(waits):
         clock.now += wait
         yield i
 
 
 def test_stall_fraction_is_the_share_of_wall_time_spent_waiting() -> None:
-    clock = FakeClock()
+    clock = Clock(100.0)
     sent: list[signals.ClientReport] = []
     meter = StallMeter(slow_source(clock, [0.5, 0.5]), "http://x/", "train", interval=3600,
                        send=lambda url, r: sent.append(r), clock=clock)  # fmt: skip

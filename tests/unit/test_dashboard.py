@@ -26,6 +26,8 @@ from tfdata_operator.server.metrics import CpuMeter, ServerCollector
 from tfdata_operator.wire import signals
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig
 
+from fixtures.fakes import Clock
+
 DASHBOARD = Path(__file__).resolve().parents[2] / "charts" / "tfdata-operator" / "dashboards" / "tfdata-operator.json"
 # Suffixes Prometheus adds to a family's name in its samples.
 _SAMPLES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_count", "_sum", "_created")}
@@ -38,14 +40,6 @@ def sample_names(families: Iterable[Metric]) -> set[str]:
         # A labelled counter with no child yet has no sample; its name is still served once it counts.
         names |= {family.name + suffix for suffix in _SAMPLES.get(family.type, ("",))}
     return names
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def running(stats: dict[str, float], clock: Clock) -> health.ProbeState:
@@ -64,7 +58,7 @@ def sampled_cpu(clock: Clock) -> CpuMeter:
 
 def served() -> set[str]:
     """Every series name the operator, a dispatcher and a worker serve."""
-    clock = Clock()
+    clock = Clock(100.0)
     worker = ServerCollector("worker", running({"tasks": 1}, clock), sampled_cpu(clock))
     readings = {"w0:8080": WorkerReading("w0:8080", tasks=1, cpu_utilization=0.5),
                 "w1:8080": WorkerReading("w1:8080", error="refused")}  # fmt: skip

@@ -21,15 +21,9 @@ from tfdata_operator.controller import election
 from tfdata_operator.controller.config import ElectionConfig, ElectionError, Timing
 from tfdata_operator.controller.election import Elector, NotLeading
 
+from fixtures.fakes import Clock
+
 TIMING = Timing(lease_duration=10, renew_deadline=7, retry_period=2)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class MemoryLease:

@@ -1,6 +1,6 @@
 """The reconcile loop against an in-memory API door: which requests each path costs.
 
-``FakeApi`` keeps objects the way the API server would for what the loop reads back
+``FakeApi`` (tests/fixtures/fakes.py) keeps objects the way the API server would for what the loop reads back
 (server-side apply merges, uids, resourceVersions, managedFields), and records every call.
 The budgets pinned here are the operator-at-scale goals: an idle reconcile of a warm cache
 costs nothing; a create costs one dry run and one apply per child, one Event and one status
@@ -10,7 +10,6 @@ write; refusals write only the status and one Warning.
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 from typing import Any
 
@@ -18,7 +17,6 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from support import service_signals
 
-from tfdata_operator.api.identity import MANAGER
 from tfdata_operator.controller import reconcile
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.plan import desired as plan
@@ -27,102 +25,10 @@ from tfdata_operator.render import builders
 from tfdata_operator.wire.signals import ServiceSignals
 
 from cases import STALLED_SIGNALS
+from fixtures.fakes import Clock, FakeApi, service
 
 CONFIG = OperatorConfig(server_image="tfdata-server:test")
-UID = "uid-1"
 Manifest = dict[str, Any]
-
-
-def service(**spec: Any) -> Manifest:
-    return {
-        "apiVersion": "tfdata.dev/v1alpha1",
-        "kind": "TFDataService",
-        "metadata": {
-            "name": "demo",
-            "namespace": "ml",
-            "uid": UID,
-            "generation": 1,
-            "resourceVersion": "1",
-        },
-        "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 2}, **spec},
-    }
-
-
-def merge(base: Any, patch: Any) -> Any:
-    if isinstance(base, dict) and isinstance(patch, dict):
-        return {**base, **{k: merge(base.get(k), v) for k, v in patch.items()}}
-    return copy.deepcopy(patch)
-
-
-class FakeApi:
-    """The writes of ``reconcile.Api``, kept in memory and counted."""
-
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str], Manifest] = {}
-        self.calls: list[tuple[str, str]] = []
-        self.events: list[tuple[str, str, str]] = []
-        self.refuse: dict[tuple[str, str], ApiException] = {}
-        self.status: Manifest | None = None
-        self._versions = itertools.count(100)
-        # The Events the API server holds about each (kind, name).
-        self.object_events: dict[tuple[str, str], list[Manifest]] = {}
-
-    def apply(self, manifest: Manifest, dry_run: bool = False) -> Manifest:
-        key = plan.key(manifest)
-        self.calls.append(("dry-run" if dry_run else "apply", f"{key[0]}/{key[1]}"))
-        if key in self.refuse:
-            raise self.refuse[key]
-        before = self.objects.get(key)
-        result = merge(before or {}, manifest)
-        meta = result["metadata"]
-        meta.setdefault("uid", f"uid-{key[0]}-{key[1]}")
-        managers = {e["manager"] for e in meta.get("managedFields", [])} | {MANAGER}
-        meta["managedFields"] = [{"manager": m, "operation": "Apply"} for m in sorted(managers)]
-        if not dry_run:
-            if before is None or plan.needs_apply(manifest, before):
-                meta["resourceVersion"] = str(next(self._versions))
-            self.objects[key] = result
-        return copy.deepcopy(result)
-
-    def find(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
-        self.calls.append(("find", f"{kind}/{name}"))
-        return copy.deepcopy(self.objects.get((kind, name)))
-
-    def delete(
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str,
-        name: str,
-        uid: str | None = None,
-    ) -> bool:
-        self.calls.append(("delete", f"{kind}/{name}"))
-        return self.objects.pop((kind, name), None) is not None
-
-    def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: Manifest) -> Manifest:
-        self.calls.append(("status", name))
-        # A merge patch: None removes a field.
-        self.status = {k: v for k, v in {**(self.status or {}), **status}.items() if v is not None}
-        return {**service(), "status": self.status}
-
-    def scale(self, namespace: str, name: str, replicas: int) -> Manifest:
-        self.calls.append(("scale", f"{name}={replicas}"))
-        return {"kind": "Scale", "metadata": {"name": name, "resourceVersion": str(next(self._versions))}}
-
-    def list_events(self, namespace: str, kind: str, name: str) -> list[Manifest]:
-        self.calls.append(("list-events", f"{kind}/{name}"))
-        return copy.deepcopy(self.object_events.get((kind, name), []))
-
-    def event(self, owner: Any, event_type: str, reason: str, message: str) -> None:
-        self.calls.append(("event", reason))
-        self.events.append((event_type, reason, message))
-
-    def observed(self) -> reconcile.Observed:
-        return reconcile.Observed({k: copy.deepcopy(v) for k, v in self.objects.items()})
-
-    def take_calls(self) -> list[tuple[str, str]]:
-        calls, self.calls = self.calls, []
-        return calls
 
 
 def run(api: FakeApi, body: Manifest) -> reconcile.Outcome:
@@ -440,14 +346,6 @@ def test_a_running_but_unready_dispatcher_is_asked_why_and_a_ready_one_is_not() 
 
 def autoscaled(replicas: int = 1) -> Manifest:
     return service(workers={"replicas": replicas}, autoscaling={"minReplicas": 1, "maxReplicas": 4})
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_the_tfdata_autoscaler_adds_workers_while_trainers_stall_on_saturated_workers() -> None:

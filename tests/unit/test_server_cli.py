@@ -23,6 +23,8 @@ from tfdata_operator.server import LOGGER_NAME, health, main
 from tfdata_operator.wire import serverconfig
 from tfdata_operator.wire.serverconfig import WorkerServerConfig
 
+from fixtures.fakes import Clock
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -124,16 +126,8 @@ def test_the_supervisor_never_imports_tensorflow(tmp_path: Path) -> None:
 # --- the probes ----------------------------------------------------------------------------------
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_probe_state_through_a_servers_life() -> None:
-    clock = FakeClock()
+    clock = Clock(100.0)
     state = health.ProbeState("worker starting", clock=clock)
     assert state.liveness() == (True, "starting: worker starting")
     assert state.readiness() == (False, "starting: worker starting")

@@ -12,13 +12,7 @@ from tfdata_operator.server.aggregate import Aggregator, ClientTable, JournalCli
 from tfdata_operator.wire import signals
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from fixtures.fakes import Clock
 
 
 def report(client_id: str, stall: float = 0.2, done: bool = False) -> bytes:
@@ -26,7 +20,7 @@ def report(client_id: str, stall: float = 0.2, done: bool = False) -> bytes:
 
 
 def test_client_table_forgets_on_done_and_on_silence_and_is_bounded() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     table = ClientTable(timeout_seconds=15, max_clients=2, clock=clock)
     assert table.receive(report("a")).status == 204
     assert table.receive(report("b")).status == 204
@@ -95,7 +89,7 @@ def test_journal_counts_clients_attached_and_reads_only_what_was_appended(tmp_pa
 def aggregator(
     workers: dict[str, WorkerReading], registered: float | None = None, **config: object
 ) -> tuple[Aggregator, Clock]:
-    clock = Clock()
+    clock = Clock(100.0)
     base = {"port": 5050, "health_port": 8080, "worker_health_port": 8080, **config}
     agg = Aggregator(
         DispatcherServerConfig(**base),  # type: ignore[arg-type]
@@ -155,7 +149,7 @@ def test_without_a_worker_health_port_the_answer_is_unknown() -> None:
 
 
 def test_cpu_utilization_is_used_over_given_over_the_window() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     cpu = {"child": 0.0}
     meter = metrics.CpuMeter((0.5, "config"), clock=clock, read_child=lambda _: cpu["child"], read_own=lambda: 1.0)
     meter.attach(42)
