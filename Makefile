@@ -7,6 +7,8 @@ VENV ?= $(ROOT)/.venv
 PY := $(VENV)/bin/python
 PYTEST := $(VENV)/bin/pytest
 PYTHON_BOOTSTRAP ?= python3
+# The Python code: the operator, its tests, the dev cluster, the benchmarks, generators and checks.
+PYTHON_DIRS := operator tests devcluster benchmarks hack
 # The kind cluster `make test-e2e-kind` creates and deletes (not `make kind-up`'s "tfdata").
 KIND_TEST_CLUSTER ?= tfdata-test
 KIND_WITH_INTEGRATION ?= 1
@@ -24,7 +26,7 @@ help: ## Show this help.
 
 .PHONY: demo
 demo: venv ## From a fresh clone: dev cluster + node, CRD, operator, a TFDataService, and a real tf.data client reading through it.
-	$(PY) hack/demo.py
+	$(PY) -m devcluster.demo
 
 ##@ Development
 
@@ -46,17 +48,17 @@ venv: $(VENV)/.installed ## Create .venv with the operator, the server program (
 
 .PHONY: binaries
 binaries: ## Provide pinned etcd, kube-apiserver, controller-manager, scheduler, kubectl, helm (cached outside the repo).
-	@hack/k8s-binaries.sh >/dev/null
+	@devcluster/k8s-binaries.sh >/dev/null
 
 .PHONY: fmt
 fmt: venv ## Format the Python code.
-	$(VENV)/bin/ruff format operator tests hack
-	$(VENV)/bin/ruff check --fix operator tests hack
+	$(VENV)/bin/ruff format $(PYTHON_DIRS)
+	$(VENV)/bin/ruff check --fix $(PYTHON_DIRS)
 
 .PHONY: lint
 lint: venv helm-lint ## Lint: ruff (lint and format check), mypy, the package's layers (import-linter: operator/.importlinter), the Helm chart, and a `Golden: <reason>` line in each commit that changes tests/unit/golden/.
-	$(VENV)/bin/ruff check --config operator/pyproject.toml operator tests hack
-	$(VENV)/bin/ruff format --config operator/pyproject.toml --check operator tests hack
+	$(VENV)/bin/ruff check --config operator/pyproject.toml $(PYTHON_DIRS)
+	$(VENV)/bin/ruff format --config operator/pyproject.toml --check $(PYTHON_DIRS)
 	cd operator && $(VENV)/bin/mypy src/tfdata_operator
 	cd operator && $(VENV)/bin/lint-imports --no-cache
 	$(PY) hack/check-golden-commits.py
@@ -82,24 +84,24 @@ api-docs: venv ## Rewrite docs/api.md, the API reference, from crds/ (tests/unit
 
 .PHONY: dev-cluster
 dev-cluster: venv ## Start a local control plane on 127.0.0.1 with a node that runs pods as processes (kubeconfig: .local/kubeconfig).
-	$(PY) hack/devcluster.py up --node
+	$(PY) -m devcluster up --node
 
 # Fake nodes for `make dev-cluster-kwok` (the operator-at-scale benchmark, for one).
 KWOK_NODES ?= 1
 
 .PHONY: dev-cluster-kwok
 dev-cluster-kwok: venv ## Start the local control plane with KWOK_NODES (default 1) kwok nodes: pods that tolerate their taint turn Ready, nothing runs.
-	$(PY) hack/devcluster.py up --kwok-nodes $(KWOK_NODES)
+	$(PY) -m devcluster up --kwok-nodes $(KWOK_NODES)
 
 .PHONY: dev-cluster-down
 dev-cluster-down: ## Stop the local control plane and its node; delete their state (logs stay in .local/logs).
-	$(PY) hack/devcluster.py down
+	$(PY) -m devcluster down
 
 ##@ Helm chart
 
 CHART := charts/tfdata-operator
 # Resolved when a chart target runs; `binaries` builds them first if needed.
-HELM = $(shell hack/k8s-binaries.sh --print)/helm
+HELM = $(shell devcluster/k8s-binaries.sh --print)/helm
 
 .PHONY: sync-crds
 sync-crds: ## Copy crds/ (the source of truth) into the chart; tests/integration/test_chart.py fails on drift.
@@ -117,25 +119,25 @@ helm-lint: binaries ## Lint the chart strictly (default and non-default values);
 
 .PHONY: images
 images: ## Build the tfdata-operator and tfdata-server images (starts Docker if none answers; a cold build downloads TensorFlow).
-	hack/images.sh
+	images/images.sh
 
 .PHONY: docker-down
 docker-down: ## Stop the dockerd that `make images` started (its images and caches stay in ~/.cache/tfdata-operator/docker).
-	hack/docker-daemon.sh down
+	images/docker-daemon.sh down
 
 ##@ kind (a real kubelet and container runtime)
 
 .PHONY: kind-image
 kind-image: ## kind node image for Kubernetes v1.34.4: the published one where it can be pulled, else built here from source (cache: ~/.cache/tfdata-operator/kind).
-	@hack/kind/node-image.sh >/dev/null
+	@kind/node-image.sh >/dev/null
 
 .PHONY: kind-up
 kind-up: images ## One-node kind cluster, our images loaded, CRD + operator installed by the chart (kubeconfig: .local/kind-kubeconfig).
-	hack/kind/cluster.sh up
+	kind/cluster.sh up
 
 .PHONY: kind-down
 kind-down: ## Delete the kind cluster and its kubeconfig.
-	hack/kind/cluster.sh down
+	kind/cluster.sh down
 
 .PHONY: test-kind
 test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, journal claim bound and surviving a dispatcher deletion, NetworkPolicy enforced, held rescale, suspend, a trainer pod, CPU and TFData autoscaling.
@@ -144,8 +146,8 @@ test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, j
 .PHONY: test-e2e-kind
 test-e2e-kind: images venv ## On a kind cluster of its own (tfdata-test; `make kind-up`'s stays): the kind tests, then the integration suite through TFDATA_TEST_KUBECONFIG (KIND_WITH_INTEGRATION=0 skips it); deletes it (logs in .local/kind-test-logs on failure).
 	@set -e; export TFDATA_KIND_CLUSTER=$(KIND_TEST_CLUSTER); kc=$(ROOT)/.local/kind-$(KIND_TEST_CLUSTER)-kubeconfig; \
-	  trap 'rc=$$?; [ $$rc -eq 0 ] || hack/kind/cluster.sh logs $(ROOT)/.local/kind-test-logs || true; hack/kind/cluster.sh down' EXIT; \
-	  hack/kind/cluster.sh up; \
+	  trap 'rc=$$?; [ $$rc -eq 0 ] || kind/cluster.sh logs $(ROOT)/.local/kind-test-logs || true; kind/cluster.sh down' EXIT; \
+	  kind/cluster.sh up; \
 	  TFDATA_TEST_KUBECONFIG=$$kc $(PYTEST) -q -m kind tests/kind; \
 	  if [ "$(KIND_WITH_INTEGRATION)" != 0 ]; then \
 	    $(HELM) uninstall tfdata-operator -n tfdata-system --kubeconfig $$kc --wait; \
@@ -216,10 +218,10 @@ mutation: venv ## Mutants of the pure modules (spec builders scaling status serv
 
 .PHONY: bench
 bench: venv binaries ## Benchmarks (figures, not tests; ~25 min): the operator at 200 and 1,000 services whose pods turn Ready on kwok nodes, beside the API server's ceiling (throughput, latency, RSS, idle requests by verb), then on a cluster with its node: apply -> Ready, idle static rescales, client throughput vs servers started by hand (JSON: .local/bench/last.json, node-last.json).
-	PYTHONPATH=$(ROOT)/hack $(PY) hack/bench.py $(BENCH_ARGS)
-	PYTHONPATH=$(ROOT)/hack $(PY) hack/bench_node.py $(BENCH_NODE_ARGS)
+	PYTHONPATH=$(ROOT) $(PY) benchmarks/bench.py $(BENCH_ARGS)
+	PYTHONPATH=$(ROOT) $(PY) benchmarks/bench_node.py $(BENCH_NODE_ARGS)
 
 .PHONY: bench-autoscaling
 bench-autoscaling: images venv ## Benchmark (figures, not a test; ~20 min): one reading workload under TFData, CPU (HPA + metrics-server) and TFData with scaleDown Always on `make kind-up`'s cluster (created if missing): time to the needed workers, throughput, worker-seconds, elements lost (JSON: .local/bench/autoscaling-last.json).
-	hack/kind/cluster.sh up
-	PYTHONPATH=$(ROOT)/hack $(PY) hack/bench_autoscaling.py --kubectl "$$(hack/k8s-binaries.sh | tail -n 1)/kubectl" $(BENCH_AUTOSCALING_ARGS)
+	kind/cluster.sh up
+	PYTHONPATH=$(ROOT) $(PY) benchmarks/bench_autoscaling.py --kubectl "$$(devcluster/k8s-binaries.sh | tail -n 1)/kubectl" $(BENCH_AUTOSCALING_ARGS)

@@ -15,7 +15,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 IGNORED = ROOT / "hack" / "kube-score-ignored.yaml"
-# The Kubernetes version the project builds and tests against (hack/k8s-binaries.sh).
+# The Kubernetes version the project builds and tests against (devcluster/k8s-binaries.sh).
 KUBERNETES_VERSION = "v1.34"
 
 

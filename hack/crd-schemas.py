@@ -290,7 +290,7 @@ def kubectl(*args: str) -> str:
 
 def _bin_dir() -> str:
     return subprocess.run(
-        [str(ROOT / "hack" / "k8s-binaries.sh"), "--print"],
+        [str(ROOT / "devcluster" / "k8s-binaries.sh"), "--print"],
         check=True,
         capture_output=True,
         text=True,

@@ -40,7 +40,7 @@ EQUIVALENT = ROOT / "hack" / "mutation-equivalent.txt"
 # which every run starts afresh.
 RESULT = ROOT / ".local" / "mutation.json"
 # What the unit tests read besides themselves (cases.ROOT is the workspace's copy, `mutants/`).
-LINKED = ("tests", "crds", "examples", "hack", "charts", "pytest.ini", "Makefile", ".github", ".ci")
+LINKED = ("tests", "crds", "examples", "devcluster", "hack", "charts", "pytest.ini", "Makefile", ".github", ".ci")
 
 
 def read_equivalent() -> dict[str, str]:

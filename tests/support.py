@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from tfdata_operator.wire.signals import ServiceSignals
 
-import devcluster  # hack/ is on pytest.ini's pythonpath
+import devcluster
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """Fixtures for end-to-end tests: dispatcher and worker pods that really run `tfdata-server`
 with TensorFlow, and real tf.data clients.
 
-By default the session starts its own cluster WITH the dev node (hack/nodeagent.py) in
+By default the session starts its own cluster WITH the dev node (devcluster.node) in
 `.local/e2e-cluster-<pid>` and stops it at the end (the state dir, with the components' and
 pods' logs, is kept when a test failed). To use an existing cluster instead, name its
 kubeconfig, as for tests/integration:
@@ -10,7 +10,7 @@ kubeconfig, as for tests/integration:
 
 Clients run in a network namespace of the dev node (`nodeagent.client_netns`), which resolves
 the cluster's Service and pod names. That works for a cluster started with
-`hack/devcluster.py up --node` (`make dev-cluster`): its state dir is the kubeconfig's
+`python -m devcluster up --node` (`make dev-cluster`): its state dir is the kubeconfig's
 directory. On any other cluster (kind, ...) the pods' network is not reachable from here, and
 the tests fail saying so. The shared fixtures (`cluster`, `kubectl`,
 `namespace`, `operator`) come from tests/fixtures.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-import devcluster  # hack/ is on pytest.ini's pythonpath
+import devcluster
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +33,6 @@ def node_state_dir(cluster: devcluster.Cluster) -> Path:
     if not network.exists():
         pytest.fail(
             f"the e2e tests need the dev node's network, and {network} does not exist: run them on a cluster "
-            "from `hack/devcluster.py up --node` (the default, without TFDATA_TEST_KUBECONFIG)"
+            "from `python -m devcluster up --node` (the default, without TFDATA_TEST_KUBECONFIG)"
         )
     return state_dir

@@ -8,9 +8,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import nodeagent
 import pytest
 from support import Kubectl, OperatorProcess
+
+from devcluster import node as nodeagent
 
 READ_EVERYTHING = """
 import json, sys

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import nodeagent
 import pytest
 import yaml
 from support import ROOT, Kubectl, OperatorProcess, wait_for
 
 from tfdata_operator.render import builders
+
+from devcluster import node as nodeagent
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 FILES, RECORDS = 6, 40

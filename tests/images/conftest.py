@@ -1,6 +1,6 @@
 """Fixtures for the image tests: the images `make images` built, run with the real Docker.
 
-The tests use the daemon and the docker CLI that hack/docker-daemon.sh finds (it starts
+The tests use the daemon and the docker CLI that images/docker-daemon.sh finds (it starts
 nothing here: `make test-images` builds the images first, which starts the daemon when
 needed). Tests fail, rather than skip, when the daemon or an image is missing.
 
@@ -22,14 +22,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def version() -> str:
-    """The images' tag: the package version, as hack/images.sh tags them."""
+    """The images' tag: the package version, as images/images.sh tags them."""
     return read_version(REPO / "operator" / "pyproject.toml")
 
 
 @pytest.fixture(scope="session")
 def docker() -> Iterator[Docker]:
     found = subprocess.run(
-        [str(REPO / "hack" / "docker-daemon.sh"), "env"], capture_output=True, text=True, timeout=60, check=False
+        [str(REPO / "images" / "docker-daemon.sh"), "env"], capture_output=True, text=True, timeout=60, check=False
     )
     if found.returncode != 0:
         pytest.fail(f"no Docker daemon answers; `make images` starts one and builds the images.\n{found.stderr}")

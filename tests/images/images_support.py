@@ -29,7 +29,7 @@ class DockerError(AssertionError):
 
 @dataclass
 class Docker:
-    """One docker CLI (the one hack/docker-daemon.sh chose) and what this session created."""
+    """One docker CLI (the one images/docker-daemon.sh chose) and what this session created."""
 
     binary: str
     env: dict[str, str]
@@ -120,7 +120,7 @@ def http_status(url: str, timeout: float = 2) -> int | None:
 
 
 def parse_env_lines(text: str) -> dict[str, str]:
-    """`export NAME=value` lines (as hack/docker-daemon.sh prints them) as a dict."""
+    """`export NAME=value` lines (as images/docker-daemon.sh prints them) as a dict."""
     found: dict[str, str] = {}
     for line in text.splitlines():
         words = shlex.split(line)
@@ -131,7 +131,7 @@ def parse_env_lines(text: str) -> dict[str, str]:
 
 
 def read_version(pyproject: Path) -> str:
-    """The package version, read the way hack/images.sh reads it to tag the images."""
+    """The package version, read the way images/images.sh reads it to tag the images."""
     found = re.search(r'^version = "([^"]+)"$', pyproject.read_text(), re.MULTILINE)
     assert found, f"no version in {pyproject}"
     return found.group(1)

@@ -1,6 +1,6 @@
 """The operator image runs the operator against a real control plane, and holds no TensorFlow.
 
-The control plane is hack/devcluster.py's (etcd, kube-apiserver, kube-controller-manager,
+The control plane is the dev cluster's (devcluster: etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler on 127.0.0.1), in its own state dir under .local/; the operator container
 shares the host's network to reach it and reads a mounted kubeconfig, as uid 65532 on a
 read-only root filesystem with a tmpfs at /tmp and no capabilities.

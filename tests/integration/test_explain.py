@@ -5,7 +5,7 @@ missing PriorityClass (the StatefulSet controller's FailedCreate), the scheduler
 for a nodeSelector, the volume controller cannot provision a claim of a StorageClass that does
 not exist. The cluster has no kubelet: the two kubelet states, ImagePullBackOff and
 CrashLoopBackOff, are written by kwok (the simulated kubelet of the cluster's one node) following
-the project's Stages `pod-image-pull-backoff` and `pod-crash-loop-backoff` in hack/kwok/stages.yaml,
+the project's Stages `pod-image-pull-backoff` and `pod-crash-loop-backoff` in devcluster/kwok/stages.yaml,
 for pods carrying their label. That the real kubelet writes the same reasons is what the kind
 tier (real kubelets) would show; it is not run here.
 """
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from support import Kubectl, OperatorProcess, wait_for
 
-import devcluster  # hack/ is on pytest.ini's pythonpath
+import devcluster
 
 KWOK = json.dumps(devcluster.KWOK_TOLERATION)
 # The dispatcher of the cases about workers runs (on kwok's node), so that Ready names the workers' problem.

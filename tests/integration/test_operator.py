@@ -21,7 +21,7 @@ from support import Kubectl, OperatorProcess, holds_for, kubelet_nodes, on_kwok_
 from tfdata_operator.controller import faults
 from tfdata_operator.plan import children
 
-import devcluster  # hack/ is on pytest.ini's pythonpath
+import devcluster
 from cases import BAD_SPECS, EXAMPLES, REQUESTS_ABOVE_LIMITS, BadSpec, expected_children, manifest
 
 # Longer than one resync (OperatorProcess sets TFDATA_RESYNC_SECONDS=5): a state that must hold

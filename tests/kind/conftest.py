@@ -1,4 +1,4 @@
-"""Fixtures for the tests that need a real kind cluster (hack/kind/cluster.sh up).
+"""Fixtures for the tests that need a real kind cluster (kind/cluster.sh up).
 
 They run against the cluster named by $TFDATA_TEST_KUBECONFIG, with the operator already
 installed there by its Helm chart and the server image loaded into the node:

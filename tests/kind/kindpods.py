@@ -10,7 +10,7 @@ from support import Kubectl, wait_for
 
 from tfdata_operator import __version__
 
-SERVER_IMAGE = f"tfdata-server:{__version__}"  # hack/kind/cluster.sh loads it
+SERVER_IMAGE = f"tfdata-server:{__version__}"  # kind/cluster.sh loads it
 READY_TIMEOUT = 300
 
 

@@ -1,4 +1,4 @@
-"""Fixtures for the dev cluster's node (hack/nodeagent.py) tested on its own.
+"""Fixtures for the dev cluster's node (devcluster.node) tested on its own.
 
 The session starts a fresh control plane with the node in `.local/nodeagent-<pid>` (its row in
 tests/fixtures/tiers.py) and stops it after the tier's last test, failing if `down` left
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import devcluster  # hack/ is on pytest.ini's pythonpath
+import devcluster
 
 
 @pytest.fixture(scope="module")

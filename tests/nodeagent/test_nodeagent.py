@@ -14,11 +14,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import nodeagent
 import pytest
 from support import ROOT, Kubectl, wait_for
 
 import devcluster
+from devcluster import node as nodeagent
 
 # An HTTP server on 8080 that prints its arguments and, on SIGTERM, writes $MARKER and exits.
 SERVER = """

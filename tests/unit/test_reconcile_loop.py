@@ -670,7 +670,7 @@ def test_workers_of_an_earlier_journal_less_dispatcher_pod_are_replaced_and_only
 
 # --- At scale: a settled cluster costs nothing; an unready service is read once per resync ------
 
-# As `make bench` writes them (hack/bench.py): DYNAMIC, 4 workers, a journal claim, on kwok's nodes.
+# As `make bench` writes them (benchmarks/bench.py): DYNAMIC, 4 workers, a journal claim, on kwok's nodes.
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 BENCH = {"dispatcher": {"tolerations": [KWOK_TOLERATION]}, "workers": {"replicas": 4, "tolerations": [KWOK_TOLERATION]}}
 UNBOUND = "0/10 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"

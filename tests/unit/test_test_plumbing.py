@@ -101,7 +101,7 @@ def tiny(tmp_path: Path) -> Path:
 
 def run_with_plugin(plugin: str, project: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """pytest on a project of its own with one plugin of the fixtures layer, as tests/conftest.py loads it."""
-    pythonpath = os.pathsep.join([str(TESTS), str(ROOT / "hack"), os.environ.get("PYTHONPATH", "")])
+    pythonpath = os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")])
     return pytest_run("-p", plugin, "-q", *args, str(project), cwd=project, env={"PYTHONPATH": pythonpath, **env})
 
 

@@ -223,7 +223,7 @@ def dispatcher_config(
 # A static dispatcher is ready once every listed worker has registered, and workers that kept
 # running through its restart re-register on their next heartbeat: the heartbeat bounds every
 # static rescale. At 1 s it costs the dispatcher ~16 millicores with 16 workers (docs/sharding.md,
-# hack/bench_heartbeat.py), against ~4 at the server program's 5 s default.
+# benchmarks/bench_heartbeat.py), against ~4 at the server program's 5 s default.
 STATIC_HEARTBEAT_MS = 1_000
 
 

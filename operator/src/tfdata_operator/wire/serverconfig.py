@@ -39,7 +39,7 @@ class ConfigError(ValueError):
 # worker heartbeat; DYNAMIC jobs never collected) keep a finished or vanished client's tasks
 # on the workers for up to 15 minutes, or forever, and while a task is there nothing can tell
 # that no client reads. These make "is any client reading?" turn false within ~25 s of the
-# last reader (docs/concepts.md, "Is any client reading?"), at a cost measured in hack/bench_heartbeat.py.
+# last reader (docs/concepts.md, "Is any client reading?"), at a cost measured in benchmarks/bench_heartbeat.py.
 DEFAULTS: dict[str, int | bool] = {
     "job_gc_check_interval_ms": 1_000,
     "job_gc_timeout_ms": 5_000,

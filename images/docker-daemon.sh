@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A reachable Docker daemon for building and testing the images, idempotently.
 #
-#   hack/docker-daemon.sh [up]   make sure a daemon answers; print `export DOCKER=...` lines
-#   hack/docker-daemon.sh env    print those lines for a daemon that answers now (exit 1 if none)
-#   hack/docker-daemon.sh status say which daemon and CLI are used, and where the data lives
-#   hack/docker-daemon.sh down   stop the daemon this script started (its images stay)
+#   images/docker-daemon.sh [up]   make sure a daemon answers; print `export DOCKER=...` lines
+#   images/docker-daemon.sh env    print those lines for a daemon that answers now (exit 1 if none)
+#   images/docker-daemon.sh status say which daemon and CLI are used, and where the data lives
+#   images/docker-daemon.sh down   stop the daemon this script started (its images stay)
 #
 # Any daemon that already answers is used as it is (Docker Desktop, a system service,
 # $DOCKER_HOST). Only when none does, this script (as root) installs Debian's `docker.io`
@@ -174,7 +174,7 @@ case "${1:-up}" in
   up) up ;;
   env)
     cli="$(pick_cli)"
-    answers "$cli" || { log "no Docker daemon answers; run hack/docker-daemon.sh (or make images) first"; exit 1; }
+    answers "$cli" || { log "no Docker daemon answers; run images/docker-daemon.sh (or make images) first"; exit 1; }
     print_env "$cli"
     ;;
   status)

@@ -54,7 +54,7 @@ VERSION = next(
     line.split('"')[1] for line in (ROOT / "operator" / "pyproject.toml").read_text().splitlines()
     if line.startswith("version = ")
 )  # fmt: skip
-SERVER_IMAGE = f"tfdata-server:{VERSION}"  # hack/kind/cluster.sh loads it
+SERVER_IMAGE = f"tfdata-server:{VERSION}"  # kind/cluster.sh loads it
 MODES = ("TFData", "CPU", "TFData-Always")
 # What the HorizontalPodAutoscaler needs (and the only difference of the CPU mode's workers).
 CPU_REQUEST = {"requests": {"cpu": "100m"}}

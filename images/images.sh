@@ -7,7 +7,7 @@
 # <version> is operator/pyproject.toml's, which the operator also uses for its default
 # server image. Steps, each skipped when already done:
 #
-#   1. a Docker daemon that answers (hack/docker-daemon.sh: installs Debian's docker.io and
+#   1. a Docker daemon that answers (images/docker-daemon.sh: installs Debian's docker.io and
 #      starts a private dockerd when there is none; it keeps running for the next call);
 #   2. the base image: $BASE_IMAGE if set; else python:3.11-slim-bookworm when it is local
 #      or can be pulled; else a local one, tfdata-local/python:3.11-bookworm, made once
@@ -39,7 +39,7 @@ VERSION="$(sed -nE 's/^version = "([^"]+)"$/\1/p' "$REPO/operator/pyproject.toml
 
 # --- 1. the daemon --------------------------------------------------------------
 
-eval "$("$REPO/hack/docker-daemon.sh" up)"
+eval "$("$REPO/images/docker-daemon.sh" up)"
 log "docker CLI $DOCKER ($("$DOCKER" version --format '{{.Client.Version}}')), daemon $("$DOCKER" version --format '{{.Server.Version}}')"
 
 # BuildKit: a CLI from before 23.0 has it built in (DOCKER_BUILDKIT=1); a later one needs the buildx plugin.

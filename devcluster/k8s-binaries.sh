@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Provides pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubectl and helm in a cache directory outside the repository, idempotently, and
-# kwok (the node-less tier's simulated kubelet) through hack/kwok-binary.sh.
+# kwok (the node-less tier's simulated kubelet) through devcluster/kwok-binary.sh.
 #
 # Where the official release downloads are reachable they are used (fast);
 # otherwise every binary is built from the Go module proxy. Versions are stamped
 # so `--version` tells the truth. Prints the bin directory on the last line of
 # stdout; progress goes to stderr.
 #
-#   hack/k8s-binaries.sh            # ensure all binaries, print bin dir
-#   hack/k8s-binaries.sh --print    # print bin dir only (no build)
+#   devcluster/k8s-binaries.sh            # ensure all binaries, print bin dir
+#   devcluster/k8s-binaries.sh --print    # print bin dir only (no build)
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.34.4}"

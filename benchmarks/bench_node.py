@@ -26,12 +26,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import nodeagent
 from bench import OUT, now_rfc3339, report
 
 from tfdata_operator.render import builders
 
 import devcluster
+from devcluster import node as nodeagent
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = ROOT / "tests" / "e2e" / "clients"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Provides the kind node image for Kubernetes $K8S_VERSION (hack/kind/versions.sh) and
+# Provides the kind node image for Kubernetes $K8S_VERSION (kind/versions.sh) and
 # prints its name on the last line of stdout; progress goes to stderr.
 #
-#   hack/kind/node-image.sh           ensure the image (pull or build), print its name
-#   hack/kind/node-image.sh --print   print the name that would be used, do nothing
+#   kind/node-image.sh           ensure the image (pull or build), print its name
+#   kind/node-image.sh --print   print the name that would be used, do nothing
 #
 # Where the published node image can be pulled (users with internet, CI) it is used
 # as is: $KIND_PUBLISHED_NODE_IMAGE. Otherwise the image is assembled here, offline
@@ -11,10 +11,10 @@
 # `kind build node-image` does it (which cannot run here: it fetches six images from
 # registries), as $KIND_NODE_IMAGE_LOCAL:
 #
-#   1. binaries (hack/kind/build-binaries.sh): kubeadm, kubelet, kubectl and the control
+#   1. binaries (kind/build-binaries.sh): kubeadm, kubelet, kubectl and the control
 #      plane, etcd, coredns, local-path-provisioner, pause, containerd, runc, CNI plugins,
 #      kube-network-policies;
-#   2. the base image ($KIND_BASE_IMAGE, hack/kind/base/Dockerfile): kind v0.30.0's
+#   2. the base image ($KIND_BASE_IMAGE, kind/base/Dockerfile): kind v0.30.0's
 #      images/base on the local Debian bookworm root filesystem;
 #   3. the images the node runs, under exactly the names kubeadm and kind's manifests
 #      use: registry.k8s.io/{kube-apiserver,kube-controller-manager,kube-scheduler,
@@ -33,7 +33,7 @@
 # image could be pulled; TFDATA_CACHE; DOCKER (the docker CLI).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$HERE/../.." && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
 # shellcheck source=versions.sh
 . "$HERE/versions.sh"
 
@@ -49,7 +49,7 @@ if [[ "${1:-}" == "--print" ]]; then
 fi
 
 mkdir -p "$KIND_CACHE"
-eval "$("$REPO/hack/docker-daemon.sh" up)"
+eval "$("$REPO/images/docker-daemon.sh" up)"
 export DOCKER_BUILDKIT=1
 have_image() { "$DOCKER" image inspect "$1" >/dev/null 2>&1; }
 label_of() { "$DOCKER" image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
@@ -92,8 +92,8 @@ inputs_hash() {
 }
 
 if ! have_image "$LOCAL_BASE_IMAGE"; then
-  log "$LOCAL_BASE_IMAGE is missing: hack/images.sh makes it (with the project's images)"
-  "$REPO/hack/images.sh" >&2
+  log "$LOCAL_BASE_IMAGE is missing: images/images.sh makes it (with the project's images)"
+  "$REPO/images/images.sh" >&2
 fi
 
 HASH="$(inputs_hash)"

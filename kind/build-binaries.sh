@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Builds, from the Go module proxy and the local C compiler, every binary the kind node
-# image needs, at the versions pinned in hack/kind/versions.sh, into $KIND_PARTS/bin
+# image needs, at the versions pinned in kind/versions.sh, into $KIND_PARTS/bin
 # (outside the repository). Idempotent: a binary that exists is not rebuilt, so a warm
 # run costs nothing.
 #
-#   hack/kind/build-binaries.sh [name...]   default: all
+#   kind/build-binaries.sh [name...]   default: all
 #
 # Names: kind kubernetes etcd coredns local-path-provisioner pause containerd runc
 # cni-plugins kube-network-policies.
 #
-# Go: the module and build caches are hack/k8s-binaries.sh's ($CACHE/go), so
+# Go: the module and build caches are devcluster/k8s-binaries.sh's ($CACHE/go), so
 # Kubernetes' dependencies are downloaded and compiled once for both. Kubernetes and
 # etcd are built from throwaway main modules (their go.mod replace staging modules and
 # `go install` refuses them); containerd and runc have `exclude` directives in go.mod,
@@ -131,7 +131,7 @@ build_etcd() {
 # --- coredns, local-path-provisioner, CNI plugins ---------------------------------------
 # Not built: kindnetd (sigs.k8s.io/kind/images/kindnetd is a nested module the module
 # proxy does not serve) and crictl (sigs.k8s.io/cri-tools is not served either). See
-# hack/kind/README.md.
+# kind/README.md.
 
 build_coredns() {
   [[ -x "$OUT/coredns" ]] && stamped coredns "$COREDNS_VERSION" && return

@@ -8,7 +8,7 @@ with a static list of N workers on 127.0.0.1, starts the N workers in one helper
 are registered, then reads the dispatcher pod's CPU time (both processes, from /proc) over a
 window. Usage::
 
-    .venv/bin/python hack/bench_heartbeat.py [--workers 16] [--window 60] [--intervals 30000,5000,1000,500]
+    .venv/bin/python benchmarks/bench_heartbeat.py [--workers 16] [--window 60] [--intervals 30000,5000,1000,500]
 """
 
 from __future__ import annotations

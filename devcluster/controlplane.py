@@ -2,7 +2,7 @@
 """A real Kubernetes control plane on 127.0.0.1, for development and integration tests.
 
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler (the pinned
-versions hack/k8s-binaries.sh provides) run as plain background processes: no
+versions devcluster/k8s-binaries.sh provides) run as plain background processes: no
 containers and no nodes, so Pods are created and stay Pending until a node
 agent joins. Everything lives in one state directory (default `.local/`):
 
@@ -13,10 +13,10 @@ agent joins. Everything lives in one state directory (default `.local/`):
     run/<component>.pid
     logs/<component>.log
 
-    python hack/devcluster.py up   [--state-dir DIR]   # start; a no-op if already healthy
-    python hack/devcluster.py up --kwok-nodes N        # ... with N kwok nodes (see `with_kwok`)
-    python hack/devcluster.py down [--state-dir DIR]   # stop, delete all of the above but logs/
-    eval "$(python hack/devcluster.py env)"            # KUBECONFIG and PATH for this shell
+    python -m devcluster up   [--state-dir DIR]   # start; a no-op if already healthy
+    python -m devcluster up --kwok-nodes N        # ... with N kwok nodes (see `with_kwok`)
+    python -m devcluster down [--state-dir DIR]   # stop, delete all of the above but logs/
+    eval "$(python -m devcluster env)"            # KUBECONFIG and PATH for this shell
 
 From Python (the integration-test fixtures): `up(state_dir) -> Cluster`, `down(state_dir)`.
 A further process (e.g. a node agent, or kwok: `with_kwok(n)`) joins by appending
@@ -50,7 +50,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_STATE_DIR = REPO / ".local"
-BINARIES_SCRIPT = REPO / "hack" / "k8s-binaries.sh"
+BINARIES_SCRIPT = REPO / "devcluster" / "k8s-binaries.sh"
 REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "helm", "kwok")
 
 SERVICE_CIDR = "10.96.0.0/16"
@@ -286,7 +286,7 @@ COMPONENTS: tuple[Component, ...] = (
 )
 
 
-# --- Node (hack/nodeagent.py): pods run as local processes --------------------------
+# --- Node (devcluster.node): pods run as local processes ---------------------------
 # Opt-in: `up(state_dir, COMPONENTS_WITH_NODE)` or `up --node`. Without it the cluster
 # has no node, as the integration tests expect.
 
@@ -297,8 +297,7 @@ def _node_agent(ctx: Context) -> list[str]:
     # The project's venv: the agent needs the kubernetes client, its pods `tfdata-server`.
     venv_python = REPO / ".venv" / "bin" / "python"
     python = str(venv_python) if venv_python.exists() else sys.executable
-    script = str(REPO / "hack" / "nodeagent.py")
-    return [python, script, "run", f"--state-dir={ctx.state_dir}", f"--node-name={NODE_NAME}"]
+    return [python, "-m", "devcluster.node", "run", f"--state-dir={ctx.state_dir}", f"--node-name={NODE_NAME}"]
 
 
 def _admin_get(ctx: Context, path: str) -> Any:
@@ -325,11 +324,11 @@ COMPONENTS_WITH_NODE: tuple[Component, ...] = (*COMPONENTS, NODE_AGENT)
 # --- kwok (sigs.k8s.io/kwok): fake nodes whose pods turn Ready without running ----------
 # Opt-in: `up(state_dir, with_kwok(n))` or `up --kwok-nodes N`. kwok is a simulated
 # kubelet: it writes the status a kubelet writes (Running, Ready, containerStatuses, pod
-# IPs; a deleted pod goes), following the Stages in hack/kwok/stages.yaml. Its nodes
+# IPs; a deleted pod goes), following the Stages in devcluster/kwok/stages.yaml. Its nodes
 # carry KWOK_TAINT, so only pods that tolerate it (KWOK_TOLERATION) go there and every
 # other pod stays Pending as on a cluster without nodes.
 
-KWOK_DIR = REPO / "hack" / "kwok"
+KWOK_DIR = REPO / "devcluster" / "kwok"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok manages the nodes annotated with it (value "fake")
 KWOK_TAINT = {"key": KWOK_NODE_ANNOTATION, "value": "fake", "effect": "NoSchedule"}
 KWOK_TOLERATION = {"key": KWOK_NODE_ANNOTATION, "operator": "Exists", "effect": "NoSchedule"}
@@ -409,14 +408,14 @@ def with_kwok(nodes: int, base: Sequence[Component] = COMPONENTS) -> tuple[Compo
 
 
 def missing_binaries() -> list[str]:
-    """The binaries hack/k8s-binaries.sh has yet to provide (it is not run to build them)."""
+    """The binaries devcluster/k8s-binaries.sh has yet to provide (it is not run to build them)."""
     printed = subprocess.run([str(BINARIES_SCRIPT), "--print"], check=True, capture_output=True, text=True)
     bin_dir = Path(printed.stdout.strip().splitlines()[-1])
     return [b for b in REQUIRED_BINARIES if not (bin_dir / b).exists()]
 
 
 def ensure_binaries() -> Path:
-    """The bin dir of hack/k8s-binaries.sh, building the binaries first if needed."""
+    """The bin dir of devcluster/k8s-binaries.sh, building the binaries first if needed."""
     missing = missing_binaries()
     if missing:
         _say(f"{', '.join(missing)} not built yet: building from source.")
@@ -424,7 +423,7 @@ def ensure_binaries() -> Path:
     # stderr (the script's progress) goes straight to the user; stdout ends with the bin dir.
     built = subprocess.run([str(BINARIES_SCRIPT)], check=False, stdout=subprocess.PIPE, text=True)
     if built.returncode != 0:
-        raise ClusterError(f"hack/k8s-binaries.sh failed (exit {built.returncode}); see its output above")
+        raise ClusterError(f"devcluster/k8s-binaries.sh failed (exit {built.returncode}); see its output above")
     return Path(built.stdout.strip().splitlines()[-1])
 
 
@@ -552,6 +551,14 @@ def _tail(path: Path, lines: int = 40) -> str:
     return f"--- last {len(text)} lines of {path} ---\n" + "\n".join(text)
 
 
+def _component_env() -> dict[str, str]:
+    """This process's environment with the repository first on PYTHONPATH: the node agent
+    runs as `python -m devcluster.node` in the state dir, and imports this checkout's package."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
 def _start(component: Component, ctx: Context) -> None:
     if component.setup is not None:
         component.setup(ctx)
@@ -567,6 +574,7 @@ def _start(component: Component, ctx: Context) -> None:
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=ctx.state_dir,
+            env=_component_env(),
             start_new_session=True,
         )
     _children[proc.pid] = proc
@@ -685,9 +693,9 @@ def down(state_dir: Path = DEFAULT_STATE_DIR) -> None:
     for pidfile in pidfiles:
         _stop(pidfile)
     if (state_dir / "node").exists():  # node agent hook: its netns, links and processes, even if it was killed
-        import nodeagent  # hack/, next to this file
+        from . import node
 
-        nodeagent.cleanup(state_dir)
+        node.cleanup(state_dir)
     for name in MANAGED:
         path = state_dir / name
         if path.is_dir():
@@ -700,7 +708,7 @@ def down(state_dir: Path = DEFAULT_STATE_DIR) -> None:
 
 
 def _usage(cluster: Cluster, state_dir: Path, node: bool = False, kwok_nodes: int = 0) -> str:
-    script = f"{shlex.quote(sys.executable)} {shlex.quote(__file__)}"
+    script = f"{shlex.quote(sys.executable)} -m devcluster"
     stop = "make dev-cluster-down" if state_dir == DEFAULT_STATE_DIR else f"{script} down --state-dir {state_dir}"
     nodes = (
         f"node {NODE_NAME} runs pods as local processes; their logs: {state_dir / 'logs' / 'pods'}"
@@ -728,7 +736,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down", "env"))
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="default: %(default)s")
-    parser.add_argument("--node", action="store_true", help="up: with a node that runs pods (hack/nodeagent.py)")
+    parser.add_argument("--node", action="store_true", help="up: with a node that runs pods (devcluster.node)")
     parser.add_argument(
         "--kwok-nodes",
         type=int,

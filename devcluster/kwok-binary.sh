@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Provides the pinned kwok binary (Kubernetes SIG Scheduling's simulated kubelet,
-# sigs.k8s.io/kwok/cmd/kwok; not kwokctl) in hack/k8s-binaries.sh's bin directory,
-# built from the Go module proxy, idempotently. hack/k8s-binaries.sh calls it; it
+# sigs.k8s.io/kwok/cmd/kwok; not kwokctl) in devcluster/k8s-binaries.sh's bin directory,
+# built from the Go module proxy, idempotently. devcluster/k8s-binaries.sh calls it; it
 # also runs by itself:
 #
-#   hack/kwok-binary.sh BIN_DIR
+#   devcluster/kwok-binary.sh BIN_DIR
 #
 # The module's hash is checked against the pin below as well as against the Go
 # checksum database, so a re-tagged release cannot slip in. A changed pin rebuilds.
@@ -14,7 +14,7 @@ KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 # `go mod download -json sigs.k8s.io/kwok@v0.8.0` | .Sum
 KWOK_MODULE_SUM="h1:OTIOTwgROqPMovcTwxICx2eYQ4AwLpSx5EpjbDKF4SQ="
 
-BIN="${1:?usage: hack/kwok-binary.sh BIN_DIR}"
+BIN="${1:?usage: devcluster/kwok-binary.sh BIN_DIR}"
 CACHE="${TFDATA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdata-operator}"
 GOCACHE_DIR="$CACHE/go"
 STAMP="$BIN/.version-kwok"
@@ -26,7 +26,7 @@ if [[ -x "$BIN/kwok" && "$(cat "$STAMP" 2>/dev/null)" == "$KWOK_VERSION" ]]; the
 fi
 command -v go >/dev/null || { log "Go is required to build kwok $KWOK_VERSION from source"; exit 1; }
 
-# The same Go caches as hack/k8s-binaries.sh: the Kubernetes client libraries are shared.
+# The same Go caches as devcluster/k8s-binaries.sh: the Kubernetes client libraries are shared.
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off
 export GOFLAGS="-trimpath -buildvcs=false -modcacherw -mod=mod"
 export GOMODCACHE="$GOCACHE_DIR/mod" GOCACHE="$GOCACHE_DIR/build"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # metrics-server for the kind cluster, built here from source: what the HorizontalPodAutoscaler
-# of `spec.autoscaling.metric: CPU` reads. `hack/kind/cluster.sh up` installs it.
+# of `spec.autoscaling.metric: CPU` reads. `kind/cluster.sh up` installs it.
 #
-#   hack/kind/metrics-server.sh image      build $MS_IMAGE (idempotent); prints its name last
-#   hack/kind/metrics-server.sh manifests  print the manifests to apply: upstream's release
+#   kind/metrics-server.sh image      build $MS_IMAGE (idempotent); prints its name last
+#   kind/metrics-server.sh manifests  print the manifests to apply: upstream's release
 #                                          overlay, with --kubelet-insecure-tls and pullPolicy Never
 #
 # Kept out of the node image and out of versions.sh (whose contents name the node image, so
@@ -15,7 +15,7 @@
 # self-signed certificates, hence --kubelet-insecure-tls (what upstream's test overlay does).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$HERE/../.." && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
 # shellcheck source=versions.sh
 . "$HERE/versions.sh"
 
@@ -43,7 +43,7 @@ module_dir() {
 }
 
 image() {
-  eval "$("$REPO/hack/docker-daemon.sh" up)"
+  eval "$("$REPO/images/docker-daemon.sh" up)"
   if [[ "$("$DOCKER" image inspect --format "{{ index .Config.Labels \"$LABEL\" }}" "$MS_IMAGE" 2>/dev/null)" == "$MS_MODULE_SUM" ]]; then
     echo "$MS_IMAGE"
     return

@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # A one-node kind cluster with the operator installed by its Helm chart, idempotently.
 #
-#   hack/kind/cluster.sh up     create (or reuse) the cluster, load our images, install the chart
-#   hack/kind/cluster.sh down   delete the cluster and its kubeconfig
-#   hack/kind/cluster.sh env    print `export KUBECONFIG=... TFDATA_TEST_KUBECONFIG=...`
-#   hack/kind/cluster.sh logs D `kind export logs` into directory D (node journal, pod logs)
+#   kind/cluster.sh up     create (or reuse) the cluster, load our images, install the chart
+#   kind/cluster.sh down   delete the cluster and its kubeconfig
+#   kind/cluster.sh env    print `export KUBECONFIG=... TFDATA_TEST_KUBECONFIG=...`
+#   kind/cluster.sh logs D `kind export logs` into directory D (node journal, pod logs)
 #
 # up:
-#   1. the node image (hack/kind/node-image.sh: the published one where it can be
+#   1. the node image (kind/node-image.sh: the published one where it can be
 #      pulled, else one built here from source);
-#   2. `kind create cluster` (kind $KIND_VERSION) with hack/kind/docker-shim first on
+#   2. `kind create cluster` (kind $KIND_VERSION) with kind/docker-shim first on
 #      PATH: on hosts where `docker run --privileged` cannot work (a capability missing
 #      from the bounding set) the shim passes the explicit equivalent; elsewhere it
 #      changes nothing;
 #   3. on a node image built here, kube-network-policies (network-policies.yaml);
 #   4. `kind load docker-image` tfdata-operator:<version> and tfdata-server:<version>
-#      (hack/images.sh builds them when missing);
-#   5. metrics-server, built here from source (hack/kind/metrics-server.sh), for the
+#      (images/images.sh builds them when missing);
+#   5. metrics-server, built here from source (kind/metrics-server.sh), for the
 #      HorizontalPodAutoscaler of `spec.autoscaling.metric: CPU`;
 #   6. `helm upgrade --install` of charts/tfdata-operator (the CRD from its crds/) into
 #      namespace tfdata-system with image.pullPolicy=Never, and waits for the operator.
@@ -26,7 +26,7 @@
 # Settings (environment): TFDATA_KIND_CLUSTER (default tfdata), TFDATA_CACHE.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$HERE/../.." && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
 # shellcheck source=versions.sh
 . "$HERE/versions.sh"
 
@@ -51,10 +51,10 @@ cluster_exists() { [[ -x "$KIND" ]] && kind_ get clusters 2>/dev/null | grep -qx
 up() {
   local started image k8sbin config
   started="$(date +%s)"
-  eval "$("$REPO/hack/docker-daemon.sh" up)"
+  eval "$("$REPO/images/docker-daemon.sh" up)"
   image="$("$HERE/node-image.sh" | tail -n 1)"
   "$HERE/build-binaries.sh" kind
-  k8sbin="$("$REPO/hack/k8s-binaries.sh" | tail -n 1)"   # kubectl and helm
+  k8sbin="$("$REPO/devcluster/k8s-binaries.sh" | tail -n 1)"   # kubectl and helm
   export PATH="$k8sbin:$PATH"
   mkdir -p "$REPO/.local"
 
@@ -85,7 +85,7 @@ up() {
 
   local img
   for img in "tfdata-operator:$VERSION" "tfdata-server:$VERSION"; do
-    "$DOCKER" image inspect "$img" >/dev/null 2>&1 || "$REPO/hack/images.sh" >&2
+    "$DOCKER" image inspect "$img" >/dev/null 2>&1 || "$REPO/images/images.sh" >&2
   done
   local t
   t="$(date +%s)"
@@ -113,7 +113,7 @@ up() {
 }
 
 # One control-plane node. With a node image built here (no kindnetd: see
-# hack/kind/README.md) kind's default CNI is off and the node gets a static ptp
+# kind/README.md) kind's default CNI is off and the node gets a static ptp
 # configuration instead, with kube-network-policies (network-policies.yaml, applied by
 # `up`) enforcing NetworkPolicies; with the published image kind's own kindnetd runs.
 write_config() {

@@ -17,11 +17,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-import nodeagent
-
 import devcluster
+from devcluster import node as nodeagent
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STATE = devcluster.DEFAULT_STATE_DIR
 EXAMPLE = REPO / "examples" / "dynamic.yaml"
 NAME = "imagenet"  # the example's name
@@ -145,7 +144,7 @@ def main() -> int:
   kubectl get tfdata -o wide
   kubectl scale tfdata/{NAME} --replicas=3 && kubectl get pods -w
   kubectl describe tfdata {NAME}
-  python hack/nodeagent.py client -- python examples/trainer.py {address} '{DATA}/*.tfrecord'
+  python -m devcluster.node client -- python examples/trainer.py {address} '{DATA}/*.tfrecord'
   make dev-cluster-down        # stops the cluster, its node and the operator
 
 Logs: {STATE / "logs"} (the operator: tfdata-operator.log; pods: pods/<namespace>_<pod>/)""")

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2034  # sourced: the variables are used by the scripts
 # Pinned versions of everything in the kind node image, and where it is cached.
-# Sourced by hack/kind/*.sh. Change a version here and `make kind-image` rebuilds what
+# Sourced by kind/*.sh. Change a version here and `make kind-image` rebuilds what
 # depends on it: the node image carries a label with a hash of this file, the scripts
 # and the binaries.
 
@@ -41,7 +41,7 @@ CRICTL_VERSION="${CRICTL_VERSION:-v1.33.0}"          # not built here: README.md
 CNI_PLUGINS_VERSION="${CNI_PLUGINS_VERSION:-v1.7.1}"
 
 # Local image names.
-LOCAL_BASE_IMAGE="${LOCAL_BASE_IMAGE:-tfdata-local/python:3.11-bookworm}"   # hack/images.sh makes it
+LOCAL_BASE_IMAGE="${LOCAL_BASE_IMAGE:-tfdata-local/python:3.11-bookworm}"   # images/images.sh makes it
 KIND_BASE_IMAGE="tfdata-local/kind-base:$KIND_VERSION"
 KIND_NODE_IMAGE_LOCAL="tfdata-local/kind-node:$K8S_VERSION"
 
@@ -49,4 +49,4 @@ CACHE="${TFDATA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdata-operator}"
 KIND_CACHE="$CACHE/kind"
 KIND_BIN="$KIND_CACHE/bin"                                     # kind CLI
 KIND_PARTS="$KIND_CACHE/parts-$KIND_VERSION-$K8S_VERSION"     # node binaries + image tarballs
-GO_CACHE_DIR="$CACHE/go"                                       # shared with hack/k8s-binaries.sh
+GO_CACHE_DIR="$CACHE/go"                                       # shared with devcluster/k8s-binaries.sh
