@@ -48,7 +48,6 @@ import devcluster
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / ".local" / "bench"
-CRD = ROOT / "crds" / "tfdata.dev_tfdataservices.yaml"
 THREADS = 8
 # On kwok's nodes (see the docstring); a real kubelet ignores the toleration.
 ON_KWOK = {"tolerations": [devcluster.KWOK_TOLERATION]}
@@ -293,10 +292,7 @@ def main() -> int:
     operator = None
     try:
         env = cluster.env()
-        kubectl = str(cluster.bin_dir / "kubectl")
-        subprocess.run([kubectl, "apply", "--server-side", "-f", str(CRD)], env=env, check=True, capture_output=True)
-        established = [kubectl, "wait", "--for=condition=Established", "crd/tfdataservices.tfdata.dev"]
-        subprocess.run(established, env=env, check=True, capture_output=True)
+        devcluster.install_crds(cluster)
         api = Api(cluster)
         results: dict[str, Any] = {"when": now_rfc3339(), "cpus": os.cpu_count(), "kwok_nodes": args.kwok_nodes}
         print("ceiling ...", flush=True)
