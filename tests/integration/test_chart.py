@@ -25,6 +25,8 @@ from support import CRD_DIR, ROOT, Kubectl, free_port, wait_for
 
 from tfdata_operator import children
 
+import devcluster  # hack/ is on pytest.ini's pythonpath
+
 CHART = ROOT / "charts" / "tfdata-operator"
 CRD_NAME = "tfdataservices.tfdata.dev"
 INSTANCE = "app.kubernetes.io/instance"
@@ -142,9 +144,9 @@ def test_helm_lint_strict_passes(helm: Helm, values: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def service_monitor_crd(kubectl: Kubectl) -> Iterator[None]:
+def service_monitor_crd(kubectl: Kubectl, cluster: devcluster.Cluster) -> Iterator[None]:
     kubectl.apply(SERVICE_MONITOR_CRD)
-    kubectl.run("wait", "--for=condition=Established", "crd/servicemonitors.monitoring.coreos.com", "--timeout=30s")
+    devcluster.wait_condition(cluster, "crd/servicemonitors.monitoring.coreos.com", "Established", 30)
     yield
     kubectl.run("delete", "crd", "servicemonitors.monitoring.coreos.com", "--ignore-not-found")
 
