@@ -416,10 +416,13 @@ def main() -> int:
     )
     parser.add_argument("--no-ceiling", action="store_true", help="skip the ceiling (a quicker look at the operator)")
     parser.add_argument(
-        "--controller-qps", type=int, default=0,
-        help="the controller-manager's --kube-api-qps (burst twice that); 0: Kubernetes' default, 20 per controller",
+        "--controller-qps", type=int, default=100,
+        help="the controller-manager's --kube-api-qps (burst twice that), as large clusters raise it; 0: Kubernetes' "
+        "default, 20 per controller (at 500 services its StatefulSet controller then ran 8 min after the burst)",
     )  # fmt: skip
-    parser.add_argument("--settle-seconds", type=float, default=600, help="how long to wait for the operator to settle")
+    parser.add_argument(
+        "--settle-seconds", type=float, default=900, help="how long to wait for the cluster and the operator to settle"
+    )
     parser.add_argument("--read-audit", type=Path, help="only print the operator's requests in a kept audit log")
     parser.add_argument("--since", default="", help="with --read-audit: from this RFC 3339 time")
     parser.add_argument("--until", default="9", help="with --read-audit: until this RFC 3339 time")
