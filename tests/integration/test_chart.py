@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from support import CRD_DIR, ROOT, Kubectl, free_port, wait_for
+from support import CRD_DIR, ROOT, Gone, Kubectl, free_port, logged_errors, wait_for
 
 from tfdata_operator import children
 
@@ -277,20 +277,22 @@ def test_the_operator_run_as_the_deployment_says_serves_metrics_on_the_charts_po
     try:
 
         def scrape() -> dict[str, float]:
-            assert proc.poll() is None, f"the operator exited with {proc.returncode}: {log.read_text()}"
+            if proc.poll() is not None:
+                raise Gone(f"the operator exited with {proc.returncode}: {log.read_text()}")
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
                 text = response.read().decode()
             return {s.name + str(sorted(s.labels.items())): s.value
                     for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
 
         kubectl.run("apply", "-n", namespace, "-f", "-", input=SCRAPED_SERVICE)
+        labels = {"namespace": namespace, "name": "scraped", "result": "changed"}
+        changed = f"tfdata_operator_reconciles_total{sorted(labels.items())}"
         samples = wait_for(
             scrape,
             60,
             "the operator's /metrics to count a changed reconcile and the services by Ready",
             until=lambda seen: (
-                seen.get("tfdata_operator_reconciles_total[('result', 'changed')]", 0) >= 1
-                and seen.get("tfdata_operator_services[('ready', 'False')]", 0) >= 1
+                seen.get(changed, 0) >= 1 and seen.get("tfdata_operator_services[('ready', 'False')]", 0) >= 1
             ),
             show=lambda: log.read_text()[-3000:],
         )
@@ -298,9 +300,17 @@ def test_the_operator_run_as_the_deployment_says_serves_metrics_on_the_charts_po
         assert "tfdata_operator_queue_depth[]" in samples
     finally:
         kubectl.run("delete", "-n", namespace, "tfdataservice", "scraped", "--ignore-not-found", "--wait=false")
+        died = proc.poll()
         proc.terminate()
-        proc.wait(30)
-    assert "Traceback" not in log.read_text(), log.read_text()
+        try:
+            code = proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+    text = log.read_text()
+    assert died is None, f"the operator had exited with {died} before the test ended:\n{text[-3000:]}"
+    assert code == 0, f"the operator exited with {code} on SIGTERM:\n{text[-3000:]}"
+    assert "Traceback" not in text and not logged_errors(text), text[-3000:]
 
 
 SCRAPED_SERVICE = """
