@@ -440,16 +440,6 @@ def rbac_objects(kubectl: Kubectl, release: str) -> set[tuple[str, str, str]]:
 
 
 @pytest.fixture
-def crd_as_found(kubectl: Kubectl) -> Iterator[bool]:
-    """Whether the CRD existed before the test; if it did not, Helm installs it, and it is deleted
-    afterwards, so that the other modules install it from crds/ as they always do."""
-    existed = kubectl.run("get", "crd", CRD_NAME, check=False).returncode == 0
-    yield existed
-    if not existed:
-        kubectl.run("delete", "crd", CRD_NAME, "--ignore-not-found", "--timeout=60s")
-
-
-@pytest.fixture
 def release(helm: Helm, namespace: str) -> Iterator[str]:
     """A release name of its own (its cluster-scoped objects are named after it), uninstalled
     afterwards whatever happened: deleting the namespace would leave its cluster-scoped objects."""
@@ -459,7 +449,7 @@ def release(helm: Helm, namespace: str) -> Iterator[str]:
 
 
 def test_install_upgrade_uninstall_leaves_no_orphans(
-    helm: Helm, kubectl: Kubectl, namespace: str, watched: list[str], crd_as_found: bool, release: str
+    helm: Helm, kubectl: Kubectl, namespace: str, watched: list[str], crd_absent: None, release: str
 ) -> None:
     full = f"{release}-tfdata-operator"
     # The restricted Pod Security Standard: the operator's pod must be admitted under it.
@@ -475,8 +465,7 @@ def test_install_upgrade_uninstall_leaves_no_orphans(
     managers = {
         f["manager"] for f in kubectl.json("get", "crd", CRD_NAME, "--show-managed-fields")["metadata"]["managedFields"]
     }
-    if not crd_as_found:
-        assert "helm" in managers, f"the CRD was not installed by helm: {managers}"
+    assert "helm" in managers, f"the CRD was not installed by helm: {managers}"
     assert rbac_objects(kubectl, release) == {
         ("ClusterRole", "", f"{full}-scanning"),
         ("ClusterRoleBinding", "", f"{full}-scanning"),
