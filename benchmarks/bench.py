@@ -13,8 +13,18 @@ cluster does. ``--kwok-nodes 0`` measures node-less, as before: pods stay Pendin
   apply -> children latency per service (p50/p99) during the burst;
 - single applies into an idle operator: apply -> children p50/p99;
 - the operator's RSS idle, at 200 and at 1,000 services;
-- the operator's own API requests over an idle minute at 1,000 services, by verb, from the API
-  server's audit log (user agents tfdata-operator/... for the reconcile loop, kopf/... for the watches).
+- the operator's own API requests over an idle minute at 1,000 services, from the API server's audit
+  log (user agents tfdata-operator/... for the reconcile loop, kopf/... for the watches): by verb,
+  resource and subresource, the objects asked most, and the fields that differ between consecutive
+  PATCHes of the same object. The window starts once every StatefulSet has settled (the
+  controllers are done: each step of theirs changes a status the operator reports) and the
+  operator has sent nothing for 30 s; both times are reported. When the operator never gets
+  there, the run says so and after how long, and counts the last minute of that wait as what it
+  is (not idle).
+
+The audit log (bodies of PATCHes of the operator's kinds, metadata of everything else) is kept,
+gzipped, as .local/bench/audit.log.gz; `benchmarks/bench.py --read-audit FILE --since T --until T`
+prints the same breakdown for any window of it.
 
 Prints a table and writes .local/bench/last.json (the previous run's file is kept as previous.json,
 and its figures are printed beside the new ones). Figures, not pass/fail: nothing here is a test.
@@ -24,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
+import gzip
 import json
 import os
 import shutil
@@ -33,6 +45,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -42,13 +55,13 @@ from typing import Any
 import yaml
 
 from tfdata_operator import cli
+from tfdata_operator.plan import scaling
 from tfdata_operator.render.builders import BuildSettings
 
 import devcluster
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / ".local" / "bench"
-CRD = ROOT / "crds" / "tfdata.dev_tfdataservices.yaml"
 THREADS = 8
 # On kwok's nodes (see the docstring); a real kubelet ignores the toleration.
 ON_KWOK = {"tolerations": [devcluster.KWOK_TOLERATION]}
@@ -218,18 +231,69 @@ def operator_requests() -> float:
                if line.startswith("tfdata_operator_api_requests_total{"))  # fmt: skip
 
 
-def wait_quiet(quiet: float, timeout: float) -> float:
-    """Seconds until the operator's request count stayed the same for ``quiet`` seconds."""
+def unsettled_statefulsets(api: Api) -> int:
+    """StatefulSets (every service's two) not yet settled: some pod missing, not ready or not updated."""
+    items = api.request("GET", "/apis/apps/v1/statefulsets", timeout=300)["items"]
+    return sum(not scaling.statefulset_settled(sts) for sts in items)
+
+
+def with_controller_qps(components: tuple[devcluster.Component, ...], qps: int) -> tuple[devcluster.Component, ...]:
+    """The cluster with its controller-manager's client allowed ``qps`` requests/s per controller:
+    at Kubernetes' default (20) the StatefulSet controller alone needs minutes for a burst of
+    hundreds of services, and every step it takes changes a status the operator reports."""
+
+    def replaced(component: devcluster.Component) -> devcluster.Component:
+        if component.name != "kube-controller-manager":
+            return component
+        command = component.command
+        flags = [f"--kube-api-qps={qps}", f"--kube-api-burst={2 * qps}"]
+        return dataclasses.replace(component, command=lambda ctx: [*command(ctx), *flags])
+
+    return tuple(map(replaced, components))
+
+
+@dataclasses.dataclass
+class Settling:
+    """How the cluster and the operator came to rest after the bursts (seconds from the last one)."""
+
+    cluster_after: float | None = None  # every StatefulSet settled: no status left to change
+    operator_after: float | None = None  # the operator has sent nothing for QUIET seconds
+    unsettled: int = -1  # StatefulSets not settled at the last look
+    waited: float = 0.0
+
+
+QUIET = 30.0
+
+
+def wait_settled(api: Api, timeout: float) -> Settling:
+    """Waits until the operator has sent nothing for QUIET seconds and the cluster is settled (or
+    has not moved on for a minute: pods that never get ready), at most ``timeout`` seconds.
+
+    The StatefulSet controller works through a burst at its client's rate limit long after the
+    operator created everything, and each step changes a status the operator reports: an operator
+    that is still writing then is not idle for nothing. So both are watched, and reported apart."""
     started = time.monotonic()
-    last, since = operator_requests(), time.monotonic()
-    while time.monotonic() - started < timeout:
-        time.sleep(2)
-        now = operator_requests()
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet:
+    settling = Settling()
+    last, since = operator_requests(), started
+    stalled_since, next_look = started, started
+    while (now := time.monotonic()) - started < timeout:
+        if settling.cluster_after is None and now >= next_look:
+            unsettled = unsettled_statefulsets(api)
+            if unsettled != settling.unsettled:
+                settling.unsettled, stalled_since = unsettled, now
+            if unsettled == 0:
+                settling.cluster_after = round(now - started, 1)
+            next_look = now + 10
+        count = operator_requests()
+        if count != last:
+            last, since = count, now
+        quiet = now - since >= QUIET
+        settling.operator_after = round(now - started, 1) if quiet else None
+        if quiet and (settling.cluster_after is not None or now - stalled_since >= 60):
             break
-    return round(time.monotonic() - started, 1)
+        time.sleep(2)
+    settling.waited = round(time.monotonic() - started, 1)
+    return settling
 
 
 def rss_mb(pid: int) -> float:
@@ -239,22 +303,93 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def audit_counts(log: Path, since: str, until: str) -> dict[str, int]:
-    """Requests by user agent family and verb between two RFC 3339 times (ResponseComplete stage only)."""
+# The operator's writes with their bodies (which fields a repeated PATCH changes); everything else by metadata.
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Request
+    verbs: [patch]
+    resources:
+      - {group: tfdata.dev, resources: [tfdataservices, tfdataservices/status, tfdataservices/scale]}
+      - {group: apps, resources: [statefulsets]}
+      - {group: "", resources: [services, configmaps]}
+      - {group: policy, resources: [poddisruptionbudgets]}
+      - {group: networking.k8s.io, resources: [networkpolicies]}
+      - {group: autoscaling, resources: [horizontalpodautoscalers]}
+  - level: Metadata
+"""
+TOP_OBJECTS = 10
+
+
+def _who(event: dict[str, Any]) -> str | None:
+    agent = event.get("userAgent", "")
+    return "reconcile" if agent.startswith("tfdata-operator/") else "kopf" if agent.startswith("kopf") else None
+
+
+def _resource(event: dict[str, Any]) -> str:
+    ref = event.get("objectRef") or {}
+    resource = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+    return resource + (" (dry run)" if "dryRun=" in event.get("requestURI", "") else "")
+
+
+def _paths(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """The paths where two request bodies differ (lists compared whole, by index when equally long)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [p for k in sorted(set(a) | set(b)) for p in _paths(a.get(k), b.get(k), f"{prefix}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [p for i, (x, y) in enumerate(zip(a, b, strict=True)) for p in _paths(x, y, f"{prefix}[{i}]")]
+    return [] if a == b else [prefix or "."]
+
+
+def audit_breakdown(log: Path, since: str, until: str, seconds: float) -> dict[str, Any]:
+    """The operator's requests between two RFC 3339 times (ResponseComplete stage only), per minute:
+    by who (reconcile loop or watches), verb and resource[/subresource]; the reconcile loop's most
+    asked objects; and the fields that differed between its consecutive PATCHes of one object."""
+    per_minute = 60 / seconds
     counts: Counter[str] = Counter()
-    with open(log, encoding="utf-8") as f:
+    objects: Counter[str] = Counter()
+    changed: Counter[str] = Counter()
+    last_body: dict[str, Any] = {}
+    opener = gzip.open if log.suffix == ".gz" else open
+    with opener(log, "rt", encoding="utf-8") as f:
         for line in f:
             event = json.loads(line)
             if (
                 event.get("stage") != "ResponseComplete"
                 or not since <= event.get("requestReceivedTimestamp", "") < until
+                or (who := _who(event)) is None
             ):
                 continue
-            agent = event.get("userAgent", "")
-            who = "reconcile" if agent.startswith("tfdata-operator/") else "kopf" if agent.startswith("kopf") else None
-            if who:
-                counts[f"{who} {event['verb']}"] += 1
-    return dict(sorted(counts.items()))
+            resource = _resource(event)
+            counts[f"{who} {event['verb']} {resource}"] += 1
+            if who != "reconcile":
+                continue
+            ref = event.get("objectRef") or {}
+            name = "/".join(filter(None, (ref.get("namespace"), ref.get("name")))) or "(collection)"
+            what = f"{event['verb']} {resource} {name}"
+            if event["verb"] == "list" and (selector := urllib.parse.urlsplit(event.get("requestURI", "")).query):
+                what += f" ?{urllib.parse.unquote(selector)}"
+            objects[what] += 1
+            if event["verb"] == "patch" and "requestObject" in event:
+                key = f"{resource} {name}"
+                if key in last_body:
+                    for path in _paths(last_body[key], event["requestObject"]) or ["(none: the same body again)"]:
+                        changed[f"{resource} {path}"] += 1
+                last_body[key] = event["requestObject"]
+    return {
+        "by_verb_and_resource": {k: round(v * per_minute, 1) for k, v in sorted(counts.items())},
+        "top_objects": {k: round(v * per_minute, 1) for k, v in objects.most_common(TOP_OBJECTS)},
+        "fields_changed_between_patches": {k: round(v * per_minute, 1) for k, v in changed.most_common(TOP_OBJECTS)},
+    }
+
+
+def keep_audit_log(log: Path) -> Path:
+    """The whole audit log, gzipped, beside last.json (the cluster's state directory is deleted)."""
+    kept = OUT / "audit.log.gz"
+    with open(log, "rb") as src, gzip.open(kept, "wb", compresslevel=3) as dst:
+        shutil.copyfileobj(src, dst)
+    return kept
 
 
 def ready_pods(api: Api) -> int:
@@ -280,27 +415,40 @@ def main() -> int:
     parser.add_argument(
         "--kwok-nodes", type=int, default=10, help="kwok nodes whose pods turn Ready (0: node-less, pods stay Pending)"
     )
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the ceiling (a quicker look at the operator)")
+    parser.add_argument(
+        "--controller-qps", type=int, default=100,
+        help="the controller-manager's --kube-api-qps (burst twice that), as large clusters raise it; 0: Kubernetes' "
+        "default, 20 per controller (at 500 services its StatefulSet controller then ran 8 min after the burst)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--settle-seconds", type=float, default=900, help="how long to wait for the cluster and the operator to settle"
+    )
+    parser.add_argument("--read-audit", type=Path, help="only print the operator's requests in a kept audit log")
+    parser.add_argument("--since", default="", help="with --read-audit: from this RFC 3339 time")
+    parser.add_argument("--until", default="9", help="with --read-audit: until this RFC 3339 time")
     args = parser.parse_args()
+    if args.read_audit:
+        print(json.dumps(audit_breakdown(args.read_audit, args.since, args.until, 60), indent=2))
+        return 0
     sizes = [int(s) for s in args.sizes.split(",")]
     OUT.mkdir(parents=True, exist_ok=True)
     state = OUT / f"cluster-{os.getpid()}"
     state.mkdir(parents=True)
-    (state / devcluster.AUDIT_POLICY).write_text(
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n"
-    )
+    (state / devcluster.AUDIT_POLICY).write_text(AUDIT_POLICY)
     components = devcluster.with_kwok(args.kwok_nodes) if args.kwok_nodes else devcluster.COMPONENTS
+    if args.controller_qps:
+        components = with_controller_qps(components, args.controller_qps)
     cluster = devcluster.up(state, components)
     operator = None
     try:
         env = cluster.env()
-        kubectl = str(cluster.bin_dir / "kubectl")
-        subprocess.run([kubectl, "apply", "--server-side", "-f", str(CRD)], env=env, check=True, capture_output=True)
-        established = [kubectl, "wait", "--for=condition=Established", "crd/tfdataservices.tfdata.dev"]
-        subprocess.run(established, env=env, check=True, capture_output=True)
+        devcluster.install_crds(cluster)
         api = Api(cluster)
         results: dict[str, Any] = {"when": now_rfc3339(), "cpus": os.cpu_count(), "kwok_nodes": args.kwok_nodes}
-        print("ceiling ...", flush=True)
-        results["ceiling_services_per_second"] = {n: round(ceiling(api, n), 2) for n in sizes}
+        if not args.no_ceiling:
+            print("ceiling ...", flush=True)
+            results["ceiling_services_per_second"] = {n: round(ceiling(api, n), 2) for n in sizes}
         log = open(state / "logs" / "operator.log", "wb")  # noqa: SIM115 - the child keeps it
         operator = subprocess.Popen(
             [str(Path(sys.executable).with_name("tfdata-operator")), "run", "--log-format=plain",
@@ -316,24 +464,40 @@ def main() -> int:
         for n in sizes:
             print(f"burst of {n} ...", flush=True)
             results["bursts"][n] = figures = burst(api, n, f"burst-{n}")
-            figures["ratio_to_ceiling"] = round(
-                figures["services_per_second"] / results["ceiling_services_per_second"][n], 2
-            )
+            if not args.no_ceiling:
+                figures["ratio_to_ceiling"] = round(
+                    figures["services_per_second"] / results["ceiling_services_per_second"][n], 2
+                )
             total += n
             time.sleep(5)
             results["rss_mb"][f"{total} services"] = rss_mb(operator.pid)
-        print(f"idle window of {args.idle_seconds:.0f} s at {total} services ...", flush=True)
-        # Idle means settled: the controllers still create pods (and so change the statuses the
-        # operator reports) for a while after the burst. Wait until the operator sent nothing for 30 s.
-        settled = wait_quiet(30, 600)
-        results["settled_after_s"] = settled
-        since = now_rfc3339()
-        time.sleep(args.idle_seconds)
-        until = now_rfc3339()
+        print(f"waiting up to {args.settle_seconds:.0f} s for the cluster to settle and the operator to send "
+              f"nothing for {QUIET:.0f} s ...", flush=True)  # fmt: skip
+        settling = wait_settled(api, args.settle_seconds)
+        results["cluster_settled_after_s"] = (
+            settling.cluster_after
+            if settling.cluster_after is not None
+            else f"never within {settling.waited} s: {settling.unsettled} StatefulSets not settled"
+        )
+        if settling.operator_after is not None:
+            results["operator_quiet_after_s"] = settling.operator_after
+            if settling.cluster_after is not None:
+                after = round(settling.operator_after - settling.cluster_after, 1)
+                results["operator_quiet_after_the_cluster_settled_s"] = after
+            print(f"the operator has been quiet for {QUIET:.0f} s, {settling.operator_after} s after the last burst; "
+                  f"idle window of {args.idle_seconds:.0f} s at {total} services ...", flush=True)  # fmt: skip
+            since = now_rfc3339()
+            time.sleep(args.idle_seconds)
+            until, seconds, label = now_rfc3339(), args.idle_seconds, "idle_requests_per_minute"
+        else:
+            # No idle window to measure: what it kept sending over the last minute of the wait instead.
+            results["operator_quiet_after_s"] = f"never: still sending requests after {settling.waited} s"
+            print(f"NOT SETTLED: the operator still sent requests after {settling.waited} s; its last 60 s follow")
+            until, seconds, label = now_rfc3339(), 60.0, "not_settled_requests_per_minute_last_60s"
+            since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 60)) + ".000000Z"
         time.sleep(3)  # the audit log is written in batches
-        counts = audit_counts(state / "logs" / "audit.log", since, until)
-        per_minute = {k: round(v * 60 / args.idle_seconds, 1) for k, v in counts.items()}
-        results["idle_requests_per_minute"] = {"services": total, **per_minute}
+        breakdown = audit_breakdown(state / "logs" / "audit.log", since, until, seconds)
+        results[label] = {"services": total, **breakdown}
         results["rss_mb"]["idle at the end"] = rss_mb(operator.pid)
         results["pods_ready_at_the_end"] = ready_pods(api)
     finally:
@@ -341,6 +505,8 @@ def main() -> int:
             operator.terminate()
             operator.wait(30)
         devcluster.down(state)
+        if (state / "logs" / "audit.log").exists():
+            print(f"audit log kept as {keep_audit_log(state / 'logs' / 'audit.log')}")
     report(results)
     shutil.rmtree(state, ignore_errors=True)
     return 0

@@ -174,8 +174,7 @@ def main() -> int:
     data = ROOT / ".local" / "bench" / "node-data"
     try:
         bench = Bench(cluster, args.timeout)
-        bench.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-        bench.kubectl("wait", "--for=condition=Established", "crd/tfdataservices.tfdata.dev", "--timeout=60s")
+        devcluster.install_crds(cluster)
         bench.kubectl("create", "namespace", NAMESPACE)
         if not (data / f"part-{FILES - 1:03d}.tfrecord").exists():
             subprocess.run([sys.executable, str(CLIENTS / "make_dataset.py"), str(data), f"--files={FILES}",

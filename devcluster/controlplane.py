@@ -70,7 +70,8 @@ _children: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class ClusterError(RuntimeError):
-    """The cluster could not be started; the message says which component and shows its log."""
+    """The cluster could not be started (the message says which component and shows its log), or
+    an object in it did not reach the state waited for (the message shows what was seen)."""
 
 
 def _say(msg: str) -> None:
@@ -702,6 +703,63 @@ def down(state_dir: Path = DEFAULT_STATE_DIR) -> None:
             shutil.rmtree(path)
         elif path.exists():
             path.unlink()
+
+
+# --- Waiting on objects ---------------------------------------------------------
+
+
+def condition_is_true(obj: Mapping[str, Any], condition: str) -> bool:
+    """Whether `obj` has `condition` with status True, observed at its current generation when
+    the condition (or the status) says which generation it observed, as `kubectl wait` checks."""
+    status = obj.get("status") or {}
+    found = next((c for c in status.get("conditions") or [] if c.get("type") == condition), None)
+    if found is None or found.get("status") != "True":
+        return False
+    observed = found.get("observedGeneration", status.get("observedGeneration"))
+    generation = (obj.get("metadata") or {}).get("generation")
+    return observed is None or generation is None or observed >= generation
+
+
+def wait_condition(
+    cluster: Cluster, resource: str, condition: str, timeout: float = 60, namespace: str | None = None
+) -> dict[str, Any]:
+    """Polls `kubectl get <resource>` until its `condition` is True, and returns the object; after
+    `timeout` seconds raises ClusterError with the last status (or kubectl error) it saw.
+
+    Not `kubectl wait --for=condition=...`: kubectl gives up at once, instead of polling, on an
+    object whose `status.conditions` is null, and a CustomResourceDefinition is such an object
+    until the API server first writes its status (the Go field has no omitempty). The same goes
+    for `--for=jsonpath=` with a `[?(@.type==...)]` filter."""
+    argv = [str(cluster.bin_dir / "kubectl"), "get", resource, "-o", "json"]
+    if namespace is not None:
+        argv += ["-n", namespace]
+    deadline = time.monotonic() + timeout
+    while True:
+        result = subprocess.run(argv, env=cluster.env(), capture_output=True, text=True, timeout=30, check=False)
+        if result.returncode == 0:
+            obj: dict[str, Any] = json.loads(result.stdout)
+            if condition_is_true(obj, condition):
+                return obj
+            seen = f"status {json.dumps(obj.get('status'))}"
+        else:
+            seen = result.stderr.strip()
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{resource} was not {condition} after {timeout:.0f}s; last seen: {seen}")
+        time.sleep(0.2)
+
+
+def install_crds(cluster: Cluster, source: Path = REPO / "crds", timeout: float = 60) -> None:
+    """Applies the CRDs in `source` (a file or directory; by default crds/, the source of truth)
+    server-side, taking over fields another manager such as a Helm install set, and waits until
+    the API server serves each of them (Established)."""
+    kubectl = [str(cluster.bin_dir / "kubectl"), "apply", "--server-side", "--force-conflicts", "-o", "name"]
+    result = subprocess.run(
+        [*kubectl, "-f", str(source)], env=cluster.env(), capture_output=True, text=True, timeout=60, check=False
+    )
+    if result.returncode != 0:
+        raise ClusterError(f"`kubectl apply -f {source}` failed: {result.stderr.strip()}")
+    for name in result.stdout.split():
+        wait_condition(cluster, name, "Established", timeout)
 
 
 # --- Command line ---------------------------------------------------------------

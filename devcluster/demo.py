@@ -83,7 +83,7 @@ def wait_ready(cluster: devcluster.Cluster, timeout: float = 600) -> str:
     last = ""
     while time.monotonic() < deadline:
         obj = json.loads(kubectl(cluster, "get", "tfdata", NAME, "-o", "json").stdout)
-        conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions", [])}
+        conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
         ready = conditions.get("Ready", {})
         line = f"  Ready={ready.get('status', '?')} ({ready.get('reason', 'waiting for the operator')})"
         if line != last:
@@ -105,8 +105,10 @@ def main() -> int:
     cluster = devcluster.up(STATE, devcluster.COMPONENTS_WITH_NODE)
 
     say("Installing the TFDataService CRD")
-    kubectl(cluster, "apply", "--server-side", "-f", str(REPO / "crds"))
-    kubectl(cluster, "wait", "--for=condition=Established", "crd/tfdataservices.tfdata.dev", "--timeout=60s")
+    try:
+        devcluster.install_crds(cluster)
+    except devcluster.ClusterError as e:
+        sys.exit(str(e))
 
     say("Starting the operator")
     start_operator(cluster)

@@ -13,6 +13,13 @@ puts `mutants/src` first on `sys.path` and removes the path the editable install
 checks prove it on every run: mutmut's own "forced fail" run (every trampoline raises: the tests
 must fail), and the stats run, which stops when no test reached a trampoline.
 
+Each module gets two figures: the mutants the unit tests kill, and those they kill without the
+golden-file tests (the `golden` marker, tests/fixtures/golden.py), which pin whole manifests and
+sentences and so kill much that no test of a meaning does. mutmut runs twice: first with
+`-m "not golden"` on every mutant, then with every unit test on that run's survivors only (a mutant
+killed without the golden tests is killed with them), after a fresh stats run that records which
+golden tests reach which function.
+
 Survivors that no test can kill (the mutant behaves like the original) are listed, with why, in
 hack/mutation-equivalent.txt; any other survivor is printed and makes the run exit 1.
 A whole run makes some 3,800 mutants (about 1.5 hours on 2 shared cores), so `--module` measures
@@ -32,15 +39,34 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "operator" / "src" / "tfdata_operator"
-# The pure modules: spec in, manifests and decisions out, no I/O.
-MODULES = ("spec", "builders", "scaling", "status", "serverconfig", "plan")
+# The pure modules (spec in, manifests and decisions out, no I/O), by the name `--module` takes:
+# their path under the package.
+MODULES = {
+    "spec": "api/spec",
+    "diff": "api/diff",
+    "builders": "render/builders",
+    "scaling": "plan/scaling",
+    "status": "plan/status",
+    "plan": "plan/desired",
+    "serverconfig": "wire/serverconfig",
+}
+# A mutant's name is the module's dotted path, then the function: module name -> that prefix.
+PREFIXES = {m: "tfdata_operator." + path.replace("/", ".") + "." for m, path in MODULES.items()}
 WORKSPACE = ROOT / ".local" / "mutation"
 EQUIVALENT = ROOT / "hack" / "mutation-equivalent.txt"
+# module -> mutant name -> mutmut's status ("killed", "survived", ...)
+Statuses = dict[str, dict[str, str]]
 # Each module's last result (a run of some modules keeps the others'): outside the workspace,
 # which every run starts afresh.
 RESULT = ROOT / ".local" / "mutation.json"
 # What the unit tests read besides themselves (cases.ROOT is the workspace's copy, `mutants/`).
-LINKED = ("tests", "crds", "examples", "devcluster", "hack", "charts", "pytest.ini", "Makefile", ".github", ".ci")
+LINKED = (
+    "tests", "crds", "examples", "hack", "charts", "docs", "README.md", "devcluster", "benchmarks", "kind", "images",
+    "pytest.ini", "Makefile", ".github", ".ci",
+)  # fmt: skip
+KILLED = ("killed", "timeout")
+# The first run's test selection leaves the golden-file tests out (tests/fixtures/golden.py).
+WITHOUT_GOLDEN = ("-m", "not golden")
 
 
 def read_equivalent() -> dict[str, str]:
@@ -57,21 +83,27 @@ def read_equivalent() -> dict[str, str]:
     return listed
 
 
-def prepare(modules: list[str], max_children: int) -> None:
-    """A fresh workspace: mutmut's config, and links to what it copies."""
+def prepare(modules: list[str]) -> None:
+    """A fresh workspace: mutmut's config (without the golden tests), and links to what it copies."""
     shutil.rmtree(WORKSPACE, ignore_errors=True)
     WORKSPACE.mkdir(parents=True)
     (WORKSPACE / "src").symlink_to(PACKAGE.parent)
     for name in LINKED:
         (WORKSPACE / name).symlink_to(ROOT / name)
-    only = "\n    ".join(f"src/tfdata_operator/{m}.py" for m in modules)
+    write_config(modules, WITHOUT_GOLDEN)
+
+
+def write_config(modules: list[str], selection: tuple[str, ...]) -> None:
+    """mutmut's setup.cfg: the unit tier, narrowed by ``selection`` (pytest arguments)."""
+    only = "\n    ".join(f"src/tfdata_operator/{MODULES[m]}.py" for m in modules)
     also = "\n    ".join(n for n in LINKED if n != "tests")
+    select = "".join(f"\n    {arg}" for arg in ("tests/unit", *selection))
     (WORKSPACE / "setup.cfg").write_text(
         "[mutmut]\n"
         "source_paths = src/tfdata_operator\n"
         f"only_mutate =\n    {only}\n"
         f"also_copy =\n    {also}\n"
-        "pytest_add_cli_args_test_selection = tests/unit\n"
+        f"pytest_add_cli_args_test_selection ={select}\n"
         # Two modules check files, not the pure modules, in subprocesses that would import the
         # installed, unmutated package: the test plumbing, and the CRD's generated schemas.
         "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    --ignore=tests/unit/test_test_plumbing.py\n"
@@ -82,51 +114,87 @@ def prepare(modules: list[str], max_children: int) -> None:
     )
 
 
-def run_mutmut(max_children: int) -> None:
+def run_mutmut(max_children: int, names: list[str] | None = None) -> None:
+    """``mutmut run``: every mutant not yet tested, or only ``names`` (tested again)."""
     mutmut = Path(sys.executable).parent / "mutmut"
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     # mutmut would pick the CI skip policy up from the environment; a mutant's failing test is the point.
     env.pop("CI", None)
-    done = subprocess.run([str(mutmut), "run", "--max-children", str(max_children)], cwd=WORKSPACE, env=env)
+    command = [str(mutmut), "run", "--max-children", str(max_children), *(names or [])]
+    done = subprocess.run(command, cwd=WORKSPACE, env=env)
     if done.returncode != 0:
         sys.exit(f"mutmut run failed (exit {done.returncode}); its output is above")
 
 
-def collect(modules: list[str]) -> dict[str, dict[str, str]]:
+def collect(modules: list[str]) -> Statuses:
     """module -> mutant name -> status, from the .meta files mutmut writes next to each mutated file."""
     sys.path.insert(0, str(WORKSPACE))  # nothing of the package: only mutmut's own table
     from mutmut.stats import status_by_exit_code
 
     result: dict[str, dict[str, str]] = {}
     for module in modules:
-        meta = WORKSPACE / "mutants" / "src" / "tfdata_operator" / f"{module}.py.meta"
+        meta = WORKSPACE / "mutants" / "src" / "tfdata_operator" / f"{MODULES[module]}.py.meta"
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         result[module] = {name: status_by_exit_code[code] for name, code in codes.items()}
     return result
 
 
-def report(measured: dict[str, dict[str, str]], equivalent: dict[str, str]) -> int:
-    kept = json.loads(RESULT.read_text())["statuses"] if RESULT.exists() else {}
-    statuses = {m: measured.get(m) or kept[m] for m in MODULES if m in measured or m in kept}
-    rows = []
+def measure(modules: list[str], max_children: int) -> tuple[Statuses, Statuses]:
+    """(statuses with every unit test, statuses without the golden-file tests) of each module's mutants."""
+    prepare(modules)
+    run_mutmut(max_children)
+    without = collect(modules)
+    survivors = {n for by_name in without.values() for n, s in by_name.items() if s not in KILLED}
+    measured = {m: dict(by_name) for m, by_name in without.items()}
+    if survivors:
+        print(f"\n{len(survivors)} mutants survived the unit tests without the golden files; again, with them:")
+        write_config(modules, ())
+        # A fresh stats run: the last one never ran the golden tests, so no mutant would get them.
+        (WORKSPACE / "mutants" / "mutmut-stats.json").unlink()
+        run_mutmut(max_children, sorted(survivors))
+        again = collect(modules)
+        for module, by_name in measured.items():
+            by_name.update({n: again[module][n] for n in by_name if n in survivors})
+    return measured, without
+
+
+def kills(by_name: dict[str, str]) -> int:
+    return sum(1 for s in by_name.values() if s in KILLED)
+
+
+def share(killed: int | None, count: int) -> str:
+    return "-" if killed is None else f"{100 * killed / count if count else 0.0:.1f}%"
+
+
+def report(measured: tuple[Statuses, Statuses] | None, equivalent: dict[str, str]) -> int:
+    """Print and keep each module's figures; ``measured`` replaces those modules' kept results."""
+    kept = json.loads(RESULT.read_text()) if RESULT.exists() else {}
+    statuses: Statuses = {**kept.get("statuses", {}), **(measured[0] if measured else {})}
+    # Results kept from before the figure without the golden tests existed have none.
+    without: Statuses = {**kept.get("statuses_without_golden", {}), **(measured[1] if measured else {})}
+    statuses = {m: statuses[m] for m in MODULES if m in statuses}
+    without = {m: without[m] for m in statuses if m in without}
+    rows: list[tuple[str, int, int | None, int, int]] = []
     unexplained: list[str] = []
-    total_killed = total = total_equivalent = 0
     for module, by_name in statuses.items():
-        killed = sum(1 for s in by_name.values() if s in ("killed", "timeout"))
-        listed = sum(1 for n, s in by_name.items() if s not in ("killed", "timeout") and n in equivalent)
-        unexplained += [
-            f"{n}: {s}" for n, s in sorted(by_name.items()) if s not in ("killed", "timeout") and n not in equivalent
-        ]
-        rows.append((module, killed, listed, len(by_name)))
-        total_killed, total_equivalent, total = total_killed + killed, total_equivalent + listed, total + len(by_name)
-    rows.append(("overall", total_killed, total_equivalent, total))
-    print(f"\n{'module':<14}{'killed':>8}{'total':>8}{'killed %':>10}{'equivalent':>12}{'left':>6}")
-    for module, killed, listed, count in rows:
-        share = 100 * killed / count if count else 0.0
-        left = count - killed - listed
-        print(f"{module:<14}{killed:>8}{count:>8}{share:>9.1f}%{listed:>12}{left:>6}")
+        listed = sum(1 for n, s in by_name.items() if s not in KILLED and n in equivalent)
+        unexplained += [f"{n}: {s}" for n, s in sorted(by_name.items()) if s not in KILLED and n not in equivalent]
+        bare = kills(without[module]) if module in without else None
+        rows.append((module, kills(by_name), bare, listed, len(by_name)))
+    whole = None if any(r[2] is None for r in rows) else sum(r[2] or 0 for r in rows)
+    rows.append(("overall", sum(r[1] for r in rows), whole, sum(r[3] for r in rows), sum(r[4] for r in rows)))
+    print("\nkilled: by the unit tests; w/o golden: by them without the golden-file tests")
+    print(
+        f"{'module':<14}{'killed':>8}{'w/o golden':>12}{'total':>8}{'killed %':>10}{'w/o golden %':>14}"
+        f"{'equivalent':>12}{'left':>6}"
+    )
+    for module, killed, bare, listed, count in rows:
+        print(
+            f"{module:<14}{killed:>8}{'-' if bare is None else bare:>12}{count:>8}{share(killed, count):>10}"
+            f"{share(bare, count):>14}{listed:>12}{count - killed - listed:>6}"
+        )
     seen = {n for by_name in statuses.values() for n in by_name}
-    stale = sorted(n for n in equivalent if n.split(".")[1].split(".")[0] in statuses and n not in seen)
+    stale = sorted(n for n in equivalent if any(n.startswith(PREFIXES[m]) for m in statuses) and n not in seen)
     killed_now = sorted(n for by in statuses.values() for n, s in by.items() if n in equivalent and s == "killed")
     for name in stale:
         print(f"listed as equivalent but no longer a mutant: {name}")
@@ -136,28 +204,29 @@ def report(measured: dict[str, dict[str, str]], equivalent: dict[str, str]) -> i
         print("\nsurvivors neither killed nor listed as equivalent (`cd .local/mutation && mutmut show NAME`):")
         print("\n".join(f"  {line}" for line in unexplained))
     out = {
-        "modules": {m: {"killed": k, "equivalent": e, "total": t} for m, k, e, t in rows},
+        "modules": {
+            m: {"killed": k, "killed_without_golden": b, "equivalent": e, "total": t} for m, k, b, e, t in rows
+        },
         "survivors": unexplained,
         "statuses": statuses,
+        "statuses_without_golden": without,
     }
     RESULT.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-    print(f"\nmeasured now: {', '.join(measured)}; result: {RESULT.relative_to(ROOT)}")
+    print(f"\nmeasured now: {', '.join(measured[0]) if measured else 'nothing'}; result: {RESULT.relative_to(ROOT)}")
     return 1 if unexplained or killed_now else 0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--module", action="append", choices=MODULES, help="only these (default: all six)")
+    parser.add_argument("--module", action="append", choices=MODULES, help="only these (default: all)")
     parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
     parser.add_argument("--report-only", action="store_true", help="print the table of the last results again")
     args = parser.parse_args()
     modules = args.module or list(MODULES)
     equivalent = read_equivalent()
     if args.report_only:
-        sys.exit(report({}, equivalent))
-    prepare(modules, args.max_children)
-    run_mutmut(args.max_children)
-    sys.exit(report(collect(modules), equivalent))
+        sys.exit(report(None, equivalent))
+    sys.exit(report(measure(modules, args.max_children), equivalent))
 
 
 if __name__ == "__main__":

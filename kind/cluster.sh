@@ -40,6 +40,16 @@ KIND="$KIND_BIN/kind-$KIND_VERSION"
 log() { printf '[kind-cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 elapsed() { local s=$(($(date +%s) - $1)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
+# Polls until the object's condition is True; on timeout shows its status. Not `kubectl wait
+# --for=condition=...`: that fails at once, instead of polling, on an object whose
+# status.conditions is still null (a CRD the API server has not written a status to yet).
+wait_condition() {  # resource condition seconds
+  local deadline=$((SECONDS + $3)) jsonpath="{.status.conditions[?(@.type==\"$2\")].status}"
+  until [[ "$(kubectl get "$1" -o jsonpath="$jsonpath" 2>/dev/null)" == True ]]; do
+    ((SECONDS < deadline)) || die "$1 was not $2 after $3 s; its status: $(kubectl get "$1" -o jsonpath='{.status}' 2>&1)"
+    sleep 1
+  done
+}
 
 VERSION="$(sed -nE 's/^version = "([^"]+)"$/\1/p' "$REPO/operator/pyproject.toml" | head -n 1)"
 
@@ -99,7 +109,7 @@ up() {
   "$HERE/metrics-server.sh" manifests | kubectl apply -f - >&2
   kubectl -n kube-system rollout status deployment/metrics-server --timeout=3m >&2
   # Available once the API server reaches it and it has scraped the kubelet.
-  kubectl wait --for=condition=Available apiservice/v1beta1.metrics.k8s.io --timeout=3m >&2
+  wait_condition apiservice/v1beta1.metrics.k8s.io Available 180
 
   helm upgrade --install "$RELEASE" "$REPO/charts/tfdata-operator" \
     --namespace "$NAMESPACE" --create-namespace \
@@ -108,7 +118,7 @@ up() {
   kubectl -n "$NAMESPACE" rollout status deployment --timeout=3m >&2
   # The default StorageClass's provisioner (dispatcher journals need it).
   kubectl -n local-path-storage rollout status deployment/local-path-provisioner --timeout=3m >&2
-  kubectl wait --for=condition=Established --timeout=60s crd/tfdataservices.tfdata.dev >&2
+  wait_condition crd/tfdataservices.tfdata.dev Established 60
   log "cluster $CLUSTER is up with the operator ($(elapsed "$started")); KUBECONFIG=$KUBECONFIG_OUT"
 }
 

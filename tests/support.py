@@ -5,16 +5,21 @@ no test module imports a `conftest`."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from tfdata_operator.wire.signals import ServiceSignals
 
@@ -99,8 +104,37 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# How kopf's `full` log format (OperatorProcess's) starts a line:
+# "[<time>] <logger name, padded to 20> [<LEVEL, padded to 8>] <message>".
+_FULL_FORMAT_PREFIX = re.compile(r"^\[[^\]]*\] .{20} \[(?P<level>[A-Z]+) *\] ")
+
+
+def log_message(line: str) -> str:
+    """A line of the operator's log without the time, logger and level kopf's `full` format puts first."""
+    return _FULL_FORMAT_PREFIX.sub("", line, count=1)
+
+
+def logged_errors(log: str) -> list[str]:
+    """The lines an operator logged at ERROR level or above, in kopf's `full` format or in `json`
+    (the chart's default)."""
+    found = []
+    for line in log.splitlines():
+        if line.startswith("{"):
+            try:
+                severe = json.loads(line).get("severity") in ("error", "fatal")
+            except ValueError:
+                severe = False
+        else:
+            prefix = _FULL_FORMAT_PREFIX.match(line)
+            severe = prefix is not None and prefix["level"] in ("ERROR", "CRITICAL")
+        if severe:
+            found.append(line)
+    return found
+
+
 class OperatorProcess:
-    """`tfdata-operator run` as a real process, with its log in a file."""
+    """`tfdata-operator run` as a real process, with its log in a file. No test provokes an ERROR
+    line on purpose (a fault point logs a WARNING): ``finish`` fails on any."""
 
     def __init__(self, env: dict[str, str], log_path: Path, *args: str) -> None:
         self.env = {**env, "PYTHONUNBUFFERED": "1", "TFDATA_RESYNC_SECONDS": env.get("TFDATA_RESYNC_SECONDS", "5")}
@@ -118,7 +152,7 @@ class OperatorProcess:
         command = [
             str(Path(sys.executable).with_name("tfdata-operator")),
             "run",
-            "--log-format=plain",
+            "--log-format=full",  # with the level, so that `finish` can find every ERROR line
             f"--liveness=http://127.0.0.1:{self.port}/healthz",
             f"--metrics-port={self.metrics_port}",
             "--metrics-address=127.0.0.1",
@@ -162,28 +196,42 @@ class OperatorProcess:
         except subprocess.TimeoutExpired:
             raise AssertionError(f"the operator did not exit within {timeout} s:\n{self.tail()}") from None
 
-    def metrics(self) -> dict[str, float]:
-        """The operator's Prometheus samples, keyed by name and labels, e.g.
-        ``tfdata_operator_reconciles_total{result="idle"}``."""
-        from prometheus_client.parser import text_string_to_metric_families
-
+    def samples(self) -> list[Sample]:
+        """The operator's Prometheus samples, as its /metrics serves them now."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
             text = response.read().decode()
+        return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+    def metrics(self) -> dict[str, float]:
+        """The operator's Prometheus samples, keyed by name and labels, e.g.
+        ``tfdata_operator_leader`` or ``tfdata_operator_api_requests_total{code="200",verb="get"}``."""
         samples = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-                samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+        for sample in self.samples():
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
         return samples
+
+    def reconciles(self, namespace: str, name: str) -> dict[str, float]:
+        """How many reconciles of one TFDataService this process ran, by result (idle, changed, error, ...)."""
+        counted = [s for s in self.samples() if s.name == "tfdata_operator_reconciles_total"]
+        return {
+            s.labels["result"]: s.value
+            for s in counted
+            if (s.labels["namespace"], s.labels["name"]) == (namespace, name)
+        }
 
     def total(self, prefix: str) -> float:
         """The sum of every sample whose name (with labels) starts with ``prefix``."""
         return sum(v for k, v in self.metrics().items() if k.startswith(prefix))
 
+    def errors(self) -> list[str]:
+        """The ERROR and CRITICAL lines of its log."""
+        return logged_errors(self.log())
+
     def finish(self) -> str:
         """Stops the operator with SIGTERM; fails unless it was still running, then exited 0
-        (a fatal kopf error, a SIGKILL or an OOM kill is a failure) and logged no traceback.
-        Returns its log."""
+        (a fatal kopf error, a SIGKILL or an OOM kill is a failure) and logged no traceback and
+        no ERROR line. Returns its log."""
         assert self.proc is not None, "the operator was never started"
         died = self.proc.poll()
         code = self.stop()
@@ -192,6 +240,8 @@ class OperatorProcess:
         assert died is None, f"the operator had exited with {died} before the test ended:\n{self.tail(80)}"
         assert code == 0, f"the operator exited with {code} on SIGTERM:\n{self.tail(80)}"
         assert "Traceback" not in log, self.tail(80)
+        errors = self.errors()
+        assert not errors, "the operator logged errors:\n" + "\n".join(errors[:20])
         return log
 
     def log(self) -> str:
@@ -199,6 +249,34 @@ class OperatorProcess:
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log().splitlines()[-lines:])
+
+
+class Watch:
+    """`kubectl get --watch` on some objects: every version the API server sends, in its order (the
+    first ones list what exists), read in a thread of its own until ``stop``."""
+
+    def __init__(self, kubectl: Kubectl, *args: str) -> None:
+        self.events: list[dict[str, Any]] = []
+        command = [str(kubectl.binary), "get", *args, "--watch", "-o", "json", "--output-watch-events"]
+        self.proc = subprocess.Popen(command, env=kubectl.env, stdout=subprocess.PIPE, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        decoder, buffer = json.JSONDecoder(), ""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            buffer += line
+            try:
+                event, _ = decoder.raw_decode(buffer.strip())
+            except json.JSONDecodeError:
+                continue
+            self.events.append(event["object"])
+            buffer = ""
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(10)
 
 
 class KubectlError(AssertionError):

@@ -8,7 +8,6 @@ timeout (the client's watchdog), so a hang fails fast with what was read so far.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import subprocess
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support import ROOT, Kubectl, OperatorProcess, wait_for
+from support import ROOT, Gone, Kubectl, OperatorProcess, wait_for
 
 from tfdata_operator.render import builders
 
@@ -505,9 +504,11 @@ def test_an_immediate_rescale_breaks_the_reader_as_documented(services: Services
         reader.wait_elements(20)
         _scale(services, "rush", 3)
         read = reader.finish(150)
-    # docs/concepts.md: the dispatcher restarts with a fresh journal, and the reading job is gone.
-    assert read.returncode != 0 and read.error, read.describe()
-    assert "timed out" not in read.error, f"the reader hung instead of failing: {read.describe()}"
+    # docs/concepts.md: the dispatcher restarts with a fresh journal, and the reading job is gone: the
+    # client fails with TensorFlow's NotFoundError for its iteration (not a hang, not another error).
+    assert read.returncode == 2, read.describe()
+    assert read.error is not None and read.error.startswith("NotFoundError: "), read.describe()
+    assert "Iteration client id not found" in read.error, read.describe()
     assert len(read.elements) < len(ALL), read.describe()
     print(f"a reader under an Immediate rescale read {len(read.elements)} elements, then: {read.error[:300]}")
     services.delete("rush")
@@ -543,11 +544,14 @@ def test_suspend_removes_every_pod_and_resume_serves_at_the_same_address(service
 
 
 class WorkerCounts:
-    """The service's ready workers over time, polled in the background (one kubectl call every 2 s)."""
+    """The service's ready workers over time, as the worker StatefulSet's controller counts them
+    (status.readyReplicas), not as the operator's own status tells: polled in the background,
+    every 2 s. A poll that fails stops the polling and fails the test at its next reading."""
 
     def __init__(self, services: Services, name: str) -> None:
         self.services, self.name = services, name
-        self.seen: list[tuple[float, int, int]] = []  # (monotonic time, ready workers, spec.workers.replicas)
+        self.seen: list[tuple[float, int, int]] = []  # (monotonic time, ready workers, StatefulSet's spec.replicas)
+        self.failure: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -558,15 +562,29 @@ class WorkerCounts:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
+        if exc[0] is None:
+            self._check()
 
     def _poll(self) -> None:
         while not self._stop.wait(2.0):
-            with contextlib.suppress(Exception):  # a slow API server: the next poll tells
-                svc = self.services.get(self.name)
-                ready = int(str(svc["status"]["workers"]["summary"]).split("/")[0])
-                self.seen.append((time.monotonic(), ready, int(svc["spec"]["workers"]["replicas"])))
+            try:
+                sts = self.services.kubectl.get("statefulset", f"{self.name}-worker", "-n", self.services.ns)
+                if sts is None:
+                    raise AssertionError(f"the StatefulSet {self.name}-worker is gone")
+                ready = int(sts.get("status", {}).get("readyReplicas") or 0)
+                self.seen.append((time.monotonic(), ready, int(sts["spec"]["replicas"])))
+            except subprocess.TimeoutExpired:
+                continue  # a slow API server: the next poll tells
+            except BaseException as exc:
+                self.failure = exc
+                return
+
+    def _check(self) -> None:
+        if self.failure is not None:
+            raise Gone(f"reading the worker StatefulSet failed: {self.failure!r}") from self.failure
 
     def most_ready(self) -> int:
+        self._check()
         return max((ready for _, ready, _ in self.seen), default=0)
 
     def phases(self, times: list[float]) -> list[tuple[int, float, int]]:

@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from support import CRD_DIR, ROOT, Kubectl, free_port, wait_for
+from support import CRD_DIR, ROOT, Gone, Kubectl, free_port, logged_errors, wait_for
 
 from tfdata_operator.plan import children
+
+import devcluster  # hack/ is on pytest.ini's pythonpath
 
 CHART = ROOT / "charts" / "tfdata-operator"
 CRD_NAME = "tfdataservices.tfdata.dev"
@@ -142,9 +144,9 @@ def test_helm_lint_strict_passes(helm: Helm, values: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def service_monitor_crd(kubectl: Kubectl) -> Iterator[None]:
+def service_monitor_crd(kubectl: Kubectl, cluster: devcluster.Cluster) -> Iterator[None]:
     kubectl.apply(SERVICE_MONITOR_CRD)
-    kubectl.run("wait", "--for=condition=Established", "crd/servicemonitors.monitoring.coreos.com", "--timeout=30s")
+    devcluster.wait_condition(cluster, "crd/servicemonitors.monitoring.coreos.com", "Established", 30)
     yield
     kubectl.run("delete", "crd", "servicemonitors.monitoring.coreos.com", "--ignore-not-found")
 
@@ -275,20 +277,22 @@ def test_the_operator_run_as_the_deployment_says_serves_metrics_on_the_charts_po
     try:
 
         def scrape() -> dict[str, float]:
-            assert proc.poll() is None, f"the operator exited with {proc.returncode}: {log.read_text()}"
+            if proc.poll() is not None:
+                raise Gone(f"the operator exited with {proc.returncode}: {log.read_text()}")
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
                 text = response.read().decode()
             return {s.name + str(sorted(s.labels.items())): s.value
                     for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
 
         kubectl.run("apply", "-n", namespace, "-f", "-", input=SCRAPED_SERVICE)
+        labels = {"namespace": namespace, "name": "scraped", "result": "changed"}
+        changed = f"tfdata_operator_reconciles_total{sorted(labels.items())}"
         samples = wait_for(
             scrape,
             60,
             "the operator's /metrics to count a changed reconcile and the services by Ready",
             until=lambda seen: (
-                seen.get("tfdata_operator_reconciles_total[('result', 'changed')]", 0) >= 1
-                and seen.get("tfdata_operator_services[('ready', 'False')]", 0) >= 1
+                seen.get(changed, 0) >= 1 and seen.get("tfdata_operator_services[('ready', 'False')]", 0) >= 1
             ),
             show=lambda: log.read_text()[-3000:],
         )
@@ -296,9 +300,17 @@ def test_the_operator_run_as_the_deployment_says_serves_metrics_on_the_charts_po
         assert "tfdata_operator_queue_depth[]" in samples
     finally:
         kubectl.run("delete", "-n", namespace, "tfdataservice", "scraped", "--ignore-not-found", "--wait=false")
+        died = proc.poll()
         proc.terminate()
-        proc.wait(30)
-    assert "Traceback" not in log.read_text(), log.read_text()
+        try:
+            code = proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+    text = log.read_text()
+    assert died is None, f"the operator had exited with {died} before the test ended:\n{text[-3000:]}"
+    assert code == 0, f"the operator exited with {code} on SIGTERM:\n{text[-3000:]}"
+    assert "Traceback" not in text and not logged_errors(text), text[-3000:]
 
 
 SCRAPED_SERVICE = """
@@ -428,16 +440,6 @@ def rbac_objects(kubectl: Kubectl, release: str) -> set[tuple[str, str, str]]:
 
 
 @pytest.fixture
-def crd_as_found(kubectl: Kubectl) -> Iterator[bool]:
-    """Whether the CRD existed before the test; if it did not, Helm installs it, and it is deleted
-    afterwards, so that the other modules install it from crds/ as they always do."""
-    existed = kubectl.run("get", "crd", CRD_NAME, check=False).returncode == 0
-    yield existed
-    if not existed:
-        kubectl.run("delete", "crd", CRD_NAME, "--ignore-not-found", "--timeout=60s")
-
-
-@pytest.fixture
 def release(helm: Helm, namespace: str) -> Iterator[str]:
     """A release name of its own (its cluster-scoped objects are named after it), uninstalled
     afterwards whatever happened: deleting the namespace would leave its cluster-scoped objects."""
@@ -447,7 +449,7 @@ def release(helm: Helm, namespace: str) -> Iterator[str]:
 
 
 def test_install_upgrade_uninstall_leaves_no_orphans(
-    helm: Helm, kubectl: Kubectl, namespace: str, watched: list[str], crd_as_found: bool, release: str
+    helm: Helm, kubectl: Kubectl, namespace: str, watched: list[str], crd_absent: None, release: str
 ) -> None:
     full = f"{release}-tfdata-operator"
     # The restricted Pod Security Standard: the operator's pod must be admitted under it.
@@ -463,8 +465,7 @@ def test_install_upgrade_uninstall_leaves_no_orphans(
     managers = {
         f["manager"] for f in kubectl.json("get", "crd", CRD_NAME, "--show-managed-fields")["metadata"]["managedFields"]
     }
-    if not crd_as_found:
-        assert "helm" in managers, f"the CRD was not installed by helm: {managers}"
+    assert "helm" in managers, f"the CRD was not installed by helm: {managers}"
     assert rbac_objects(kubectl, release) == {
         ("ClusterRole", "", f"{full}-scanning"),
         ("ClusterRoleBinding", "", f"{full}-scanning"),

@@ -8,15 +8,13 @@ it Running and Ready as a kubelet would.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import threading
 import time
 from typing import Any
 
 import pytest
 import yaml
-from support import Kubectl, OperatorProcess, holds_for, kubelet_nodes, on_kwok_nodes, wait_for
+from support import Kubectl, OperatorProcess, Watch, holds_for, kubelet_nodes, on_kwok_nodes, wait_for
 
 from tfdata_operator.controller import faults
 from tfdata_operator.plan import children
@@ -256,38 +254,16 @@ def test_kubectl_scale_changes_dynamic_workers(k8s: Cluster) -> None:
     assert k8s.worker_list("imagenet") is None
 
 
-class StatefulSetWatch:
-    """`kubectl get --watch` on the service's StatefulSets: every version, in the API server's order."""
+class StatefulSetWatch(Watch):
+    """The service's StatefulSets: every version, in the API server's order."""
 
     def __init__(self, k8s: Cluster, instance: str) -> None:
-        self.events: list[dict[str, Any]] = []
-        selector = f"app.kubernetes.io/instance={instance}"
-        command = [str(k8s.kubectl.binary), "get", "statefulsets", "-n", k8s.ns, "-l", selector, "--watch"]
-        command += ["-o", "json", "--output-watch-events"]
-        self.proc = subprocess.Popen(command, env=k8s.kubectl.env, stdout=subprocess.PIPE, text=True)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        decoder, buffer = json.JSONDecoder(), ""
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            buffer += line
-            try:
-                event, _ = decoder.raw_decode(buffer.strip())
-            except json.JSONDecodeError:
-                continue
-            self.events.append(event["object"])
-            buffer = ""
+        super().__init__(k8s.kubectl, "statefulsets", "-n", k8s.ns, "-l", f"app.kubernetes.io/instance={instance}")
 
     def wait_for_state(self, name: str, state: tuple[int, int]) -> None:
         """Until the watch has delivered the versions that end in ``state`` (it may lag a GET)."""
         wait_for(lambda: _states(self.events, name)[-1:] == [state], 10, f"the watch to show {state}",
                  show=lambda: _states(self.events, name))  # fmt: skip
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(10)
 
 
 def _states(events: list[dict[str, Any]], name: str) -> list[tuple[int, int]]:
@@ -502,26 +478,40 @@ def requests(operator: OperatorProcess) -> float:
     return operator.total("tfdata_operator_api_requests_total")
 
 
-def test_a_reconcile_with_nothing_to_do_writes_nothing(k8s: Cluster, operator: OperatorProcess) -> None:
-    wait_reconciled(k8s, "mixed")
-    wait_for(lambda: len(k8s.children("mixed")) == DEFAULT_CHILDREN, 30, "the children of mixed")
-    before = wait_for(lambda: settled(lambda: k8s.resource_versions("mixed"), 3), 60, "the children to settle")
-    reconciles = operator.total("tfdata_operator_reconciles_total")
+def assert_reconciles_write_nothing(k8s: Cluster, operator: OperatorProcess, name: str) -> None:
+    """Once the service's children have settled, an event on it and two resyncs are three reconciles
+    of this very service, each of them a success that wrote nothing (result "idle"): no child
+    changed, and not one request, let alone a write, reached the API server (idle reconciles work
+    from the cache). Any other result of its reconciles meanwhile (a change, an error) fails."""
+    before = wait_for(lambda: settled(lambda: k8s.resource_versions(name), 3), 60, "the children to settle")
+    counted = operator.reconciles(k8s.ns, name)
     sent = requests(operator)
+
+    def since() -> dict[str, float]:
+        now = operator.reconciles(k8s.ns, name)
+        return {result: n - counted.get(result, 0) for result, n in now.items() if n != counted.get(result, 0)}
+
     # An annotation change is an event on the TFDataService: it queues a reconcile (so does the 5 s resync).
-    k8s.run("annotate", "tfdata/mixed", "example.com/touched=yes")
-    wait_for(
-        lambda: operator.total("tfdata_operator_reconciles_total") >= reconciles + 3,
+    k8s.run("annotate", f"tfdata/{name}", "example.com/touched=yes")
+    results = wait_for(
+        since,
         30,
-        "three reconciles after the annotation (the event and two resyncs)",
-        show=lambda: operator.total("tfdata_operator_reconciles_total") - reconciles,
+        f"three reconciles of {name} after the annotation (the event and two resyncs)",
+        until=lambda seen: seen.get("idle", 0) >= 3 or bool(seen.keys() - {"idle"}),
+        show=lambda: (since(), operator.tail()),
     )
-    after = k8s.resource_versions("mixed")
+    assert results.keys() == {"idle"}, f"reconciles of {name} by result since the annotation: {results}"
+    after = k8s.resource_versions(name)
     assert {k: v for k, v in after.items() if k != "TFDataService"} == {
         k: v for k, v in before.items() if k != "TFDataService"
     }
-    # Idle reconciles work from the cache: not one request, let alone a write, reached the API server.
     assert requests(operator) == sent, operator.metrics()
+
+
+def test_a_reconcile_with_nothing_to_do_writes_nothing(k8s: Cluster, operator: OperatorProcess) -> None:
+    wait_reconciled(k8s, "mixed")
+    wait_for(lambda: len(k8s.children("mixed")) == DEFAULT_CHILDREN, 30, "the children of mixed")
+    assert_reconciles_write_nothing(k8s, operator, "mixed")
 
 
 # Volumes, mounts and variables with the false and empty fields the API server drops, and fields it defaults.
@@ -578,21 +568,7 @@ def test_volumes_and_env_reach_the_worker_pods_and_an_unchanged_spec_writes_noth
 
     # What the API server stores (readOnly: false and value "" dropped, defaultMode and apiVersion
     # added) still matches the template the operator builds: an unchanged spec means no request.
-    before = wait_for(lambda: settled(lambda: k8s.resource_versions("mounted"), 3), 60, "the children to settle")
-    reconciles = operator.total("tfdata_operator_reconciles_total")
-    sent = requests(operator)
-    k8s.run("annotate", "tfdata/mounted", "example.com/touched=yes")
-    wait_for(
-        lambda: operator.total("tfdata_operator_reconciles_total") >= reconciles + 3,
-        30,
-        "three reconciles after the annotation (the event and two resyncs)",
-        show=lambda: operator.total("tfdata_operator_reconciles_total") - reconciles,
-    )
-    after = k8s.resource_versions("mounted")
-    assert {k: v for k, v in after.items() if k != "TFDataService"} == {
-        k: v for k, v in before.items() if k != "TFDataService"
-    }
-    assert requests(operator) == sent, operator.metrics()
+    assert_reconciles_write_nothing(k8s, operator, "mounted")
     k8s.run("delete", "tfdata", "mounted", "--wait=false")
 
 
@@ -684,4 +660,5 @@ def test_a_foreign_object_with_a_childs_name_is_never_touched(k8s: Cluster) -> N
 def test_the_operator_logged_no_errors(operator: OperatorProcess) -> None:
     log = operator.log()
     assert "Forbidden" not in log and "Traceback" not in log, operator.tail(80)
+    assert not operator.errors(), "\n".join(operator.errors())
     assert "Created StatefulSet" in log

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from fixtures.cluster import create_namespace
 from support import Kubectl
+
+from fixtures.cluster import create_namespace
 
 
 @pytest.fixture(scope="module")

@@ -167,6 +167,7 @@ async def _reconcile(memo: OperatorState, key: Any) -> bool:
     if body is None:
         memo.overlay.forget(key)  # deleted: the garbage collector removes the children
         memo.autoscaling.windows.forget(key)
+        metrics.forget_service(*key)
         return True
     started = time.monotonic()
     try:
@@ -175,7 +176,7 @@ async def _reconcile(memo: OperatorState, key: Any) -> bool:
             memo.pool, reconcile.reconcile, memo.kube, memo.config, body, observed, memo.autoscaling
         )
     except Exception as exc:  # retried with backoff; one line, not a traceback per attempt
-        metrics.RECONCILES.labels("error").inc()
+        metrics.RECONCILES.labels(*key, "error").inc()
         log.error("Reconcile of %s/%s failed, will retry: %s: %s", *key, type(exc).__name__, exc)
         log.debug("Reconcile of %s/%s failed", *key, exc_info=True)
         return False
@@ -185,7 +186,7 @@ async def _reconcile(memo: OperatorState, key: Any) -> bool:
         memo.overlay.record(key, written)
     if outcome.requeue_after is not None:
         memo.queue.add_after(key, outcome.requeue_after)
-    metrics.RECONCILES.labels(outcome.result).inc()
+    metrics.RECONCILES.labels(*key, outcome.result).inc()
     return True
 
 

@@ -11,10 +11,12 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+RESULTS = ("idle", "changed", "invalid", "conflict", "error")
 RECONCILES = Counter(
     "tfdata_operator_reconciles_total",
-    "Reconciles of a TFDataService, by result: idle (nothing written), changed, invalid, conflict, error.",
-    ["result"],
+    "Reconciles of a TFDataService, by its namespace and name and the result: idle (nothing written), "
+    "changed, invalid, conflict, error. A deleted service's series go with it.",
+    ["namespace", "name", "result"],
 )
 RECONCILE_SECONDS = Histogram(
     "tfdata_operator_reconcile_duration_seconds",
@@ -43,6 +45,12 @@ SERVICES = Gauge(
     ["ready"],
 )
 READY_STATES = ("True", "False", "Unknown")
+
+
+def forget_service(namespace: str, name: str) -> None:
+    """Drops a deleted service's reconcile counts: the series are as many as the services that exist."""
+    for result in RESULTS:
+        RECONCILES.remove(namespace, name, result)
 
 
 def count_services(bodies: Iterable[Mapping[str, Any]]) -> None:

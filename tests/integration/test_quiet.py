@@ -1,0 +1,118 @@
+"""A settled namespace costs the operator nothing, and a service that stays unready little.
+
+What `make bench` found at scale, on this tier's kwok node: a dispatcher that waits for its claim
+queues a reconcile with every event of its service's pods, and each reconcile listed the claim's
+Events again. Here one service turns Ready on kwok's node and one never does (its claim's
+StorageClass does not exist, so the scheduler waits for the claim forever); then the unready one is
+touched every second, as a busy cluster's events would queue it. Over that window the operator
+may list that claim's Events once per resync (the operator runs with a 5 s resync here) and write
+nothing: the status says the same thing throughout.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from support import Kubectl, OperatorProcess, kubelet_nodes, wait_for
+
+import devcluster  # hack/ is on pytest.ini's pythonpath
+
+RESYNC_SECONDS = 5  # OperatorProcess's TFDATA_RESYNC_SECONDS
+WINDOW_SECONDS = 20
+TIMEOUT = 90
+# A real kubelet pulls the image and starts TensorFlow; kwok answers at once.
+KIND_TIMEOUT = 240
+KWOK = json.dumps(devcluster.KWOK_TOLERATION)
+
+READY = f"""\
+apiVersion: tfdata.dev/v1alpha1
+kind: TFDataService
+metadata:
+  name: quiet-ready
+spec:
+  shardingPolicy: DYNAMIC
+  dispatcher: {{tolerations: [{KWOK}]}}
+  workers: {{replicas: 2, tolerations: [{KWOK}]}}
+"""
+UNREADY = f"""\
+apiVersion: tfdata.dev/v1alpha1
+kind: TFDataService
+metadata:
+  name: quiet-unready
+spec:
+  shardingPolicy: DYNAMIC
+  dispatcher:
+    storage: {{storageClassName: does-not-exist}}
+    tolerations: [{KWOK}]
+  workers: {{replicas: 1, tolerations: [{KWOK}]}}
+"""
+
+
+def status(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    return (kubectl.get("tfdata", name, "-n", namespace) or {}).get("status") or {}
+
+
+def ready_reason(kubectl: Kubectl, namespace: str, name: str) -> str | None:
+    ready = [c for c in status(kubectl, namespace, name).get("conditions") or [] if c["type"] == "Ready"]
+    return ready[0]["reason"] if ready else None
+
+
+def requests(operator: OperatorProcess) -> dict[str, float]:
+    """The reconcile loop's requests so far, by verb (a LIST is counted as a GET)."""
+    counts: dict[str, float] = {}
+    for key, value in operator.metrics().items():
+        if key.startswith("tfdata_operator_api_requests_total{"):
+            verb = key.split('verb="', 1)[1].split('"', 1)[0]
+            counts[verb] = counts.get(verb, 0) + value
+    return counts
+
+
+@pytest.fixture(scope="module")
+def applied(kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
+    for manifest in (READY, UNREADY):
+        kubectl.run("apply", "-n", namespace, "-f", "-", input=manifest)
+
+
+def test_a_settled_namespace_sends_no_request_and_an_unready_service_one_list_per_resync(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess, applied: None
+) -> None:
+    timeout = KIND_TIMEOUT if kubelet_nodes(kubectl.json("get", "nodes")) else TIMEOUT
+
+    def reasons() -> tuple[str | None, str | None]:
+        return ready_reason(kubectl, namespace, "quiet-ready"), ready_reason(kubectl, namespace, "quiet-unready")
+
+    wait_for(reasons, timeout, "quiet-ready Ready and quiet-unready ProvisioningFailed",
+             until=lambda seen: seen == ("Ready", "ProvisioningFailed"))  # fmt: skip
+    said = status(kubectl, namespace, "quiet-unready")
+    # Settled: a resync and then some with no request at all but the diagnosis's reads.
+    wait_for(lambda: _only_reads_for(operator, RESYNC_SECONDS + 2), 60, "the operator to send nothing but reads",
+             show=lambda: (requests(operator), operator.tail()))  # fmt: skip
+
+    before = requests(operator)
+    started = time.monotonic()
+    touches = 0
+    while time.monotonic() - started < WINDOW_SECONDS:  # each annotation is an event: a reconcile
+        kubectl.run("annotate", "--overwrite", "tfdata/quiet-unready", "-n", namespace, f"example.com/touch={touches}")
+        touches += 1
+        time.sleep(1)
+    after = requests(operator)
+    sent = {verb: after[verb] - before.get(verb, 0) for verb in after if after[verb] != before.get(verb, 0)}
+
+    resyncs = WINDOW_SECONDS / RESYNC_SECONDS
+    assert set(sent) <= {"get"}, f"requests other than the diagnosis's LISTs over the window: {sent}"
+    assert sent.get("get", 0) <= resyncs + 1, (
+        f"{sent.get('get', 0):.0f} LISTs of the claim's Events over {WINDOW_SECONDS} s ({touches} reconciles "
+        f"queued, a resync every {RESYNC_SECONDS} s): at most one per resync"
+    )
+    assert status(kubectl, namespace, "quiet-unready") == said
+
+
+def _only_reads_for(operator: OperatorProcess, seconds: float) -> bool:
+    """Whether the operator sent nothing but GETs (LISTs) over the next ``seconds``."""
+    before = requests(operator)
+    time.sleep(seconds)
+    after = requests(operator)
+    return all(verb == "get" or after[verb] == before.get(verb, 0) for verb in after)
