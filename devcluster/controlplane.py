@@ -791,7 +791,7 @@ Stop it and delete its state: {stop}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m devcluster", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down", "env"))
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="default: %(default)s")
     parser.add_argument("--node", action="store_true", help="up: with a node that runs pods (devcluster.node)")

@@ -17,7 +17,7 @@ from .network import cleanup
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(PACKAGE_DOC or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m devcluster.node", description=(PACKAGE_DOC or "").split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="be the node (devcluster's NODE_AGENT component runs this)")
     client = sub.add_parser("client", help="run a command in a client network namespace of the cluster")

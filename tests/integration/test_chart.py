@@ -25,7 +25,7 @@ from support import CRD_DIR, ROOT, Gone, Kubectl, free_port, logged_errors, wait
 
 from tfdata_operator.plan import children
 
-import devcluster  # hack/ is on pytest.ini's pythonpath
+import devcluster
 
 CHART = ROOT / "charts" / "tfdata-operator"
 CRD_NAME = "tfdataservices.tfdata.dev"

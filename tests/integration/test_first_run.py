@@ -24,7 +24,7 @@ import pytest
 import yaml
 from support import Kubectl, OperatorProcess, holds_for
 
-import devcluster  # hack/ is on pytest.ini's pythonpath
+import devcluster
 from cases import CRD_PATH
 
 # `kubectl wait` after the apply failed in 12 of 20 rounds on 2 cores (and `make demo` about one

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from support import Kubectl, OperatorProcess, kubelet_nodes, wait_for
 
-import devcluster  # hack/ is on pytest.ini's pythonpath
+import devcluster
 
 RESYNC_SECONDS = 5  # OperatorProcess's TFDATA_RESYNC_SECONDS
 WINDOW_SECONDS = 20
