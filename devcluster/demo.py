@@ -20,7 +20,7 @@ from pathlib import Path
 import devcluster
 from devcluster import node as nodeagent
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 STATE = devcluster.DEFAULT_STATE_DIR
 EXAMPLE = REPO / "examples" / "dynamic.yaml"
 NAME = "imagenet"  # the example's name
