@@ -5,8 +5,8 @@ queues a reconcile with every event of its service's pods, and each reconcile li
 Events again. Here one service turns Ready on kwok's node and one never does (its claim's
 StorageClass does not exist, so the scheduler waits for the claim forever); then the unready one is
 touched every second, as a busy cluster's events would queue it. Over that window the operator
-may list that claim's Events once per resync (the operator runs with a 5 s resync here) and write
-nothing: the status says the same thing throughout.
+may list the namespace's Warning Events about claims once per resync (the operator runs with a 5 s
+resync here) and write nothing: the status says the same thing throughout.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def test_a_settled_namespace_sends_no_request_and_an_unready_service_one_list_pe
     resyncs = WINDOW_SECONDS / RESYNC_SECONDS
     assert set(sent) <= {"get"}, f"requests other than the diagnosis's LISTs over the window: {sent}"
     assert sent.get("get", 0) <= resyncs + 1, (
-        f"{sent.get('get', 0):.0f} LISTs of the claim's Events over {WINDOW_SECONDS} s ({touches} reconciles "
+        f"{sent.get('get', 0):.0f} LISTs of claims' Events over {WINDOW_SECONDS} s ({touches} reconciles "
         f"queued, a resync every {RESYNC_SECONDS} s): at most one per resync"
     )
     assert status(kubectl, namespace, "quiet-unready") == said

@@ -131,6 +131,28 @@ def test_a_newer_watch_event_overrides_the_overlay() -> None:
     assert overlay.merge(KEY, newer) == newer
 
 
+def test_a_trimmed_event_keeps_what_a_diagnosis_reads() -> None:
+    event = {
+        "metadata": {"name": "journal-x-0.1", "managedFields": [{"m": 1}]},
+        "involvedObject": {"kind": "PersistentVolumeClaim", "name": "journal-x-0", "uid": "u", "apiVersion": "v1"},
+        "type": "Warning",
+        "reason": "ProvisioningFailed",
+        "message": "m" * 5000,
+        "lastTimestamp": "2026-01-01T00:00:00Z",
+        "series": {"lastObservedTime": "2026-01-01T00:01:00Z", "count": 3},
+        "source": {"component": "persistentvolume-controller"},
+    }
+    trimmed = cache.trim_event(event)
+    assert trimmed == {
+        "involvedObject": {"kind": "PersistentVolumeClaim", "name": "journal-x-0", "uid": "u"},
+        "type": "Warning",
+        "reason": "ProvisioningFailed",
+        "message": "m" * 1024,
+        "lastTimestamp": "2026-01-01T00:00:00Z",
+        "series": {"lastObservedTime": "2026-01-01T00:01:00Z", "count": 3},
+    }
+
+
 def test_a_recent_read_is_read_again_only_after_its_ttl_and_expired_ones_are_forgotten() -> None:
     recent: cache.Recent[int] = cache.Recent()
     reads: list[str] = []

@@ -283,12 +283,12 @@ def test_pods_a_statefulset_cannot_create_cost_one_read_of_its_events_and_the_st
     ]
     api.take_calls()
     run(api, service())
-    assert api.take_calls() == [("list-events", "StatefulSet/demo-worker"), ("status", "demo")]
+    assert api.take_calls() == [("list-events", "StatefulSet"), ("status", "demo")]
     workers = next(c for c in api.status["conditions"] if c["type"] == "WorkersReady")  # type: ignore[index]
     assert workers["reason"] == "FailedCreate"
     assert workers["message"].endswith("no PriorityClass with name does-not-exist was found")
     run(api, service())
-    assert api.take_calls() == [("list-events", "StatefulSet/demo-worker")]  # unchanged: nothing written
+    assert api.take_calls() == [("list-events", "StatefulSet")]  # unchanged: nothing written
 
 
 def test_unschedulable_and_crashing_pods_are_explained_from_the_cache_alone() -> None:
@@ -698,8 +698,8 @@ def kwok_pod(api: FakeApi, sts_name: str, ordinal: int, ready: bool = True, sche
 def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_each_per_resync() -> None:
     """The reconciles that the pods' events and the resyncs queue over three minutes: a ready
     service sends no request; one whose dispatcher waits for its claim and one of whose workers
-    runs but is not ready lists the claim's Events and asks that worker's /readyz at most once per
-    resync, and writes its status only when it first says why."""
+    runs but is not ready lists its namespace's claim Events and asks that worker's /readyz at most
+    once per resync, and writes its status only when it first says why."""
     clock, asked = Clock(), []
     readers = reconcile.Autoscaling(clock=clock, read_readiness=lambda url: asked.append(url) or "not ok: starting")
     body = service(**BENCH)
@@ -719,6 +719,10 @@ def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_ea
     unready.object_events[("PersistentVolumeClaim", "journal-demo-dispatcher-0")] = [
         {"type": "Warning", "reason": "ProvisioningFailed", "message": "no volume plugin matched", "lastTimestamp": "t"}
     ]
+    # The list is the namespace's: another claim's later Warning is not this service's.
+    unready.object_events[("PersistentVolumeClaim", "journal-other-dispatcher-0")] = [
+        {"type": "Warning", "reason": "ClaimLost", "message": "another claim's", "lastTimestamp": "u"}
+    ]
 
     def reconcile_both() -> None:
         for api, pods in ((ready, ready_pods), (unready, unready_pods)):
@@ -728,9 +732,9 @@ def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_ea
     ready.take_calls(), unready.take_calls()
     reconcile_both()  # each says what it is now: Ready, or why not
     assert ready.take_calls() == [("status", "demo")]
-    assert unready.take_calls() == [("list-events", "PersistentVolumeClaim/journal-demo-dispatcher-0"),
-                                    ("status", "demo")]  # fmt: skip
-    assert condition(unready, "DispatcherReady")["reason"] == "ProvisioningFailed"
+    assert unready.take_calls() == [("list-events", "PersistentVolumeClaim"), ("status", "demo")]
+    dispatcher = condition(unready, "DispatcherReady")
+    assert dispatcher["reason"] == "ProvisioningFailed" and dispatcher["message"].endswith("no volume plugin matched")
     assert condition(unready, "WorkersReady")["reason"] == "ServerNotReady" and asked == [
         "http://10.0.0.13:8080/readyz"
     ]
@@ -741,5 +745,5 @@ def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_ea
         reconcile_both()
     assert ready.take_calls() == []
     resyncs = int(window // CONFIG.resync_seconds)
-    assert unready.take_calls() == [("list-events", "PersistentVolumeClaim/journal-demo-dispatcher-0")] * resyncs
+    assert unready.take_calls() == [("list-events", "PersistentVolumeClaim")] * resyncs
     assert len(asked) == 1 + resyncs, asked

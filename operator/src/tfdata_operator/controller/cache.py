@@ -91,6 +91,20 @@ def trim_pod(body: Mapping[str, Any]) -> Manifest:
     }
 
 
+_EVENT = ("type", "reason", "message", "lastTimestamp", "eventTime", "series")
+
+
+def trim_event(body: Mapping[str, Any]) -> Manifest:
+    """An Event as a diagnosis reads it (``diagnose.py``): whom it is about, its reason and message
+    (cut as a pod's are), and when it was last seen."""
+    event = {k: body[k] for k in _EVENT if k in body}
+    if isinstance(event.get("message"), str):
+        event["message"] = event["message"][:_MAX_MESSAGE]
+    involved = body.get("involvedObject") or {}
+    event["involvedObject"] = {k: involved[k] for k in ("kind", "name", "uid") if k in involved}
+    return event
+
+
 def instance_of(body: Mapping[str, Any]) -> InstanceKey | None:
     """The (namespace, TFDataService) a child belongs to, from its instance label."""
     meta = body.get("metadata") or {}

@@ -146,10 +146,15 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
-    def list_events(self, namespace: str, kind: str, name: str) -> list[Manifest]:
-        """The Events about one object: a list filtered by the API server (read only for a service
-        that is not ready, to say why: ``diagnose.py``)."""
-        query = [("fieldSelector", f"involvedObject.kind={kind},involvedObject.name={name}")]
+    def list_events(self, namespace: str, kind: str) -> list[Manifest]:
+        """The Warning Events about objects of one kind in a namespace, filtered by the API server
+        (read only while a service is not ready, to say why: ``diagnose.py``).
+
+        The whole namespace's, not one object's: the API server keeps no watch cache of Events, so
+        every list of them reads all the namespace's Events from etcd and filters afterwards (at
+        1,220 ``make bench`` services, 11,361 Events, 8 MB, for each claim's handful). One list per
+        kind serves every unready service of the namespace."""
+        query = [("fieldSelector", f"involvedObject.kind={kind},type=Warning")]
         items: list[Manifest] = self.call("GET", path("v1", "Event", namespace), query=query).get("items", [])
         return items
 

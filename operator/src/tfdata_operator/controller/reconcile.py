@@ -60,7 +60,7 @@ class Api(Protocol):
 
     def scale(self, namespace: str, name: str, replicas: int) -> Manifest: ...
 
-    def list_events(self, namespace: str, kind: str, name: str) -> list[Manifest]: ...
+    def list_events(self, namespace: str, kind: str) -> list[Manifest]: ...
 
 
 @dataclass
@@ -74,7 +74,7 @@ class Autoscaling:
     # What a running but unready server says on its /readyz (for the status's explanation).
     read_readiness: Callable[[str], str | None] = probes.read_readiness
     clock: Callable[[], float] = time.time
-    # The Events about an object, by (namespace, kind, name); each /readyz answer, by URL.
+    # The Warning Events about objects of a kind, by (namespace, kind); each /readyz answer, by URL.
     events: cache.Recent[list[Manifest]] = field(default_factory=cache.Recent)
     readiness: cache.Recent[str | None] = field(default_factory=cache.Recent)
 
@@ -558,21 +558,23 @@ def _explain(
     Events only for pods it could not create or claims that are not bound, and one server's
     ``/readyz`` only when its pod runs but is not ready and nothing else explains it.
 
-    Each of these reads is kept for a resync (``readers``): every event of an unready service's
-    pods queues a reconcile, and each would otherwise read again what it read a moment ago. So an
-    unready StatefulSet costs at most one read of each per resync, and the status written from
-    them changes only when their answer does."""
+    Events are read for a whole namespace and kind at once (``Api.list_events``), and each read is
+    kept for a resync (``readers``): every event of an unready service's pods queues a reconcile,
+    and each would otherwise read again what it read a moment ago. So unready services cost at most
+    one list of Events per namespace and kind (StatefulSet, PersistentVolumeClaim) per resync, and
+    one ``/readyz`` per unready server; the status written from them changes only when their answer
+    does."""
     if sts is None or scaling.statefulset_settled(sts):
         return None
     namespace, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
     ttl, now = config.resync_seconds, readers.clock() if readers is not None else 0.0
 
     def events(kind: str, involved: str) -> list[Manifest]:
-        if readers is None:
-            return api.list_events(namespace, kind, involved)
-        return readers.events.get(
-            (namespace, kind, involved), lambda: api.list_events(namespace, kind, involved), now, ttl
-        )
+        def read() -> list[Manifest]:
+            return [cache.trim_event(e) for e in api.list_events(namespace, kind)]
+
+        listed = read() if readers is None else readers.events.get((namespace, kind), read, now, ttl)
+        return [e for e in listed if e["involvedObject"].get("name") == involved]
 
     sts_events = events("StatefulSet", name) if needs_events(sts, pods) else []
     claims = {c: events("PersistentVolumeClaim", c) for c in claims_to_read(sts, pods)}
