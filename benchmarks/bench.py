@@ -48,6 +48,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -342,7 +343,20 @@ def _paths(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix or "."]
 
 
-def audit_breakdown(log: Path, since: str, until: str, seconds: float) -> dict[str, Any]:
+def audit_files(logs: Path) -> list[Path]:
+    """The API server's audit log in order: the files it rotated out at 100 MB
+    (audit-<time>.log), then audit.log."""
+    return sorted(logs.glob("audit-*.log")) + [p for p in [logs / "audit.log"] if p.exists()]
+
+
+def _events(files: list[Path]) -> Iterator[dict[str, Any]]:
+    for log in files:
+        opener = gzip.open if log.suffix == ".gz" else open
+        with opener(log, "rt", encoding="utf-8") as f:
+            yield from map(json.loads, f)
+
+
+def audit_breakdown(files: list[Path], since: str, until: str, seconds: float) -> dict[str, Any]:
     """The operator's requests between two RFC 3339 times (ResponseComplete stage only), per minute:
     by who (reconcile loop or watches), verb and resource[/subresource]; the reconcile loop's most
     asked objects; and the fields that differed between its consecutive PATCHes of one object."""
@@ -351,32 +365,29 @@ def audit_breakdown(log: Path, since: str, until: str, seconds: float) -> dict[s
     objects: Counter[str] = Counter()
     changed: Counter[str] = Counter()
     last_body: dict[str, Any] = {}
-    opener = gzip.open if log.suffix == ".gz" else open
-    with opener(log, "rt", encoding="utf-8") as f:
-        for line in f:
-            event = json.loads(line)
-            if (
-                event.get("stage") != "ResponseComplete"
-                or not since <= event.get("requestReceivedTimestamp", "") < until
-                or (who := _who(event)) is None
-            ):
-                continue
-            resource = _resource(event)
-            counts[f"{who} {event['verb']} {resource}"] += 1
-            if who != "reconcile":
-                continue
-            ref = event.get("objectRef") or {}
-            name = "/".join(filter(None, (ref.get("namespace"), ref.get("name")))) or "(collection)"
-            what = f"{event['verb']} {resource} {name}"
-            if event["verb"] == "list" and (selector := urllib.parse.urlsplit(event.get("requestURI", "")).query):
-                what += f" ?{urllib.parse.unquote(selector)}"
-            objects[what] += 1
-            if event["verb"] == "patch" and "requestObject" in event:
-                key = f"{resource} {name}"
-                if key in last_body:
-                    for path in _paths(last_body[key], event["requestObject"]) or ["(none: the same body again)"]:
-                        changed[f"{resource} {path}"] += 1
-                last_body[key] = event["requestObject"]
+    for event in _events(files):
+        if (
+            event.get("stage") != "ResponseComplete"
+            or not since <= event.get("requestReceivedTimestamp", "") < until
+            or (who := _who(event)) is None
+        ):
+            continue
+        resource = _resource(event)
+        counts[f"{who} {event['verb']} {resource}"] += 1
+        if who != "reconcile":
+            continue
+        ref = event.get("objectRef") or {}
+        name = "/".join(filter(None, (ref.get("namespace"), ref.get("name")))) or "(collection)"
+        what = f"{event['verb']} {resource} {name}"
+        if event["verb"] == "list" and (selector := urllib.parse.urlsplit(event.get("requestURI", "")).query):
+            what += f" ?{urllib.parse.unquote(selector)}"
+        objects[what] += 1
+        if event["verb"] == "patch" and "requestObject" in event:
+            key = f"{resource} {name}"
+            if key in last_body:
+                for path in _paths(last_body[key], event["requestObject"]) or ["(none: the same body again)"]:
+                    changed[f"{resource} {path}"] += 1
+            last_body[key] = event["requestObject"]
     return {
         "by_verb_and_resource": {k: round(v * per_minute, 1) for k, v in sorted(counts.items())},
         "top_objects": {k: round(v * per_minute, 1) for k, v in objects.most_common(TOP_OBJECTS)},
@@ -384,11 +395,13 @@ def audit_breakdown(log: Path, since: str, until: str, seconds: float) -> dict[s
     }
 
 
-def keep_audit_log(log: Path) -> Path:
-    """The whole audit log, gzipped, beside last.json (the cluster's state directory is deleted)."""
+def keep_audit_log(files: list[Path]) -> Path:
+    """The whole audit log, in one gzipped file beside last.json (the cluster's state directory is deleted)."""
     kept = OUT / "audit.log.gz"
-    with open(log, "rb") as src, gzip.open(kept, "wb", compresslevel=3) as dst:
-        shutil.copyfileobj(src, dst)
+    with gzip.open(kept, "wb", compresslevel=3) as dst:
+        for log in files:
+            with open(log, "rb") as src:
+                shutil.copyfileobj(src, dst)
     return kept
 
 
@@ -429,7 +442,7 @@ def main() -> int:
     parser.add_argument("--until", default="9", help="with --read-audit: until this RFC 3339 time")
     args = parser.parse_args()
     if args.read_audit:
-        print(json.dumps(audit_breakdown(args.read_audit, args.since, args.until, 60), indent=2))
+        print(json.dumps(audit_breakdown([args.read_audit], args.since, args.until, 60), indent=2))
         return 0
     sizes = [int(s) for s in args.sizes.split(",")]
     OUT.mkdir(parents=True, exist_ok=True)
@@ -496,7 +509,7 @@ def main() -> int:
             until, seconds, label = now_rfc3339(), 60.0, "not_settled_requests_per_minute_last_60s"
             since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 60)) + ".000000Z"
         time.sleep(3)  # the audit log is written in batches
-        breakdown = audit_breakdown(state / "logs" / "audit.log", since, until, seconds)
+        breakdown = audit_breakdown(audit_files(state / "logs"), since, until, seconds)
         results[label] = {"services": total, **breakdown}
         results["rss_mb"]["idle at the end"] = rss_mb(operator.pid)
         results["pods_ready_at_the_end"] = ready_pods(api)
@@ -505,8 +518,8 @@ def main() -> int:
             operator.terminate()
             operator.wait(30)
         devcluster.down(state)
-        if (state / "logs" / "audit.log").exists():
-            print(f"audit log kept as {keep_audit_log(state / 'logs' / 'audit.log')}")
+        if files := audit_files(state / "logs"):
+            print(f"audit log kept as {keep_audit_log(files)}")
     report(results)
     shutil.rmtree(state, ignore_errors=True)
     return 0

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from support import Kubectl, wait_for
 
 from tfdata_operator import cli
 from tfdata_operator.api import spec
 from tfdata_operator.api.identity import API_VERSION, KIND
 from tfdata_operator.render.builders import BuildSettings
 from tfdata_operator.wire.signals import ServiceSignals
+
+import devcluster
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_PATH = ROOT / "crds" / "tfdata.dev_tfdataservices.yaml"
@@ -67,7 +72,7 @@ def expected_children(doc: dict[str, Any]) -> set[tuple[str, str]]:
     return {(m["kind"], m["metadata"]["name"]) for m in rendered}
 
 
-def manifest(case: BadSpec) -> str:
+def manifest(case: BadSpec | Unready) -> str:
     body = "\n".join("  " + line for line in case.spec.strip().splitlines())
     return f"apiVersion: tfdata.dev/v1alpha1\nkind: TFDataService\nmetadata:\n  name: {case.name}\nspec:\n{body}\n"
 
@@ -573,3 +578,90 @@ workers:
     requests: {memory: 2Gi}
     limits: {memory: 1Gi}
 """
+
+
+@dataclass(frozen=True)
+class Unready:
+    """A TFDataService the API accepts whose pods cannot get ready, and what its ``condition`` and
+    Ready must say: Kubernetes' own ``reason`` and fragments (``says``) of its message."""
+
+    name: str
+    spec: str  # YAML text, as BadSpec's
+    condition: str
+    reason: str
+    says: tuple[str, ...]
+
+
+KWOK = json.dumps(devcluster.KWOK_TOLERATION)
+
+# The kubelet's two failures, one spec for both kinds of cluster. On the integration tier's node-less
+# cluster the dispatcher tolerates kwok's node and carries the label of the project's kwok Stage
+# (devcluster/kwok/stages.yaml) that writes what a kubelet reports; on kind (tests/kind, and the integration
+# suite run there) the label and the toleration change nothing, and a real kubelet fails for real.
+KUBELET_FAILURES = [
+    # Nothing listens on the node's own localhost:1, so every pull is refused at once, and
+    # imagePullPolicy Always makes the kubelet try (no such image is in the node either).
+    Unready(
+        "no-image",
+        "shardingPolicy: DYNAMIC\nimage: localhost:1/tfdata-server:none\nimagePullPolicy: Always\n"
+        "dispatcher:\n  faultTolerantMode: false\n  storage: {enabled: false}\n"
+        f"  tolerations: [{KWOK}]\n  labels: {{image-pull-backoff.stage.tfdata.dev: 'true'}}\n"
+        "workers: {replicas: 1, resources: {requests: {cpu: 50m, memory: 256Mi}}}",
+        "DispatcherReady",
+        "ImagePullBackOff",
+        (
+            "The dispatcher is not ready: Pod no-image-dispatcher-0: container dispatcher is in ImagePullBackOff: "
+            'Back-off pulling image "localhost:1/tfdata-server:none": ErrImagePull: '
+            'failed to pull and unpack image "localhost:1/tfdata-server:none": '
+            'failed to resolve reference "localhost:1/tfdata-server:none": failed to do request: ',
+            "connect: connection refused",
+        ),
+    ),
+    # A journal in a workDir the server cannot create (the container's root filesystem is
+    # read-only): the dispatcher exits at start, and the kubelet backs off restarting it. Its
+    # worker is left unscheduled: it would only wait for that dispatcher.
+    Unready(
+        "crashing",
+        "shardingPolicy: DYNAMIC\n"
+        "dispatcher:\n  faultTolerantMode: true\n  storage: {enabled: false}\n  workDir: /var/lib/tfdata/journal\n"
+        f"  tolerations: [{KWOK}]\n  labels: {{crash-loop-backoff.stage.tfdata.dev: 'true'}}\n"
+        "workers: {replicas: 1, nodeSelector: {tfdata.dev/test: none}}",
+        "DispatcherReady",
+        "CrashLoopBackOff",
+        (
+            "The dispatcher is not ready: Pod crashing-dispatcher-0: container dispatcher is in CrashLoopBackOff: "
+            "back-off ",
+            "restarting failed container=dispatcher pod=crashing-dispatcher-0_",
+            "it last exited with code 1 (Error)",
+        ),
+    ),
+]
+
+
+def conditions(kubectl: Kubectl, namespace: str, name: str) -> dict[str, dict[str, Any]]:
+    """A TFDataService's conditions by type, from one read."""
+    obj = kubectl.get("tfdataservice", name, "-n", namespace) or {}
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def wait_explained(kubectl: Kubectl, namespace: str, case: Unready, timeout: float) -> dict[str, Any]:
+    """Waits for ``case.condition`` and Ready to give ``case.reason`` (Ready names it once the rest of
+    the service is up), checks what they say, and returns the condition."""
+
+    def pods() -> Any:
+        items = kubectl.json("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={case.name}")["items"]
+        return [(p["metadata"]["name"], p.get("status")) for p in items]
+
+    seen = wait_for(
+        lambda: conditions(kubectl, namespace, case.name),
+        timeout,
+        f"{case.condition} and Ready to say {case.reason} on {case.name}",
+        until=lambda c: c.get(case.condition, {}).get("reason") == c.get("Ready", {}).get("reason") == case.reason,
+        show=lambda: (conditions(kubectl, namespace, case.name), pods()),
+    )
+    found, ready = seen[case.condition], seen["Ready"]
+    assert found["status"] == "False"
+    for words in case.says:
+        assert words in found["message"], found
+    assert (ready["status"], ready["message"]) == ("False", found["message"])
+    return found

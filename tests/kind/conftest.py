@@ -7,23 +7,62 @@ installed there by its Helm chart and the server image loaded into the node:
     TFDATA_TEST_KUBECONFIG=.local/kind-kubeconfig pytest -m kind tests/kind
 
 Without $TFDATA_TEST_KUBECONFIG they fail saying so. `kubectl` comes from tests/fixtures.
+Every module's namespace starts the tier's one pod watch (`pod_health`, podhealth.py) first;
+test_pods_stayed_healthy.py, which reads what it saw, runs after every other kind test.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from podhealth import OPERATOR_NAMESPACE, PodHealth
 from support import Kubectl
 
 from fixtures.cluster import create_namespace
 
+HERE = Path(__file__).resolve().parent
+LAST = HERE / "test_pods_stayed_healthy.py"
+POD_HEALTH = pytest.StashKey[PodHealth]()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Moves the pod health check right after the tier's last other test."""
+    last = [item for item in items if item.path == LAST]
+    rest = [item for item in items if item.path != LAST]
+    kind = [n for n, item in enumerate(rest) if item.path.parent == HERE]
+    at = kind[-1] + 1 if kind else len(rest)
+    items[:] = rest[:at] + last + rest[at:]
+
 
 @pytest.fixture(scope="module")
-def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
+def pod_health(request: pytest.FixtureRequest, kubectl: Kubectl) -> PodHealth:
+    """The watch on the operator's and the servers' pods, started by the tier's first module and
+    kept until the session ends (podhealth.py)."""
+    stash = request.config.stash
+    if POD_HEALTH not in stash:
+        health = PodHealth(Path(kubectl.env["KUBECONFIG"]))
+        health.start()
+        health.expect(
+            OPERATOR_NAMESPACE,
+            r"tfdata-operator-[a-z0-9]+-[a-z0-9]+",
+            "kind/cluster.sh installs the CRD and the operator at once: the operator's first list of "
+            "TFDataServices can find their storage still initialising, a 429 kopf retries and logs at ERROR",
+            errors=r"Request attempt #\d+/\d+ failed; will retry: GET \S+/tfdataservices -> "
+            r"APITooManyRequestsError\('storage is \(re\)initializing'",
+        )
+        request.config.add_cleanup(health.stop)
+        stash[POD_HEALTH] = health
+    return stash[POD_HEALTH]
+
+
+@pytest.fixture(scope="module")
+def namespace(request: pytest.FixtureRequest, kubectl: Kubectl, pod_health: PodHealth) -> Iterator[str]:
     """A fresh namespace for the test module, deleted afterwards (claims and all)."""
     kubectl.run("get", "crd", "tfdataservices.tfdata.dev")  # the chart installed the CRD
     name = create_namespace(request, kubectl, "k", 60)
+    pod_health.add_namespace(name)
     yield name
     # The TFDataService first, while the operator runs, then the namespace.
     kubectl.run(
