@@ -30,6 +30,22 @@ POD_NAME_PLACEHOLDER = "{pod_name}"
 STATIC_JOURNAL_NAME = re.compile(r"[0-9]+-workers(-g[0-9]+)?")
 
 
+# The server program brought into a pod whose image is the user's (spec.serverProgram Injected):
+# an init container runs ``python3 -m INJECT_MODULE INJECT_MOUNT`` from the operator's image,
+# which copies the pure-Python server and its dependencies there; the server container runs
+# ``python3 INJECTED_PROGRAM <kind>``, which appends them to sys.path (the image's own
+# packages stay first) and checks the image can serve before anything else.
+INJECT_MOUNT = "/opt/tfdata"
+INJECT_MODULE = "tfdata_operator.server.inject"
+INJECTED_PROGRAM = f"{INJECT_MOUNT}/tfdata-server"
+# The oldest Python and TensorFlow the server program runs on (tests/server proves both).
+OLDEST_PYTHON = (3, 10)
+OLDEST_TENSORFLOW = (2, 16)
+# The exit code of a server whose image cannot serve (no TensorFlow, one too old, a Python
+# too old): the message says what to change, and the operator's conditions quote it.
+EXIT_UNSUPPORTED_IMAGE = 3
+
+
 class ConfigError(ValueError):
     """A server configuration that cannot be used; the message says what to fix."""
 
@@ -90,6 +106,10 @@ class DispatcherServerConfig:
     # Once started, delete the directories beside work_dir named like static journals: the
     # operator never sends a dispatcher back to one (see builders.static_journal).
     prune_old_journals: bool = False
+    # Imported (modules) and loaded with tf.load_op_library (paths), in this order, in the
+    # TensorFlow process before its server starts: ops the trainers' pipelines use.
+    preload_modules: tuple[str, ...] = ()
+    preload_op_libraries: tuple[str, ...] = ()
 
     def validate(self) -> None:
         _check_port("port", self.port)
@@ -123,6 +143,7 @@ class DispatcherServerConfig:
                 raise ConfigError(f"{name} must be an integer of at least {lowest}, got {value!r}")
         _check_positive(self, ("worker_poll_interval_ms", "client_report_timeout_ms", "max_tracked_clients"))
         _check_positive(self, ("cpu_given_millicores",))
+        _check_preload(self)
 
 
 @dataclass(frozen=True)
@@ -148,6 +169,10 @@ class WorkerServerConfig:
     # its request. CPU used over this is the saturation in /metrics; None: the cgroup's quota,
     # else the machine's CPUs.
     cpu_given_millicores: int | None = None
+    # Imported (modules) and loaded with tf.load_op_library (paths), in this order, in the
+    # TensorFlow process before its server starts: ops the trainers' pipelines use.
+    preload_modules: tuple[str, ...] = ()
+    preload_op_libraries: tuple[str, ...] = ()
 
     def validate(self) -> None:
         _check_port("port", self.port)
@@ -163,6 +188,7 @@ class WorkerServerConfig:
         if self.data_transfer_port is not None:
             _check_port("data_transfer_port", self.data_transfer_port)
         _check_positive(self, ("heartbeat_interval_ms", "dispatcher_timeout_ms", "cpu_given_millicores"))
+        _check_preload(self)
 
     def worker_address(self, pod_name: str) -> str:
         return worker_address(self.worker_address_format, pod_name)
@@ -187,7 +213,8 @@ def worker_address(address_format: str, pod_name: str) -> str:
 
 # Fields added after the first release are left out of the JSON at their default, so an
 # operator upgrade does not restart pods whose configuration means the same.
-_LEFT_OUT_AT_DEFAULT = ("prune_old_journals",)
+_LEFT_OUT_AT_DEFAULT = ("prune_old_journals", "preload_modules", "preload_op_libraries")
+_TUPLE_FIELDS = ("worker_addresses", "preload_modules", "preload_op_libraries")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(DispatcherServerConfig)}
 
 
@@ -198,8 +225,9 @@ def to_json(config: ServerConfig) -> str:
     for name in _LEFT_OUT_AT_DEFAULT:
         if name in body and body[name] == _DEFAULTS[name]:
             del body[name]
-    if "worker_addresses" in body:
-        body["worker_addresses"] = list(body["worker_addresses"])
+    for name in _TUPLE_FIELDS:
+        if name in body:
+            body[name] = list(body[name])
     return json.dumps({"kind": kind, **body}, sort_keys=True, separators=(",", ":"))
 
 
@@ -224,8 +252,9 @@ def _from_mapping(cls: type[DispatcherServerConfig] | type[WorkerServerConfig], 
         raise ConfigError(f"unknown configuration keys {unknown}; known keys are {sorted(known)}")
     _check_json_types(cls, raw)
     values = dict(raw)
-    if isinstance(values.get("worker_addresses"), list):
-        values["worker_addresses"] = tuple(values["worker_addresses"])
+    for name in _TUPLE_FIELDS:
+        if isinstance(values.get(name), list):
+            values[name] = tuple(values[name])
     try:
         config = cls(**values)
     except TypeError as exc:
@@ -276,6 +305,19 @@ def _check_positive(config: DispatcherServerConfig | WorkerServerConfig, names: 
         value = getattr(config, name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+# A dotted Python module name, as ``import`` takes it.
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _check_preload(config: DispatcherServerConfig | WorkerServerConfig) -> None:
+    for module in config.preload_modules:
+        if not MODULE_NAME.fullmatch(module):
+            raise ConfigError(f"preload_modules: {module!r} is not a Python module name (like tensorflow_text)")
+    for path in config.preload_op_libraries:
+        if not path.startswith("/"):
+            raise ConfigError(f"preload_op_libraries: {path!r} must be an absolute path to a shared library")
 
 
 def _check_port(name: str, value: object) -> None:
