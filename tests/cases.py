@@ -78,6 +78,14 @@ def manifest(case: BadSpec | Unready) -> str:
 
 
 BAD_SPECS = [
+    BadSpec(
+        "preload-not-a-module",
+        "preload: {modules: [tensorflow-text]}",
+        "should match",
+        "must be a Python module name such as tensorflow_text",
+    ),
+    BadSpec("preload-relative-library", "preload: {opLibraries: [ops.so]}", "should match", "must be an absolute path"),
+    BadSpec("unknown-server-program", "serverProgram: Mine", 'Unsupported value: "Mine"', "must be one of"),
     BadSpec("unknown-policy", "shardingPolicy: RANDOM", 'Unsupported value: "RANDOM"', "must be one of"),
     BadSpec("bare-OFF", "shardingPolicy: OFF", "must be of type string", 'write "OFF" in quotes'),
     BadSpec("zero-replicas", "workers: {replicas: 0}", "greater than or equal to 1", "between 1 and 1000, got 0"),

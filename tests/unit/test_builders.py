@@ -20,9 +20,13 @@ def container(sts: dict[str, Any]) -> dict[str, Any]:
     return sts["spec"]["template"]["spec"]["containers"][0]
 
 
-def pod_config(sts: dict[str, Any], kind: str, pod_name: str) -> serverconfig.ServerConfig:
+def pod_config(
+    sts: dict[str, Any], kind: str, pod_name: str
+) -> serverconfig.ServerConfig:
     env = {e["name"]: e for e in container(sts)["env"]}
-    return serverconfig.load(kind, environ={serverconfig.CONFIG_ENV: env[serverconfig.CONFIG_ENV]["value"]})
+    return serverconfig.load(
+        kind, environ={serverconfig.CONFIG_ENV: env[serverconfig.CONFIG_ENV]["value"]}
+    )
 
 
 def test_names_labels_and_owner(settings: BuildSettings) -> None:
@@ -30,7 +34,9 @@ def test_names_labels_and_owner(settings: BuildSettings) -> None:
     sts = builders.build_worker_statefulset(svc, settings, 2)
     assert sts["metadata"]["name"] == "demo-worker"
     assert sts["metadata"]["namespace"] == "ml"
-    assert sts["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tfdata-operator"
+    assert (
+        sts["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tfdata-operator"
+    )
     assert sts["metadata"]["ownerReferences"] == [
         {
             "apiVersion": "tfdata.dev/v1alpha1",
@@ -43,19 +49,28 @@ def test_names_labels_and_owner(settings: BuildSettings) -> None:
     ]
     selector = sts["spec"]["selector"]["matchLabels"]
     assert selector.items() <= sts["spec"]["template"]["metadata"]["labels"].items()
-    assert builders.worker_selector(svc) == ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    assert builders.worker_selector(svc) == ",".join(
+        f"{k}={v}" for k, v in sorted(selector.items())
+    )
 
 
 def test_dispatcher_address_is_the_client_service(settings: BuildSettings) -> None:
     svc = parse(dispatcher={"port": 6000})
-    assert builders.dispatcher_address(svc, settings) == "grpc://demo-dispatcher.ml.svc.cluster.local:6000"
+    assert (
+        builders.dispatcher_address(svc, settings)
+        == "grpc://demo-dispatcher.ml.svc.cluster.local:6000"
+    )
     service = builders.build_dispatcher_service(svc, settings)
     assert service["spec"]["ports"][0]["port"] == 6000
     assert service["spec"]["selector"]["app.kubernetes.io/component"] == "dispatcher"
-    assert service["spec"]["publishNotReadyAddresses"] is True  # workers register before it is ready
+    assert (
+        service["spec"]["publishNotReadyAddresses"] is True
+    )  # workers register before it is ready
 
 
-def test_workers_are_a_parallel_statefulset_behind_a_headless_service(settings: BuildSettings) -> None:
+def test_workers_are_a_parallel_statefulset_behind_a_headless_service(
+    settings: BuildSettings,
+) -> None:
     svc = parse(workers={"replicas": 3})
     sts = builders.build_worker_statefulset(svc, settings, 3)
     headless = builders.build_worker_service(svc, settings)
@@ -67,9 +82,15 @@ def test_workers_are_a_parallel_statefulset_behind_a_headless_service(settings: 
 
 
 @pytest.mark.parametrize("policy", ["FILE", "DATA", "FILE_OR_DATA", "HINT"])
-def test_static_worker_list_is_exactly_what_each_worker_announces(policy: str, settings: BuildSettings) -> None:
+def test_static_worker_list_is_exactly_what_each_worker_announces(
+    policy: str, settings: BuildSettings
+) -> None:
     svc = parse(shardingPolicy=policy, workers={"replicas": 3})
-    dispatcher = pod_config(builders.build_dispatcher_statefulset(svc, settings, 3), "dispatcher", "demo-dispatcher-0")
+    dispatcher = pod_config(
+        builders.build_dispatcher_statefulset(svc, settings, 3),
+        "dispatcher",
+        "demo-dispatcher-0",
+    )
     workers = builders.build_worker_statefulset(svc, settings, 3)
     announced = []
     for i in range(3):
@@ -83,20 +104,26 @@ def test_static_worker_list_is_exactly_what_each_worker_announces(policy: str, s
 
 
 @pytest.mark.parametrize("policy", ["OFF", "DYNAMIC"])
-def test_dynamic_policies_give_the_dispatcher_no_worker_list(policy: str, settings: BuildSettings) -> None:
+def test_dynamic_policies_give_the_dispatcher_no_worker_list(
+    policy: str, settings: BuildSettings
+) -> None:
     svc = parse(shardingPolicy=policy)
     a = builders.build_dispatcher_statefulset(svc, settings, 2)
     b = builders.build_dispatcher_statefulset(svc, settings, 5)
-    assert a == b, "the worker count must not restart a dispatcher that has no worker list"
+    assert a == b, (
+        "the worker count must not restart a dispatcher that has no worker list"
+    )
     assert "worker_addresses" not in builders.read_config(a)  # type: ignore[operator]
 
 
-def test_static_count_change_rolls_the_dispatcher_through_its_config_hash(settings: BuildSettings) -> None:
+def test_static_count_change_rolls_the_dispatcher_through_its_config_hash(
+    settings: BuildSettings,
+) -> None:
     svc = parse(shardingPolicy="FILE")
     hashes = {
-        builders.build_dispatcher_statefulset(svc, settings, n)["spec"]["template"]["metadata"]["annotations"][
-            identity.CONFIG_HASH_ANNOTATION
-        ]
+        builders.build_dispatcher_statefulset(svc, settings, n)["spec"]["template"][
+            "metadata"
+        ]["annotations"][identity.CONFIG_HASH_ANNOTATION]
         for n in (2, 3)
     }
     assert len(hashes) == 2
@@ -117,7 +144,9 @@ def test_every_dispatcher_setting_reaches_the_pod(settings: BuildSettings) -> No
         },
         workers={"healthPort": 7201},
     )
-    cfg = pod_config(builders.build_dispatcher_statefulset(svc, settings, 2), "dispatcher", "x")
+    cfg = pod_config(
+        builders.build_dispatcher_statefulset(svc, settings, 2), "dispatcher", "x"
+    )
     assert cfg == serverconfig.DispatcherServerConfig(
         port=7000,
         health_port=7001,
@@ -138,7 +167,10 @@ def test_every_dispatcher_setting_reaches_the_pod(settings: BuildSettings) -> No
     [
         ({}, 250),  # the default request: what the container gets
         ({"requests": {"cpu": "500m"}}, 500),
-        ({"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}}, 2000),  # the limit: the most it can use
+        (
+            {"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}},
+            2000,
+        ),  # the limit: the most it can use
         ({"limits": {"cpu": "1.5", "memory": "1Gi"}}, 1500),
         ({"requests": {"memory": "1Gi"}}, 250),
         ({"requests": {"cpu": "1m"}}, 1),  # the smallest CPU Kubernetes can express
@@ -164,25 +196,45 @@ def test_every_worker_setting_reaches_the_pod(settings: BuildSettings) -> None:
     )
     # TensorFlow 2.21 has no protocol that uses a port of its own, so the spec refuses
     # dataTransferPort; the builders still carry one through for the protocol that will.
-    svc = dataclasses.replace(svc, workers=dataclasses.replace(svc.workers, data_transfer_port=7102))
+    svc = dataclasses.replace(
+        svc, workers=dataclasses.replace(svc.workers, data_transfer_port=7102)
+    )
     sts = builders.build_worker_statefulset(svc, settings, 2)
     cfg = pod_config(sts, "worker", "demo-worker-1")
     assert isinstance(cfg, serverconfig.WorkerServerConfig)
     assert cfg.dispatcher_address == "demo-dispatcher.ml.svc.cluster.local:5050"
-    assert (cfg.port, cfg.health_port, cfg.heartbeat_interval_ms, cfg.dispatcher_timeout_ms) == (7100, 7101, 500, 60000)
+    assert (
+        cfg.port,
+        cfg.health_port,
+        cfg.heartbeat_interval_ms,
+        cfg.dispatcher_timeout_ms,
+    ) == (7100, 7101, 500, 60000)
     assert (cfg.data_transfer_protocol, cfg.data_transfer_port) == ("grpc", 7102)
-    assert cfg.data_transfer_address("demo-worker-1") == "demo-worker-1.demo-worker.ml.svc.cluster.local:%dts_port%"
+    assert (
+        cfg.data_transfer_address("demo-worker-1")
+        == "demo-worker-1.demo-worker.ml.svc.cluster.local:%dts_port%"
+    )
     ports = {p["name"]: p["containerPort"] for p in container(sts)["ports"]}
     assert ports == {"grpc": 7100, "data-transfer": 7102, "health": 7101}
 
 
 def test_journal_claim_and_its_retention(settings: BuildSettings) -> None:
-    svc = parse(dispatcher={"storage": {"size": "5Gi", "storageClassName": "fast", "whenDeleted": "Delete"}})
+    svc = parse(
+        dispatcher={
+            "storage": {
+                "size": "5Gi",
+                "storageClassName": "fast",
+                "whenDeleted": "Delete",
+            }
+        }
+    )
     sts = builders.build_dispatcher_statefulset(svc, settings, 2)
     (claim,) = sts["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
     assert claim["spec"]["storageClassName"] == "fast"
-    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+    assert (
+        sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+    )
     mounts = {m["name"]: m["mountPath"] for m in container(sts)["volumeMounts"]}
     assert mounts[builders.JOURNAL_VOLUME] == builders.JOURNAL_MOUNT
     cfg = pod_config(sts, "dispatcher", "x")
@@ -203,8 +255,13 @@ def test_pods_are_locked_down_by_default(settings: BuildSettings) -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     sc = container(sts)["securityContext"]
-    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
-    assert container(sts)["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {
+        "drop": ["ALL"]
+    }
+    assert container(sts)["readinessProbe"]["httpGet"] == {
+        "path": "/readyz",
+        "port": "health",
+    }
 
 
 def test_placement_and_metadata_reach_the_pod(settings: BuildSettings) -> None:
@@ -229,7 +286,10 @@ def test_placement_and_metadata_reach_the_pod(settings: BuildSettings) -> None:
     assert pod["nodeSelector"] == {"pool": "cpu"}
     assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
     assert pod["priorityClassName"] == "high"
-    assert pod["serviceAccountName"] == "reader" and pod["automountServiceAccountToken"] is True
+    assert (
+        pod["serviceAccountName"] == "reader"
+        and pod["automountServiceAccountToken"] is True
+    )
     assert pod["imagePullSecrets"] == [{"name": "pull"}]
     assert template["metadata"]["labels"]["team"] == "ml"
     assert template["metadata"]["annotations"]["note"] == "x"
@@ -248,30 +308,42 @@ def test_servers_request_sensible_resources_by_default(settings: BuildSettings) 
     assert worker["resources"] == {"requests": {"cpu": "250m", "memory": "1Gi"}}
     # A lone limit is the request too (Kubernetes copies it): no default request below or above it.
     limited = parse(workers={"resources": {"limits": {"memory": "4Gi"}}})
-    assert container(builders.build_worker_statefulset(limited, settings, 2))["resources"] == {
+    assert container(builders.build_worker_statefulset(limited, settings, 2))[
+        "resources"
+    ] == {
         "requests": {"cpu": "250m"},
         "limits": {"memory": "4Gi"},
     }
 
 
-def test_workers_spread_across_nodes_unless_the_user_says_how(settings: BuildSettings) -> None:
+def test_workers_spread_across_nodes_unless_the_user_says_how(
+    settings: BuildSettings,
+) -> None:
     def pod(**workers: Any) -> dict[str, Any]:
         sts = builders.build_worker_statefulset(parse(workers=workers), settings, 2)
         return dict(sts["spec"]["template"]["spec"])
 
-    preferred = pod()["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    preferred = pod()["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
     assert preferred == [
         {
             "weight": 100,
             "podAffinityTerm": {
-                "labelSelector": {"matchLabels": builders.selector_labels("demo", builders.WORKER)},
+                "labelSelector": {
+                    "matchLabels": builders.selector_labels("demo", builders.WORKER)
+                },
                 "topologyKey": "kubernetes.io/hostname",
             },
         }
     ]
     own = {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "zone"}]}
-    assert pod(affinity={"podAntiAffinity": own})["affinity"] == {"podAntiAffinity": own}
-    spread = [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]
+    assert pod(affinity={"podAntiAffinity": own})["affinity"] == {
+        "podAntiAffinity": own
+    }
+    spread = [
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+    ]
     assert "affinity" not in pod(topologySpreadConstraints=spread)
     assert pod(topologySpreadConstraints=spread)["topologySpreadConstraints"] == spread
     assert "affinity" not in pod(topologySpreadConstraints=[])
@@ -280,22 +352,35 @@ def test_workers_spread_across_nodes_unless_the_user_says_how(settings: BuildSet
     assert "affinity" not in dispatcher["spec"]["template"]["spec"]
 
 
-def test_the_dispatcher_statefulset_is_governed_by_a_headless_service(settings: BuildSettings) -> None:
+def test_the_dispatcher_statefulset_is_governed_by_a_headless_service(
+    settings: BuildSettings,
+) -> None:
     svc = parse()
     sts = builders.build_dispatcher_statefulset(svc, settings, 2)
     governing = builders.build_dispatcher_pods_service(svc, settings)
-    assert sts["spec"]["serviceName"] == governing["metadata"]["name"] == "demo-dispatcher-pods"
+    assert (
+        sts["spec"]["serviceName"]
+        == governing["metadata"]["name"]
+        == "demo-dispatcher-pods"
+    )
     assert governing["spec"]["clusterIP"] == "None"
     assert governing["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
     # Trainers keep the ClusterIP Service: its address survives a new dispatcher pod.
-    assert builders.build_dispatcher_service(svc, settings)["spec"]["type"] == "ClusterIP"
+    assert (
+        builders.build_dispatcher_service(svc, settings)["spec"]["type"] == "ClusterIP"
+    )
 
 
 def test_hpa_targets_the_scale_subresource() -> None:
     svc = parse(
         shardingPolicy="DYNAMIC",
         workers={"resources": {"requests": {"cpu": "500m"}}},
-        autoscaling={"metric": "CPU", "minReplicas": 2, "maxReplicas": 6, "targetCPUUtilizationPercentage": 70},
+        autoscaling={
+            "metric": "CPU",
+            "minReplicas": 2,
+            "maxReplicas": 6,
+            "targetCPUUtilizationPercentage": 70,
+        },
     )
     hpa = builders.build_hpa(svc)
     assert hpa is not None
@@ -320,7 +405,9 @@ def test_the_tfdata_metric_needs_no_hpa_and_no_cpu_request() -> None:
 
 
 def test_network_policy_admits_only_labelled_clients_and_the_service_itself() -> None:
-    svc = parse(networkPolicy={"from": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}]})
+    svc = parse(
+        networkPolicy={"from": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}]}
+    )
     policy = builders.build_network_policy(svc, BuildSettings())
     assert policy is not None
     spec = policy["spec"]
@@ -330,15 +417,25 @@ def test_network_policy_admits_only_labelled_clients_and_the_service_itself() ->
     # the dispatcher's. Kubelets probe from the node, which no NetworkPolicy blocks.
     (servers,) = spec["ingress"]
     assert {p["port"] for p in servers["ports"]} == {5050, 5051, 8080}
-    assert {"podSelector": {"matchLabels": {"tfdata.dev/client": "demo"}}} in servers["from"]
-    assert {"podSelector": {"matchLabels": builders.instance_labels(svc)}} in servers["from"]
+    assert {"podSelector": {"matchLabels": {"tfdata.dev/client": "demo"}}} in servers[
+        "from"
+    ]
+    assert {"podSelector": {"matchLabels": builders.instance_labels(svc)}} in servers[
+        "from"
+    ]
     assert {"namespaceSelector": {"matchLabels": {"team": "ml"}}} in servers["from"]
     assert len(servers["from"]) == 3
-    assert builders.build_network_policy(parse(networkPolicy={"enabled": False}), BuildSettings()) is None
+    assert (
+        builders.build_network_policy(
+            parse(networkPolicy={"enabled": False}), BuildSettings()
+        )
+        is None
+    )
 
 
 IN_CLUSTER = BuildSettings(
-    operator_namespace="ops", operator_pod_labels=(("app.kubernetes.io/name", "tfdata-operator"),)
+    operator_namespace="ops",
+    operator_pod_labels=(("app.kubernetes.io/name", "tfdata-operator"),),
 )
 TFDATA = {"shardingPolicy": "DYNAMIC", "autoscaling": {"maxReplicas": 4}}
 CPU = {
@@ -351,13 +448,21 @@ CPU = {
 @pytest.mark.parametrize(
     "fields",
     [
-        pytest.param(TFDATA, id="tfdata-autoscaled"),  # the autoscaler reads /v1/signals
-        pytest.param({"shardingPolicy": "FILE"}, id="static"),  # a held rescale reads /v1/signals
-        pytest.param({}, id="not-autoscaled"),  # a held suspend reads /v1/signals, the diagnosis /readyz
+        pytest.param(
+            TFDATA, id="tfdata-autoscaled"
+        ),  # the autoscaler reads /v1/signals
+        pytest.param(
+            {"shardingPolicy": "FILE"}, id="static"
+        ),  # a held rescale reads /v1/signals
+        pytest.param(
+            {}, id="not-autoscaled"
+        ),  # a held suspend reads /v1/signals, the diagnosis /readyz
         pytest.param(CPU, id="cpu-metric"),
     ],
 )
-def test_network_policy_admits_the_operator_to_the_health_ports_only(fields: dict[str, Any]) -> None:
+def test_network_policy_admits_the_operator_to_the_health_ports_only(
+    fields: dict[str, Any],
+) -> None:
     svc = parse(**{**fields, "dispatcher": {"healthPort": 9090}})
     policy = builders.build_network_policy(svc, IN_CLUSTER)
     assert policy is not None
@@ -368,31 +473,46 @@ def test_network_policy_admits_the_operator_to_the_health_ports_only(fields: dic
     assert operator == {
         "from": [
             {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
-                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "tfdata-operator"}},
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": "ops"}
+                },
+                "podSelector": {
+                    "matchLabels": {"app.kubernetes.io/name": "tfdata-operator"}
+                },
             }
         ],
         "ports": [{"protocol": "TCP", "port": 8080}, {"protocol": "TCP", "port": 9090}],
     }
 
 
-def test_network_policy_of_an_operator_outside_the_cluster_admits_no_namespace() -> None:
+def test_network_policy_of_an_operator_outside_the_cluster_admits_no_namespace() -> (
+    None
+):
     policy = builders.build_network_policy(parse(**TFDATA), BuildSettings())
     assert policy is not None
     (servers,) = policy["spec"]["ingress"]
     assert all("namespaceSelector" not in peer for peer in servers["from"])
 
 
-@pytest.mark.parametrize(("policy", "expected"), [("OFF", False), ("DYNAMIC", True), ("FILE", True)])
-def test_worker_disruption_budget_where_losing_a_worker_costs_data(policy: str, expected: bool) -> None:
+@pytest.mark.parametrize(
+    ("policy", "expected"), [("OFF", False), ("DYNAMIC", True), ("FILE", True)]
+)
+def test_worker_disruption_budget_where_losing_a_worker_costs_data(
+    policy: str, expected: bool
+) -> None:
     pdb = builders.build_worker_pdb(parse(shardingPolicy=policy))
     assert (pdb is not None) == expected
     if pdb:
         assert pdb["spec"]["maxUnavailable"] == 1
-        assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "worker"
+        assert (
+            pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
+            == "worker"
+        )
 
 
-def test_a_new_static_dispatcher_journals_per_worker_count_and_generation(settings: BuildSettings) -> None:
+def test_a_new_static_dispatcher_journals_per_worker_count_and_generation(
+    settings: BuildSettings,
+) -> None:
     """TensorFlow's journal keeps every worker that ever registered: each list gets its own."""
     svc = parse(generation=4, shardingPolicy="FILE")
     configs = {n: builders.dispatcher_config(svc, settings, n) for n in (2, 3)}
@@ -401,26 +521,59 @@ def test_a_new_static_dispatcher_journals_per_worker_count_and_generation(settin
         3: f"{builders.DEFAULT_WORK_DIR}/3-workers-g4",
     }
     assert all(c.prune_old_journals for c in configs.values())
-    custom = parse(shardingPolicy="DATA", dispatcher={"workDir": "gs://bucket/journal/"})
-    assert builders.dispatcher_config(custom, settings, 4).work_dir == "gs://bucket/journal/4-workers-g1"
+    custom = parse(
+        shardingPolicy="DATA", dispatcher={"workDir": "gs://bucket/journal/"}
+    )
+    assert (
+        builders.dispatcher_config(custom, settings, 4).work_dir
+        == "gs://bucket/journal/4-workers-g1"
+    )
     dynamic = builders.dispatcher_config(parse(shardingPolicy="DYNAMIC"), settings, 4)
-    assert (dynamic.work_dir, dynamic.prune_old_journals) == (builders.DEFAULT_WORK_DIR, False)
-    no_journal = parse(shardingPolicy="FILE", dispatcher={"faultTolerantMode": False, "storage": {"enabled": False}})
-    assert (builders.dispatcher_config(no_journal, settings, 2).work_dir, no_journal.is_static) == (None, True)
+    assert (dynamic.work_dir, dynamic.prune_old_journals) == (
+        builders.DEFAULT_WORK_DIR,
+        False,
+    )
+    no_journal = parse(
+        shardingPolicy="FILE",
+        dispatcher={"faultTolerantMode": False, "storage": {"enabled": False}},
+    )
+    assert (
+        builders.dispatcher_config(no_journal, settings, 2).work_dir,
+        no_journal.is_static,
+    ) == (None, True)
 
 
-def live_dispatcher(svc: spec.ServiceSpec, settings: BuildSettings, workers: int, work_dir: str) -> dict[str, Any]:
-    config = dataclasses.replace(builders.dispatcher_config(svc, settings, workers), work_dir=work_dir)
-    return {"worker_addresses": list(config.worker_addresses or ()), "work_dir": config.work_dir}
+def live_dispatcher(
+    svc: spec.ServiceSpec, settings: BuildSettings, workers: int, work_dir: str
+) -> dict[str, Any]:
+    config = dataclasses.replace(
+        builders.dispatcher_config(svc, settings, workers), work_dir=work_dir
+    )
+    return {
+        "worker_addresses": list(config.worker_addresses or ()),
+        "work_dir": config.work_dir,
+    }
 
 
 @pytest.mark.parametrize(
     ("live_workers", "live_dir", "expected"),
     [
-        (2, "2-workers-g3", "2-workers-g3"),  # same list: the running journal is replayed
-        (2, "2-workers", "2-workers"),  # a service from before generations keeps its journal too
+        (
+            2,
+            "2-workers-g3",
+            "2-workers-g3",
+        ),  # same list: the running journal is replayed
+        (
+            2,
+            "2-workers",
+            "2-workers",
+        ),  # a service from before generations keeps its journal too
         (3, "3-workers-g3", "2-workers-g7"),  # the list changes: a fresh journal
-        (2, "elsewhere/2-workers-g3", "2-workers-g7"),  # not one of ours (e.g. workDir changed)
+        (
+            2,
+            "elsewhere/2-workers-g3",
+            "2-workers-g7",
+        ),  # not one of ours (e.g. workDir changed)
         (2, "tf_data_dispatcher_journal", "2-workers-g7"),
     ],
 )
@@ -428,7 +581,9 @@ def test_a_static_dispatcher_keeps_its_journal_only_while_its_list_stays(
     settings: BuildSettings, live_workers: int, live_dir: str, expected: str
 ) -> None:
     svc = parse(generation=7, shardingPolicy="FILE")
-    live = live_dispatcher(svc, settings, live_workers, f"{builders.DEFAULT_WORK_DIR}/{live_dir}")
+    live = live_dispatcher(
+        svc, settings, live_workers, f"{builders.DEFAULT_WORK_DIR}/{live_dir}"
+    )
     assert builders.static_journal(svc, settings, 2, live) == expected
     assert builders.static_journal(svc, settings, 2, None) == "2-workers-g7"
 
@@ -446,11 +601,21 @@ def test_a_static_journal_is_looked_for_under_the_work_dir_as_written(
     settings: BuildSettings, work_dir: str, live_dir: str, expected: str
 ) -> None:
     svc = parse(generation=7, shardingPolicy="FILE", dispatcher={"workDir": work_dir})
-    assert builders.static_journal(svc, settings, 2, live_dispatcher(svc, settings, 2, live_dir)) == expected
-    assert builders.dispatcher_config(svc, settings, 2, expected).work_dir == f"{work_dir.rstrip('/')}/{expected}"
+    assert (
+        builders.static_journal(
+            svc, settings, 2, live_dispatcher(svc, settings, 2, live_dir)
+        )
+        == expected
+    )
+    assert (
+        builders.dispatcher_config(svc, settings, 2, expected).work_dir
+        == f"{work_dir.rstrip('/')}/{expected}"
+    )
 
 
-def test_each_child_is_named_by_its_own_api_version_kind_and_name(settings: BuildSettings) -> None:
+def test_each_child_is_named_by_its_own_api_version_kind_and_name(
+    settings: BuildSettings,
+) -> None:
     # What the reconcile deletes when a child is no longer wanted: the row must name the object it built.
     svc = parse(
         shardingPolicy="DYNAMIC",
@@ -468,19 +633,39 @@ def test_each_child_is_named_by_its_own_api_version_kind_and_name(settings: Buil
     ]
     for kind, (name, manifest) in rows:
         assert manifest is not None
-        assert (manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"]) == (
+        assert (
+            manifest["apiVersion"],
+            manifest["kind"],
+            manifest["metadata"]["name"],
+        ) == (
             kind.api_version,
             kind.kind,
             name,
         )
-        assert "delete" in kind.verbs or kind.kind in ("Service", "ConfigMap")  # never None: never deleted
+        assert "delete" in kind.verbs or kind.kind in (
+            "Service",
+            "ConfigMap",
+        )  # never None: never deleted
 
 
 def test_a_volume_keeps_the_lists_inside_it(settings: BuildSettings) -> None:
-    items = [{"key": "a.json", "path": "a.json"}, {"key": "b.json", "path": "sub/b.json", "mode": 0o400}]
-    volume = {"name": "cfg", "configMap": {"name": "settings", "items": items, "optional": False}}
-    svc = parse(workers={"volumes": [volume], "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]})
-    pod = builders.build_worker_statefulset(svc, settings, 2)["spec"]["template"]["spec"]
+    items = [
+        {"key": "a.json", "path": "a.json"},
+        {"key": "b.json", "path": "sub/b.json", "mode": 0o400},
+    ]
+    volume = {
+        "name": "cfg",
+        "configMap": {"name": "settings", "items": items, "optional": False},
+    }
+    svc = parse(
+        workers={
+            "volumes": [volume],
+            "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}],
+        }
+    )
+    pod = builders.build_worker_statefulset(svc, settings, 2)["spec"]["template"][
+        "spec"
+    ]
     # `optional: false` goes, as the API server drops it; the items stay, each as written.
     assert [v for v in pod["volumes"] if v["name"] == "cfg"] == [
         {"name": "cfg", "configMap": {"name": "settings", "items": items}}
@@ -499,7 +684,10 @@ def with_env(*env: dict[str, str]) -> dict[str, Any]:
         (with_env({"name": "OTHER", "value": "{}"}), None),
         (with_env({"name": serverconfig.CONFIG_ENV, "value": "[1]"}), None),
         (
-            with_env({"name": "OTHER", "value": "not json"}, {"name": serverconfig.CONFIG_ENV, "value": '{"port": 5}'}),
+            with_env(
+                {"name": "OTHER", "value": "not json"},
+                {"name": serverconfig.CONFIG_ENV, "value": '{"port": 5}'},
+            ),
             {"port": 5},
         ),
     ],
@@ -510,7 +698,9 @@ def test_read_config_reads_only_the_server_configuration_and_only_an_object(
     assert builders.read_config(statefulset) == expected
 
 
-def test_a_name_at_the_length_limit_fits_every_name_kubernetes_derives_from_it(settings: BuildSettings) -> None:
+def test_a_name_at_the_length_limit_fits_every_name_kubernetes_derives_from_it(
+    settings: BuildSettings,
+) -> None:
     name, namespace = "n" * spec.MAX_NAME_LENGTH, "x" * 63
     doc = body(name, namespace, shardingPolicy="FILE", workers={"replicas": 1000})
     svc = spec.parse(doc, "img")
@@ -532,39 +722,74 @@ def test_a_name_at_the_length_limit_fits_every_name_kubernetes_derives_from_it(s
             assert len(value) <= 63, value
     for address in builders.worker_addresses(svc, settings, 1000):
         host = address.rsplit(":", 1)[0]
-        assert len(host) <= 253 and all(len(part) <= 63 for part in host.split(".")), host
+        assert len(host) <= 253 and all(len(part) <= 63 for part in host.split(".")), (
+            host
+        )
     assert len(builders.dispatcher_host(svc, settings)) <= 253
     # One more character and the dispatcher's revision label would not fit.
-    assert len(f"{builders.dispatcher_name('n' * (spec.MAX_NAME_LENGTH + 1))}-4294967295") > 63
+    assert (
+        len(f"{builders.dispatcher_name('n' * (spec.MAX_NAME_LENGTH + 1))}-4294967295")
+        > 63
+    )
 
 
 def test_static_workers_heartbeat_every_second_unless_the_spec_says() -> None:
     # The heartbeat bounds a static rescale: workers re-register with the restarted dispatcher on it.
-    assert builders.worker_config(parse(shardingPolicy="FILE"), BuildSettings()).heartbeat_interval_ms == 1000
-    assert builders.worker_config(parse(shardingPolicy="DYNAMIC"), BuildSettings()).heartbeat_interval_ms is None
+    assert (
+        builders.worker_config(
+            parse(shardingPolicy="FILE"), BuildSettings()
+        ).heartbeat_interval_ms
+        == 1000
+    )
+    assert (
+        builders.worker_config(
+            parse(shardingPolicy="DYNAMIC"), BuildSettings()
+        ).heartbeat_interval_ms
+        is None
+    )
     explicit = parse(shardingPolicy="HINT", workers={"heartbeatIntervalMs": 3000})
-    assert builders.worker_config(explicit, BuildSettings()).heartbeat_interval_ms == 3000
+    assert (
+        builders.worker_config(explicit, BuildSettings()).heartbeat_interval_ms == 3000
+    )
 
 
 # --- The user's volumes, volume mounts and environment variables ---------------------------------
 
 DATA = {
     "volumes": [
-        {"name": "tfrecords", "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True}},
-        {"name": "creds", "secret": {"secretName": "s3", "optional": False, "defaultMode": 0}},
+        {
+            "name": "tfrecords",
+            "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True},
+        },
+        {
+            "name": "creds",
+            "secret": {"secretName": "s3", "optional": False, "defaultMode": 0},
+        },
     ],
-    "volumeMounts": [{"name": "tfrecords", "mountPath": "/data", "readOnly": True, "subPath": ""}],
-    "env": [{"name": "AWS_REGION", "value": "eu-west-1"}, {"name": "EMPTY", "value": ""}],
+    "volumeMounts": [
+        {"name": "tfrecords", "mountPath": "/data", "readOnly": True, "subPath": ""}
+    ],
+    "env": [
+        {"name": "AWS_REGION", "value": "eu-west-1"},
+        {"name": "EMPTY", "value": ""},
+    ],
     "envFrom": [{"secretRef": {"name": "s3", "optional": False}}],
 }
 
 
-def test_workers_mount_the_users_volumes_after_the_operators_own(settings: BuildSettings) -> None:
-    sts = builders.build_worker_statefulset(parse(shardingPolicy="FILE", workers=DATA), settings, 2)
+def test_workers_mount_the_users_volumes_after_the_operators_own(
+    settings: BuildSettings,
+) -> None:
+    sts = builders.build_worker_statefulset(
+        parse(shardingPolicy="FILE", workers=DATA), settings, 2
+    )
     pod = sts["spec"]["template"]["spec"]
     assert pod["volumes"] == [
         {"name": "tmp", "emptyDir": {}},
-        {"name": "tfrecords", "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True}},
+        {
+            "name": "tfrecords",
+            "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True},
+        },
         # optional: false means what unset means, so it is left out; mode 0 is a real mode.
         {"name": "creds", "secret": {"secretName": "s3", "defaultMode": 0}},
     ]
@@ -579,32 +804,142 @@ def test_workers_mount_the_users_volumes_after_the_operators_own(settings: Build
     assert container(sts)["envFrom"] == [{"secretRef": {"name": "s3"}}]
     # The server's own configuration is untouched by them.
     assert pod_config(sts, "worker", "demo-worker-0") == pod_config(
-        builders.build_worker_statefulset(parse(shardingPolicy="FILE"), settings, 2), "worker", "demo-worker-0"
+        builders.build_worker_statefulset(parse(shardingPolicy="FILE"), settings, 2),
+        "worker",
+        "demo-worker-0",
     )
 
 
-def test_the_dispatcher_gets_its_own_volumes_and_env_beside_the_journal(settings: BuildSettings) -> None:
+def test_the_dispatcher_gets_its_own_volumes_and_env_beside_the_journal(
+    settings: BuildSettings,
+) -> None:
     svc = parse(dispatcher=DATA)
     sts = builders.build_dispatcher_statefulset(svc, settings, 2)
-    assert [v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]] == ["tmp", "tfrecords", "creds"]
-    assert [m["name"] for m in container(sts)["volumeMounts"]] == ["tmp", "journal", "tfrecords"]
+    assert [v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]] == [
+        "tmp",
+        "tfrecords",
+        "creds",
+    ]
+    assert [m["name"] for m in container(sts)["volumeMounts"]] == [
+        "tmp",
+        "journal",
+        "tfrecords",
+    ]
     assert [e["name"] for e in container(sts)["env"]][-2:] == ["AWS_REGION", "EMPTY"]
     # The workers' pods are not the dispatcher's.
     workers = builders.build_worker_statefulset(svc, settings, 2)
-    assert [v["name"] for v in workers["spec"]["template"]["spec"]["volumes"]] == ["tmp"]
+    assert [v["name"] for v in workers["spec"]["template"]["spec"]["volumes"]] == [
+        "tmp"
+    ]
     assert "envFrom" not in container(workers)
 
 
 @pytest.mark.parametrize("journal", [True, False])
-def test_the_operators_own_volumes_and_env_are_what_spec_reserves(settings: BuildSettings, journal: bool) -> None:
+def test_the_operators_own_volumes_and_env_are_what_spec_reserves(
+    settings: BuildSettings, journal: bool
+) -> None:
     """spec refuses a user's volume, mount or variable that collides with these: the two lists are one."""
-    svc = parse(dispatcher={} if journal else {"workDir": "gs://b/j", "storage": {"enabled": False}})
+    svc = parse(
+        dispatcher={}
+        if journal
+        else {"workDir": "gs://b/j", "storage": {"enabled": False}}
+    )
     for sts, own in [
-        (builders.build_dispatcher_statefulset(svc, settings, 2), spec.operator_volumes(journal=journal)),
-        (builders.build_worker_statefulset(svc, settings, 2), spec.operator_volumes(journal=False)),
+        (
+            builders.build_dispatcher_statefulset(svc, settings, 2),
+            spec.operator_volumes(journal=journal),
+        ),
+        (
+            builders.build_worker_statefulset(svc, settings, 2),
+            spec.operator_volumes(journal=False),
+        ),
     ]:
         template = sts["spec"]["template"]["spec"]
-        claims = [c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])]
+        claims = [
+            c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])
+        ]
         assert sorted([v["name"] for v in template["volumes"]] + claims) == sorted(own)
-        assert {m["name"]: m["mountPath"] for m in container(sts)["volumeMounts"]} == own
-        assert sorted(e["name"] for e in container(sts)["env"]) == sorted(spec.RESERVED_ENV)
+        assert {
+            m["name"]: m["mountPath"] for m in container(sts)["volumeMounts"]
+        } == own
+        assert sorted(e["name"] for e in container(sts)["env"]) == sorted(
+            spec.RESERVED_ENV
+        )
+
+
+@pytest.mark.parametrize(
+    ("image", "program", "injected"),
+    [
+        ("tfdata-server:test", "Auto", False),  # the operator's own server image
+        ("python-tf:2.16", "Auto", True),  # any other image: the program is brought in
+        ("python-tf:2.16", "FromImage", False),  # an image built from ours says so
+        ("tfdata-server:test", "Injected", True),
+    ],
+)
+def test_the_server_program_is_injected_into_an_image_of_the_users(
+    image: str, program: str, injected: bool, settings: BuildSettings
+) -> None:
+    svc = parse(image=image, serverProgram=program, shardingPolicy="FILE")
+    for sts in (
+        builders.build_dispatcher_statefulset(svc, settings, worker_count=2),
+        builders.build_worker_statefulset(svc, settings, replicas=2),
+    ):
+        pod = sts["spec"]["template"]["spec"]
+        c = container(sts)
+        assert c["image"] == image
+        mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+        if not injected:
+            assert c["command"] == ["tfdata-server"]
+            assert "initContainers" not in pod
+            assert serverconfig.INJECT_MOUNT not in mounts
+            continue
+        assert c["command"] == ["python3", serverconfig.INJECTED_PROGRAM]
+        (init,) = pod["initContainers"]
+        assert init["image"] == settings.injector_image
+        assert init["command"] == [
+            "python3",
+            "-m",
+            serverconfig.INJECT_MODULE,
+            serverconfig.INJECT_MOUNT,
+        ]
+        assert init["volumeMounts"] == [
+            {
+                "name": builders.PROGRAM_VOLUME,
+                "mountPath": serverconfig.INJECT_MOUNT,
+                "readOnly": False,
+            }
+        ]
+        # The server reads the program it cannot change; both run under the pod's restricted context.
+        assert mounts[serverconfig.INJECT_MOUNT]["readOnly"] is True
+        assert init["securityContext"] == c["securityContext"]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert (
+            env["HOME"] == spec.TMP_MOUNT
+        )  # a user's image may have a HOME the server cannot write
+        assert builders.PROGRAM_VOLUME in {v["name"] for v in pod["volumes"]}
+
+
+def test_preloads_reach_the_dispatcher_and_every_worker(
+    settings: BuildSettings,
+) -> None:
+    svc = parse(
+        preload={
+            "modules": ["tensorflow_text", "my.ops"],
+            "opLibraries": ["/opt/ops/lib.so"],
+        }
+    )
+    configs = [
+        pod_config(
+            builders.build_dispatcher_statefulset(svc, settings, worker_count=2),
+            "dispatcher",
+            "demo-dispatcher-0",
+        ),
+        pod_config(
+            builders.build_worker_statefulset(svc, settings, replicas=2),
+            "worker",
+            "demo-workers-0",
+        ),
+    ]
+    for config in configs:
+        assert config.preload_modules == ("tensorflow_text", "my.ops")
+        assert config.preload_op_libraries == ("/opt/ops/lib.so",)

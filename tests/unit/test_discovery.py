@@ -8,7 +8,7 @@ import pytest
 
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
-from tfdata_operator.wire import discovery, signals
+from tfdata_operator.wire import discovery, serverinfo, signals
 
 from cases import parse
 
@@ -30,6 +30,7 @@ def test_client_configmap_is_owned_labelled_and_holds_every_setting(settings: Bu
         "TFDATA_SERVICE_NAMESPACE": "ml",
         "TFDATA_DATA_TRANSFER_PROTOCOL": "grpc",
         "TFDATA_REPORT_URL": f"http://demo-dispatcher.ml.svc.cluster.local:9090{signals.REPORT_PATH}",
+        "TFDATA_SERVER_INFO_URL": f"http://demo-dispatcher.ml.svc.cluster.local:9090{serverinfo.INFO_PATH}",
     }
     # ConfigMap keys become env names and file names: both must be valid as such.
     assert all(k.isidentifier() and k.isupper() for k in cm["data"])

@@ -46,6 +46,7 @@ EVERYTHING = {
     "image": "registry.example/tfdata-server:1.2",
     "imagePullPolicy": "IfNotPresent",
     "imagePullSecrets": [{"name": "registry"}],
+    "preload": {"modules": ["tensorflow_text"], "opLibraries": ["/opt/ops/libmyops.so"]},
     "networkPolicy": {"enabled": True, "from": [{"podSelector": {"matchLabels": {"team": "vision"}}}]},
     "dispatcher": {
         "port": 6000,

@@ -15,7 +15,7 @@ from tfdata_operator.api.identity import API_VERSION, KIND
 from tfdata_operator.controller import election
 from tfdata_operator.controller.config import ElectionConfig, ElectionError, OperatorConfig, Timing
 from tfdata_operator.plan import desired as plan
-from tfdata_operator.render.builders import BuildSettings
+from tfdata_operator.render.builders import DEFAULT_INJECTOR_IMAGE, BuildSettings
 from tfdata_operator.wire import tfrecords
 
 DEFAULT_SERVER_IMAGE = f"tfdata-server:{__version__}"
@@ -36,6 +36,11 @@ def main() -> None:
 @click.option(
     "--server-image", default=DEFAULT_SERVER_IMAGE, envvar="TFDATA_SERVER_IMAGE", show_default=True,
     help="The image of dispatcher and worker pods whose TFDataService sets no spec.image.",
+)  # fmt: skip
+@click.option(
+    "--injector-image", default=DEFAULT_INJECTOR_IMAGE, envvar="TFDATA_INJECTOR_IMAGE", show_default=True,
+    help="The image whose init container copies the server program into pods that run an image of the "
+    "user's (spec.serverProgram Injected): the operator's own.",
 )  # fmt: skip
 @click.option(
     "--cluster-domain", default="cluster.local", envvar="TFDATA_CLUSTER_DOMAIN", show_default=True,
@@ -107,6 +112,7 @@ def main() -> None:
 def run(
     namespaces: tuple[str, ...],
     server_image: str,
+    injector_image: str,
     cluster_domain: str,
     liveness: str | None,
     log_format: str,
@@ -137,6 +143,7 @@ def run(
         server_image=server_image,
         build=BuildSettings(
             cluster_domain=cluster_domain,
+            injector_image=injector_image,
             operator_namespace=operator_namespace or None,
             operator_pod_labels=parse_pod_labels(operator_pod_labels),
         ),
@@ -196,9 +203,11 @@ def election_config(
               help="A YAML file with one or more TFDataServices ('-' reads stdin).")  # fmt: skip
 @click.option("--server-image", default=DEFAULT_SERVER_IMAGE, envvar="TFDATA_SERVER_IMAGE", show_default=True,
               help="The default server image, as the operator would be configured.")  # fmt: skip
+@click.option("--injector-image", default=DEFAULT_INJECTOR_IMAGE, envvar="TFDATA_INJECTOR_IMAGE", show_default=True,
+              help="The image that copies the server program into pods of an image of the user's.")  # fmt: skip
 @click.option("--cluster-domain", default="cluster.local", envvar="TFDATA_CLUSTER_DOMAIN", show_default=True,
               help="The cluster's DNS domain.")  # fmt: skip
-def render(path: Path, server_image: str, cluster_domain: str) -> None:
+def render(path: Path, server_image: str, injector_image: str, cluster_domain: str) -> None:
     """Prints the objects the operator would create for a new TFDataService, without a cluster.
 
     The output is built by the operator's own builder code. Owner references carry a
@@ -217,7 +226,11 @@ def render(path: Path, server_image: str, cluster_domain: str) -> None:
     rendered = []
     for index, doc in enumerate(documents):
         where = f"{path} (document {index + 1})" if len(documents) > 1 else str(path)
-        rendered.extend(render_document(doc, where, server_image, BuildSettings(cluster_domain=cluster_domain)))
+        rendered.extend(
+            render_document(
+                doc, where, server_image, BuildSettings(cluster_domain=cluster_domain, injector_image=injector_image)
+            )
+        )
     dump(rendered, sys.stdout)
 
 

@@ -48,6 +48,7 @@ RESERVED_LABELS = frozenset(
 _QUANTITY = re.compile(
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
+_ABSOLUTE_PATH = re.compile(r"/[^\0]*")
 _WORK_DIR = re.compile(r"^(/|(file|gs)://)\S*$")
 # Service names are DNS-1035 labels (a letter first), and the Services are named after the service.
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -170,6 +171,23 @@ class AutoscalingSpec:
     scale_down_stabilization_window_seconds: int = 300
 
 
+# spec.serverProgram: where the servers' program comes from. Injected: an init container copies
+# it into the pod and spec.image needs only Python and TensorFlow (a trainer's image); FromImage:
+# spec.image has tfdata-server (ours, or one built from it); Auto: FromImage for the operator's
+# own server image, Injected for any other.
+SERVER_PROGRAM_AUTO, SERVER_PROGRAM_INJECTED, SERVER_PROGRAM_FROM_IMAGE = "Auto", "Injected", "FromImage"
+SERVER_PROGRAMS = (SERVER_PROGRAM_AUTO, SERVER_PROGRAM_INJECTED, SERVER_PROGRAM_FROM_IMAGE)
+MAX_PRELOADS = 16
+
+
+@dataclass(frozen=True)
+class PreloadSpec:
+    """Python modules imported and op libraries loaded in every server before it starts."""
+
+    modules: tuple[str, ...] = ()
+    op_libraries: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class NetworkPolicySpec:
     enabled: bool = True
@@ -196,6 +214,10 @@ class ServiceSpec:
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
     # No pod runs: the Services, the journal claim and the address stay.
     suspend: bool = False
+    server_program: str = SERVER_PROGRAM_AUTO
+    # spec.serverProgram resolved: the server program is copied into the pods.
+    inject_server: bool = False
+    preload: PreloadSpec = PreloadSpec()
 
     @property
     def is_static(self) -> bool:
@@ -335,6 +357,8 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
     spec = _Reader(body.get("spec"), "spec", problems)
     policy = spec.enum("shardingPolicy", SHARDING_POLICIES, "OFF")
     image = spec.string("image", default_image, max_length=512)
+    server_program = spec.enum("serverProgram", SERVER_PROGRAMS, SERVER_PROGRAM_AUTO)
+    preload = _preload(spec.child("preload"))
     pull_policy = spec.enum("imagePullPolicy", ("Always", "IfNotPresent", "Never"), None)
     pull_secrets = _pull_secrets(spec.raw("imagePullSecrets"), problems)
     suspend = spec.boolean("suspend", False)
@@ -377,7 +401,36 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
         autoscaling=autoscaling,
         network_policy=network_policy,
         suspend=suspend,
+        server_program=server_program or SERVER_PROGRAM_AUTO,
+        inject_server=server_program == SERVER_PROGRAM_INJECTED
+        or (server_program == SERVER_PROGRAM_AUTO and image != default_image),
+        preload=preload,
     )
+
+
+def _preload(r: _Reader) -> PreloadSpec:
+    modules = _string_list(r, "modules", 128, serverconfig.MODULE_NAME, "a Python module name such as tensorflow_text")
+    libraries = _string_list(r, "opLibraries", 1024, _ABSOLUTE_PATH, "an absolute path to a shared library (.so)")
+    r.finish()
+    return PreloadSpec(modules=modules, op_libraries=libraries)
+
+
+def _string_list(r: _Reader, key: str, max_length: int, pattern: re.Pattern[str], what: str) -> tuple[str, ...]:
+    value = r.raw(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_PRELOADS:
+        r.problems.append(f"{r.path}.{key} must be a list of at most {MAX_PRELOADS} strings")
+        return ()
+    items = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not 0 < len(item) <= max_length or not pattern.fullmatch(item):
+            r.problems.append(f"{r.path}.{key}[{i}] must be {what} of at most {max_length} characters, got {item!r}")
+            continue
+        items.append(item)
+    if len(set(items)) != len(items):
+        r.problems.append(f"{r.path}.{key} lists an entry twice: {sorted(i for i in set(items) if items.count(i) > 1)}")
+    return tuple(items)
 
 
 def _generation(value: Any) -> int:

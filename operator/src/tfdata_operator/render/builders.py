@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tfdata_operator import __version__
 from tfdata_operator.api.identity import (
     API_VERSION,
     CLIENT_LABEL,
@@ -36,9 +37,15 @@ from tfdata_operator.api.spec import (
     default_requests,
     parse_quantity,
 )
-from tfdata_operator.wire import discovery, serverconfig, signals
+from tfdata_operator.wire import discovery, serverconfig, serverinfo, signals
 
 DEFAULT_WORK_DIR = f"{JOURNAL_MOUNT}/journal"
+DEFAULT_INJECTOR_IMAGE = f"tfdata-operator:{__version__}"
+# The emptyDir the injected server program lives in (serverconfig.INJECT_MOUNT).
+PROGRAM_VOLUME = "tfdata-server-program"
+# What an image of the user's may lack that the server program needs in its environment: a
+# writable home (Keras writes ~/.keras) under the read-only root, and logs as they come.
+INJECTED_ENV = (("HOME", TMP_MOUNT), ("KERAS_HOME", f"{TMP_MOUNT}/.keras"), ("PYTHONUNBUFFERED", "1"))
 SERVER_UID = 1000
 DISPATCHER = "dispatcher"
 WORKER = "worker"
@@ -55,6 +62,9 @@ class BuildSettings:
     # NetworkPolicy admits anyway.
     operator_namespace: str | None = None
     operator_pod_labels: tuple[tuple[str, str], ...] = ()
+    # The image whose init container copies the server program into pods of an image of the
+    # user's (spec.serverProgram Injected): the operator's own, which holds the same program.
+    injector_image: str = DEFAULT_INJECTOR_IMAGE
 
 
 Manifest = dict[str, Any]
@@ -217,6 +227,8 @@ def dispatcher_config(
         prune_old_journals=static_journal_dir,
         worker_health_port=svc.workers.health_port,
         cpu_given_millicores=cpu_given_millicores(d.pod, DISPATCHER),
+        preload_modules=svc.preload.modules,
+        preload_op_libraries=svc.preload.op_libraries,
     )
 
 
@@ -244,6 +256,8 @@ def worker_config(svc: ServiceSpec, settings: BuildSettings) -> serverconfig.Wor
         data_transfer_port=w.data_transfer_port,
         data_transfer_address_format=transfer_format,
         cpu_given_millicores=cpu_given_millicores(w.pod, WORKER),
+        preload_modules=svc.preload.modules,
+        preload_op_libraries=svc.preload.op_libraries,
     )
 
 
@@ -342,7 +356,7 @@ def build_dispatcher_statefulset(
             "selector": {"matchLabels": selector_labels(svc, DISPATCHER)},
             "updateStrategy": {"type": "RollingUpdate"},
             "template": _pod_template(
-                svc, DISPATCHER, d.pod, serverconfig.to_json(config), {"grpc": d.port}, d.health_port, mounts
+                svc, settings, DISPATCHER, d.pod, serverconfig.to_json(config), {"grpc": d.port}, d.health_port, mounts
             ),
         },
     }
@@ -384,7 +398,7 @@ def build_worker_statefulset(svc: ServiceSpec, settings: BuildSettings, replicas
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector_labels(svc, WORKER)},
             "updateStrategy": {"type": "RollingUpdate"},
-            "template": _pod_template(svc, WORKER, w.pod, config_json, ports, w.health_port, []),
+            "template": _pod_template(svc, settings, WORKER, w.pod, config_json, ports, w.health_port, []),
         },
     }
 
@@ -540,6 +554,7 @@ def render_network_policies(svc: ServiceSpec, settings: BuildSettings, counts: C
 
 def _pod_template(
     svc: ServiceSpec,
+    settings: BuildSettings,
     component: str,
     pod: PodSettings,
     config_json: str,
@@ -550,9 +565,10 @@ def _pod_template(
     container: dict[str, Any] = {
         "name": component,
         "image": svc.image,
-        "command": ["tfdata-server"],
+        "command": ["python3", serverconfig.INJECTED_PROGRAM] if svc.inject_server else ["tfdata-server"],
         "args": [component],
         "env": [
+            *({"name": k, "value": v} for k, v in (INJECTED_ENV if svc.inject_server else ())),
             {"name": serverconfig.POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": serverconfig.POD_NAMESPACE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": serverconfig.CONFIG_ENV, "value": config_json},
@@ -571,6 +587,9 @@ def _pod_template(
             "capabilities": {"drop": ["ALL"]},
         },
         "volumeMounts": [{"name": TMP_VOLUME, "mountPath": TMP_MOUNT}, *mounts, *_as_stored(pod.volume_mounts)],
+        # A server that exits at start (an image that cannot serve, say) explains why in its last
+        # log line, which becomes the container's termination message and so the conditions' text.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if pod.env_from:
         # Explicit env wins over envFrom, so a key named like the operator's variables changes nothing.
@@ -593,6 +612,10 @@ def _pod_template(
         "terminationGracePeriodSeconds": 30,
         "volumes": [{"name": TMP_VOLUME, "emptyDir": {}}, *_as_stored(pod.volumes)],
     }
+    if svc.inject_server:
+        container["volumeMounts"].append(_program_mount(read_only=True))
+        pod_spec["initContainers"] = [_injector(settings)]
+        pod_spec["volumes"].append({"name": PROGRAM_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}})
     optional = {
         "serviceAccountName": pod.service_account_name,
         "priorityClassName": pod.priority_class_name,
@@ -609,6 +632,27 @@ def _pod_template(
             "annotations": {**pod.annotations, CONFIG_HASH_ANNOTATION: config_hash(config_json)},
         },
         "spec": pod_spec,
+    }
+
+
+def _program_mount(read_only: bool) -> dict[str, Any]:
+    return {"name": PROGRAM_VOLUME, "mountPath": serverconfig.INJECT_MOUNT, "readOnly": read_only}
+
+
+def _injector(settings: BuildSettings) -> dict[str, Any]:
+    """The init container that copies the server program into the pod (spec.serverProgram Injected)."""
+    return {
+        "name": "inject-server-program",
+        "image": settings.injector_image,
+        "command": ["python3", "-m", serverconfig.INJECT_MODULE, serverconfig.INJECT_MOUNT],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [_program_mount(read_only=False)],
     }
 
 
@@ -662,6 +706,7 @@ def client_settings(svc: ServiceSpec, settings: BuildSettings) -> discovery.Clie
         namespace=svc.namespace,
         data_transfer_protocol=svc.workers.data_transfer_protocol,
         report_url=report_url,
+        server_info_url=dispatcher_health_url(svc, settings, serverinfo.INFO_PATH),
     )
 
 

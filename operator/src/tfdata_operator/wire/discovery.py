@@ -49,6 +49,8 @@ class ClientSettings:
     data_transfer_protocol: str | None = None
     # Where a trainer POSTs its data-stall report (signals.ClientReport).
     report_url: str | None = None
+    # Where a trainer reads the servers' ServerInfo (serverinfo.INFO_PATH): their TensorFlow and ops.
+    server_info_url: str | None = None
 
     @property
     def is_static(self) -> bool:
@@ -79,6 +81,7 @@ KEYS: dict[str, str] = {
     "namespace": "TFDATA_SERVICE_NAMESPACE",
     "data_transfer_protocol": "TFDATA_DATA_TRANSFER_PROTOCOL",
     "report_url": "TFDATA_REPORT_URL",
+    "server_info_url": "TFDATA_SERVER_INFO_URL",
 }
 assert set(KEYS) == {f.name for f in fields(ClientSettings)}
 
