@@ -31,20 +31,40 @@ def sts(name: str = "demo-worker", replicas: int = 2, pods: int = 0, observed: b
     return body
 
 
-def pod(name: str = "demo-worker-0", conditions: list[Manifest] | None = None, **container: Any) -> Manifest:
+OLD_TF = (
+    "tfdata-server: this image has TensorFlow 2.12.0; the server program needs TensorFlow 2.16 or newer: "
+    "use an image with a newer TensorFlow as spec.image"
+)
+NO_PYTHON = 'failed to create containerd task: exec: "python3": executable file not found in $PATH: unknown'
+
+
+def pod(
+    name: str = "demo-worker-0",
+    conditions: list[Manifest] | None = None,
+    **container: Any,
+) -> Manifest:
     return {
         "kind": "Pod",
         "metadata": {"name": name, "ownerReferences": [{"uid": STS_UID}]},
         "status": {
             "phase": "Pending",
             "conditions": conditions or [],
-            "containerStatuses": [{"name": "server", "ready": False, **container}] if container else [],
+            "containerStatuses": [{"name": "server", "ready": False, **container}]
+            if container
+            else [],
         },
     }
 
 
 def unschedulable(message: str) -> list[Manifest]:
-    return [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]
+    return [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+        }
+    ]
 
 
 def event(reason: str, message: str, when: str = "2026-11-23T20:00:00Z", uid: str = STS_UID, **extra: Any
@@ -142,6 +162,26 @@ CASES = [
                  id="starting-is-not-a-problem"),
     pytest.param(sts(pods=1, replicas=1), [pod(state={"running": {}})], [], {}, None, id="running-not-ready-yet"),
     pytest.param(None, [], [], {}, None, id="no-statefulset"),
+    pytest.param(sts(pods=1, replicas=1),
+                 [pod(image="mine:1", state={"waiting": {"reason": "CrashLoopBackOff", "message": CRASH}},
+                      lastState={"terminated": {"exitCode": 3, "reason": "Error", "message": OLD_TF}})], [], {},
+                 Finding("UnsupportedImage", f"Pod demo-worker-0: container server (image mine:1) cannot serve: {OLD_TF}"),
+                 id="tensorflow-too-old"),
+    pytest.param(sts(pods=1, replicas=1),
+                 [pod(image="busybox", state={"waiting": {"reason": "CrashLoopBackOff", "message": CRASH}},
+                      lastState={"terminated": {"exitCode": 128, "reason": "StartError", "message": NO_PYTHON}})],
+                 [], {},
+                 Finding("UnsupportedImage", "Pod demo-worker-0: container server (image busybox) has no python3 on "
+                         "its PATH: spec.image must have Python 3.10 or newer and TensorFlow 2.16 or newer (or provide "
+                         "tfdata-server, with spec.serverProgram FromImage)"),
+                 id="no-python"),
+    pytest.param(sts(pods=1, replicas=1),
+                 [{**pod(), "status": {"phase": "Pending", "initContainerStatuses": [
+                     {"name": "inject-server-program", "state": {"waiting": {"reason": "ImagePullBackOff",
+                                                                            "message": PULL}}}]}}], [], {},
+                 Finding("ImagePullBackOff",
+                         f"Pod demo-worker-0: container inject-server-program is in ImagePullBackOff: {PULL}"),
+                 id="injector-cannot-be-pulled"),
 ]  # fmt: skip
 
 
@@ -165,8 +205,14 @@ def test_pods_being_deleted_or_of_another_statefulset_are_not_blamed() -> None:
 
 
 def test_a_long_message_is_cut() -> None:
-    found = diagnose.explain(sts(pods=1, replicas=1), [pod(conditions=unschedulable("x" * 5000))])
-    assert found is not None and len(found.message) < diagnose.MAX_QUOTED + 100 and found.message.endswith("...")
+    found = diagnose.explain(
+        sts(pods=1, replicas=1), [pod(conditions=unschedulable("x" * 5000))]
+    )
+    assert (
+        found is not None
+        and len(found.message) < diagnose.MAX_QUOTED + 100
+        and found.message.endswith("...")
+    )
 
 
 @pytest.mark.parametrize(
@@ -174,8 +220,15 @@ def test_a_long_message_is_cut() -> None:
     [
         pytest.param(sts(pods=0), [], True, id="no-pod-created"),
         pytest.param(sts(pods=1), [pod()], True, id="one-missing"),
-        pytest.param(sts(pods=2), [pod(), pod("demo-worker-1")], False, id="all-created"),
-        pytest.param(sts(pods=0, observed=False), [], False, id="controller-has-not-seen-the-spec"),
+        pytest.param(
+            sts(pods=2), [pod(), pod("demo-worker-1")], False, id="all-created"
+        ),
+        pytest.param(
+            sts(pods=0, observed=False),
+            [],
+            False,
+            id="controller-has-not-seen-the-spec",
+        ),
         pytest.param(sts(pods=2), [], False, id="the-cache-lags-the-statefulset"),
         pytest.param(None, [], False, id="no-statefulset"),
     ],
@@ -188,10 +241,15 @@ def test_events_are_read_only_for_pods_a_statefulset_could_not_create(
 
 def test_claims_are_read_only_for_pods_the_scheduler_holds_for_them() -> None:
     dispatcher = sts("demo-dispatcher", 1, 1, claim=True)
-    assert diagnose.claims_to_read(dispatcher, [pod("demo-dispatcher-0", unschedulable(UNBOUND))]) == [
-        "journal-demo-dispatcher-0"
-    ]
-    assert diagnose.claims_to_read(dispatcher, [pod("demo-dispatcher-0", unschedulable(UNSCHEDULABLE))]) == []
+    assert diagnose.claims_to_read(
+        dispatcher, [pod("demo-dispatcher-0", unschedulable(UNBOUND))]
+    ) == ["journal-demo-dispatcher-0"]
+    assert (
+        diagnose.claims_to_read(
+            dispatcher, [pod("demo-dispatcher-0", unschedulable(UNSCHEDULABLE))]
+        )
+        == []
+    )
     assert diagnose.claims_to_read(dispatcher, [pod("demo-dispatcher-0")]) == []
 
 
@@ -202,20 +260,39 @@ def conditions(observed: status.Servers) -> dict[str, dict[str, Any]]:
     body = {"metadata": {"name": "demo", "namespace": "ml", "uid": "u", "generation": 1},
             "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 2}}}  # fmt: skip
     svc = spec.parse(body, "img")
-    st = status.compute_status(svc, body, observed, BuildSettings(), "2026-11-23T20:00:00Z")
+    st = status.compute_status(
+        svc, body, observed, BuildSettings(), "2026-11-23T20:00:00Z"
+    )
     return {c["type"]: c for c in st["conditions"]}
 
 
 def test_the_conditions_carry_the_childs_reason_and_message() -> None:
-    failed = Finding("FailedCreate", "StatefulSet demo-worker cannot create pod demo-worker-0: no PriorityClass")
-    waiting = Finding("ImagePullBackOff", "Pod demo-dispatcher-0: container server is in ImagePullBackOff")
+    failed = Finding(
+        "FailedCreate",
+        "StatefulSet demo-worker cannot create pod demo-worker-0: no PriorityClass",
+    )
+    waiting = Finding(
+        "ImagePullBackOff",
+        "Pod demo-dispatcher-0: container server is in ImagePullBackOff",
+    )
     by_type = conditions(
-        status.Servers(sts("demo-dispatcher", 1, 1), sts(), dispatcher_problem=waiting, workers_problem=failed)
+        status.Servers(
+            sts("demo-dispatcher", 1, 1),
+            sts(),
+            dispatcher_problem=waiting,
+            workers_problem=failed,
+        )
     )
     assert by_type["WorkersReady"]["reason"] == "FailedCreate"
-    assert by_type["WorkersReady"]["message"] == f"0/2 workers are ready and up to date: {failed.message}"
+    assert (
+        by_type["WorkersReady"]["message"]
+        == f"0/2 workers are ready and up to date: {failed.message}"
+    )
     assert by_type["DispatcherReady"]["reason"] == "ImagePullBackOff"
-    assert by_type["DispatcherReady"]["message"] == f"The dispatcher is not ready: {waiting.message}"
+    assert (
+        by_type["DispatcherReady"]["message"]
+        == f"The dispatcher is not ready: {waiting.message}"
+    )
     # Ready names the dispatcher's problem first: without it, no worker can serve anything.
     assert (by_type["Ready"]["reason"], by_type["Ready"]["message"]) == (
         "ImagePullBackOff",
@@ -225,7 +302,9 @@ def test_the_conditions_carry_the_childs_reason_and_message() -> None:
 
 def test_a_problem_never_overrides_a_ready_or_missing_statefulset() -> None:
     found = Finding("Unschedulable", "Pod x cannot be scheduled")
-    by_type = conditions(status.Servers(None, None, dispatcher_problem=found, workers_problem=found))
+    by_type = conditions(
+        status.Servers(None, None, dispatcher_problem=found, workers_problem=found)
+    )
     assert by_type["DispatcherReady"]["reason"] == "DispatcherMissing"
     assert by_type["WorkersReady"]["reason"] == "WorkersMissing"
 
@@ -233,8 +312,14 @@ def test_a_problem_never_overrides_a_ready_or_missing_statefulset() -> None:
 # --- A server's own readiness detail ------------------------------------------------------------
 
 
-def running_pod(name: str, ready: bool = False, ip: str | None = "10.0.0.7") -> Manifest:
-    body = pod(name, [{"type": "Ready", "status": "True" if ready else "False"}], state={"running": {}})
+def running_pod(
+    name: str, ready: bool = False, ip: str | None = "10.0.0.7"
+) -> Manifest:
+    body = pod(
+        name,
+        [{"type": "Ready", "status": "True" if ready else "False"}],
+        state={"running": {}},
+    )
     if ip:
         body["status"]["podIP"] = ip
     return body
@@ -251,14 +336,18 @@ def running_pod(name: str, ready: bool = False, ip: str | None = "10.0.0.7") -> 
         pytest.param([pod(state={"waiting": {"reason": "ContainerCreating"}})], None, id="not-started"),
     ],
 )  # fmt: skip
-def test_the_server_asked_is_one_that_runs_but_is_not_ready(pods: list[Manifest], expected: str | None) -> None:
+def test_the_server_asked_is_one_that_runs_but_is_not_ready(
+    pods: list[Manifest], expected: str | None
+) -> None:
     found = diagnose.unready_server(sts(pods=len(pods)), pods)
     assert (found["metadata"]["name"] if found else None) == expected
 
 
 def test_a_readiness_detail_becomes_the_finding() -> None:
     detail = "not ok: running: dispatcher serving on port 5050; 2 of 3 workers registered: waiting for every listed "
-    found = diagnose.from_readiness(running_pod("demo-dispatcher-0"), detail + "worker to register")
+    found = diagnose.from_readiness(
+        running_pod("demo-dispatcher-0"), detail + "worker to register"
+    )
     assert found == Finding(
         "ServerNotReady",
         "Pod demo-dispatcher-0 runs but is not ready: running: dispatcher serving on port 5050; 2 of 3 workers "
@@ -270,9 +359,19 @@ def test_a_held_rescale_is_reported_rather_than_a_workers_problem() -> None:
     """A held change is the operator's own decision: it names it, whatever else keeps workers unready."""
     body = {"metadata": {"name": "demo", "namespace": "ml", "uid": "u", "generation": 1},
             "spec": {"shardingPolicy": "FILE", "workers": {"replicas": 3}}}  # fmt: skip
-    held = hold.HoldDecision(hold.HOLD, hold.Pending("workers 2→3", "worker count change 2→3", 2), "waits: reading")
-    problem = Finding("CrashLoopBackOff", "Pod demo-worker-0: container worker is in CrashLoopBackOff")
-    observed = status.Servers(sts("demo-dispatcher", 1, 1), sts(), workers_problem=problem)
-    st = status.compute_status(spec.parse(body, "img"), body, observed, BuildSettings(), "T1", decision=held)
+    held = hold.HoldDecision(
+        hold.HOLD,
+        hold.Pending("workers 2→3", "worker count change 2→3", 2),
+        "waits: reading",
+    )
+    problem = Finding(
+        "CrashLoopBackOff", "Pod demo-worker-0: container worker is in CrashLoopBackOff"
+    )
+    observed = status.Servers(
+        sts("demo-dispatcher", 1, 1), sts(), workers_problem=problem
+    )
+    st = status.compute_status(
+        spec.parse(body, "img"), body, observed, BuildSettings(), "T1", decision=held
+    )
     workers = next(c for c in st["conditions"] if c["type"] == "WorkersReady")
     assert (workers["reason"], workers["message"]) == ("RescaleHeld", "waits: reading")

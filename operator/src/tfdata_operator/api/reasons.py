@@ -34,6 +34,8 @@ RESUMED = "Resumed"
 # Explanations of a StatefulSet that does not serve, where Kubernetes gives no reason of its own.
 CLAIM_PENDING = "ClaimPending"
 SERVER_NOT_READY = "ServerNotReady"
+# spec.image cannot run the server program: no python3, a Python or TensorFlow too old.
+UNSUPPORTED_IMAGE = "UnsupportedImage"
 # Kubernetes' own, used when its object names none.
 FAILED_CREATE = "FailedCreate"
 UNSCHEDULABLE = "Unschedulable"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdata_operator.api import reasons
+from tfdata_operator.wire import serverconfig
 
 Manifest = dict[str, Any]
 
@@ -158,7 +159,9 @@ def _waiting(pods: list[Manifest]) -> Finding | None:
     """The first container that waits for a reason other than starting (CrashLoopBackOff, ImagePullBackOff, ...)."""
     found: list[tuple[Manifest, Manifest, Mapping[str, Any]]] = []
     for pod in pods:
-        for c in (pod.get("status") or {}).get("containerStatuses") or []:
+        status = pod.get("status") or {}
+        # An init container (the injected server program's) that cannot start blocks the rest.
+        for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
             waiting = (c.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") and waiting["reason"] not in _NORMAL_WAITING:
                 found.append((pod, c, waiting))
@@ -166,6 +169,8 @@ def _waiting(pods: list[Manifest]) -> Finding | None:
     if not found:
         return None
     pod, container, waiting = found[0]
+    if unsupported := _unsupported_image(pod, container, waiting):
+        return unsupported
     message = f"Pod {pod['metadata']['name']}{_more(len(found) - 1)}: container {container.get('name')} is in "
     message += str(waiting["reason"])
     if waiting.get("message"):
@@ -178,6 +183,28 @@ def _waiting(pods: list[Manifest]) -> Finding | None:
         if last.get("message"):
             message += f": {_quote(last['message'])}"
     return Finding(str(waiting["reason"]), message)
+
+
+_PYTHON = f"Python {'.'.join(map(str, serverconfig.OLDEST_PYTHON))}"
+_TENSORFLOW = f"TensorFlow {'.'.join(map(str, serverconfig.OLDEST_TENSORFLOW))}"
+# The container runtime's words for a command that is not in the image.
+_NOT_FOUND = re.compile(r"executable file not found|no such file or directory", re.IGNORECASE)
+
+
+def _unsupported_image(pod: Manifest, container: Mapping[str, Any], waiting: Mapping[str, Any]) -> Finding | None:
+    """An image that cannot run the server program, said in words a user acts on."""
+    last = (container.get("lastState") or {}).get("terminated") or {}
+    where = f"Pod {pod['metadata']['name']}: container {container.get('name')} (image {container.get('image')})"
+    if last.get("exitCode") == serverconfig.EXIT_UNSUPPORTED_IMAGE and last.get("message"):
+        return Finding(reasons.UNSUPPORTED_IMAGE, f"{where} cannot serve: {_quote(last['message'])}")
+    said = f"{waiting.get('message') or ''} {last.get('message') or ''}"
+    if "python3" in said and _NOT_FOUND.search(said):
+        return Finding(
+            reasons.UNSUPPORTED_IMAGE,
+            f"{where} has no python3 on its PATH: spec.image must have {_PYTHON} or newer and {_TENSORFLOW} "
+            "or newer (or provide tfdata-server, with spec.serverProgram FromImage)",
+        )
+    return None
 
 
 def explain(
