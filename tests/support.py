@@ -348,3 +348,39 @@ def service_signals(reading: bool, idle_seconds: float = 0.0, reasons: tuple[str
         client_stall_fraction_max=None,
         age_seconds=0.5,
     )
+
+
+class Pages:
+    """A real HTTP server on 127.0.0.1 that answers GET ``path`` with ``pages[path]`` (JSON), and 404 otherwise."""
+
+    def __init__(self, pages: dict[str, str]) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.pages = pages
+        self.requests: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.requests.append(self.path)
+                body = outer.pages.get(self.path)
+                self.send_response(200 if body is not None else 404)
+                data = (body or "").encode()
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

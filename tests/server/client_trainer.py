@@ -54,13 +54,19 @@ try:
                 job_name=args.get("job_name"),
                 on_mismatch=args.get("on_mismatch", "error"),
                 element_spec=expected,
+                check_servers=args.get("check_servers", True),
+                server_info_url=args.get("server_info_url"),
             )
         )
     elements = []
     for element in client.iterate(dataset, report_url=args.get("report_url")):
         elements.append(element.numpy().tolist())
         time.sleep(args.get("step_seconds", 0))
-    result = {"elements": elements, "warnings": [str(w.message) for w in caught]}
+    result = {
+        "elements": elements,
+        "warnings": [str(w.message) for w in caught],
+        "warning_types": [type(w.message).__name__ for w in caught],
+    }
 except Exception as exc:
     result = {
         "error": type(exc).__name__,

@@ -7,6 +7,7 @@ names, dataset ids and local workers then behave as between pods.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import free_port
+from support import Pages, free_port
 
-from tfdata_operator.wire import tfrecords
+from tfdata_operator.client import servercheck
+from tfdata_operator.wire import serverinfo, tfrecords
 
 HERE = Path(__file__).resolve().parent
 TRAINER_TIMEOUT = 180.0
@@ -184,3 +186,92 @@ def test_a_corrupt_tfrecord_is_named_in_the_trainers_error(
     assert f"{paths[2]}: record {bad.bad_record} at byte {bad.bad_offset}: truncated record" in result["message"]
     assert "ignore_errors" in result["message"]
     assert f"truncated record at {bad.bad_offset}" in result["message"], "TensorFlow's own words are kept"
+
+
+def measured_server_info() -> serverinfo.ServerInfo:
+    """What a server running this process's TensorFlow reports: its versions and every op it registered."""
+    import platform
+
+    import tensorflow as tf
+    from tensorflow.core.framework import op_def_pb2
+    from tensorflow.python.client import pywrap_tf_session
+
+    buffer = pywrap_tf_session.TF_GetAllOpList()
+    try:
+        ops = op_def_pb2.OpList.FromString(pywrap_tf_session.TF_GetBuffer(buffer))
+    finally:
+        pywrap_tf_session.TF_DeleteBuffer(buffer)
+    return serverinfo.ServerInfo(
+        tensorflow_version=tf.version.VERSION,
+        python_version=platform.python_version(),
+        graph_def=servercheck.trainer_versions()[1],
+        ops=tuple(sorted(op.name for op in ops.op)),
+    )
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[Pages]:
+    """ServerInfo pages: as measured (/real), lacking Mul (/no-mul), older and too old TensorFlow; 404 elsewhere."""
+    real = measured_server_info()
+    graph_def = real.graph_def
+    assert "Mul" in real.ops and len(real.ops) > 1000, f"measured {len(real.ops)} ops"
+    variants = {
+        "/real": real,
+        "/no-mul": dataclasses.replace(real, ops=tuple(op for op in real.ops if op != "Mul")),
+        "/older": dataclasses.replace(real, graph_def=dataclasses.replace(graph_def, producer=graph_def.producer - 1)),
+        "/refusing": dataclasses.replace(
+            real, graph_def=dataclasses.replace(graph_def, min_producer=graph_def.producer + 1)
+        ),
+    }
+    pages = Pages({path + serverinfo.INFO_PATH: serverinfo.to_json(info) for path, info in variants.items()})
+    yield pages
+    pages.close()
+
+
+def test_the_ops_of_a_pipeline_include_those_of_its_functions() -> None:
+    import tensorflow as tf
+
+    from tfdata_operator import client
+
+    dataset = tf.data.Dataset.range(10).map(lambda x: x * 2).filter(lambda x: tf.strings.length(tf.as_string(x)) > 1)
+    ops = servercheck.ops_in_graph(client._graph_def(dataset))
+    assert {"RangeDataset", "MapDataset", "FilterDataset", "Mul", "AsString", "StringLength", "Greater"} <= ops
+    assert not [op for op in ops if op.startswith("__inference")], "function calls are not ops"
+
+
+def test_servers_are_checked_before_any_element_is_requested(dynamic: Cluster, served: Pages) -> None:
+    base = dict(address=dynamic.address, policy="DYNAMIC", pipeline="double", n=20)
+    url = {path: served.url(path + serverinfo.INFO_PATH) for path in ("/real", "/no-mul", "/older", "/refusing")}
+    trainers = {
+        "real": start_trainer(server_info_url=url["/real"], **base),
+        "no-mul": start_trainer(server_info_url=url["/no-mul"], **base),
+        "unchecked": start_trainer(server_info_url=url["/no-mul"], check_servers=False, **base),
+        "older": start_trainer(server_info_url=url["/older"], **base),
+        "refusing": start_trainer(server_info_url=url["/refusing"], **base),
+        "gone": start_trainer(server_info_url=served.url("/gone" + serverinfo.INFO_PATH), **base),
+    }
+    results = {name: result_of(trainer) for name, trainer in trainers.items()}
+    everything = sorted(x * 2 for x in range(20))
+
+    real = results["real"]
+    assert sorted(real["elements"]) == everything and real["warning_types"] == [], real
+
+    refused = results["no-mul"]
+    assert refused["error"] == "MissingOpError", refused
+    assert "lack 1 op this pipeline uses: Mul. To fix: for Mul: add what registers it" in refused["message"]
+    assert sorted(results["unchecked"]["elements"]) == everything, "check_servers=False sends it anyway"
+
+    older = results["older"]
+    assert sorted(older["elements"]) == everything, older
+    assert older["warning_types"] == ["TensorFlowVersionWarning"], older
+    assert "is newer than the servers'" in older["warnings"][0]
+
+    incompatible = results["refusing"]
+    assert incompatible["error"] == "IncompatibleTensorFlowError", incompatible
+    assert "the servers' TensorFlow reads graphs of GraphDef version" in incompatible["message"]
+
+    gone = results["gone"]
+    assert sorted(gone["elements"]) == everything, gone
+    assert gone["warning_types"] == ["ServerCheckSkippedWarning"], gone
+    assert "(404: the servers' tfdata-server is older than this helper" in gone["warnings"][0]
+    assert served.requests.count("/real" + serverinfo.INFO_PATH) == 1, served.requests

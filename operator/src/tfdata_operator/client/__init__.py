@@ -16,6 +16,9 @@ What it adds to ``tf.data.experimental.service.distribute``:
   (read back with the dispatcher's metadata call) with no server of ours involved, and the
   claim lives exactly as long as the dispatcher's other state (it is journaled with it);
 - the element spec the trainer expects, checked before training starts;
+- the servers' TensorFlow and ops, read from the dispatcher pod (``servercheck``): a pipeline
+  the servers cannot run is refused before any element is requested, naming the missing op and
+  the module to preload;
 - ``iterate(dataset)``: the training loop's iterator, which measures data stalls and reports
   them to the dispatcher pod, and names the file behind a worker's bare ``DataLossError``.
 
@@ -25,6 +28,7 @@ this package.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import re
@@ -34,6 +38,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tfdata_operator.client import fingerprint as fp
+from tfdata_operator.client import servercheck
+from tfdata_operator.client.servercheck import (
+    IncompatibleTensorFlowError,
+    MissingOpError,
+    ServerCheckError,
+    ServerCheckSkippedWarning,
+    TensorFlowVersionWarning,
+)
 from tfdata_operator.client.stall import StallMeter
 from tfdata_operator.wire import discovery, tfrecords
 from tfdata_operator.wire.discovery import ClientSettings, DiscoveryError
@@ -275,6 +287,8 @@ def distribute(
     on_mismatch: str = "error",
     element_spec: Any = None,
     target_workers: str = "AUTO",
+    check_servers: bool = True,
+    server_info_url: str | None = None,
     environ: Mapping[str, str] | None = None,
     directory: str | None = None,
     **distribute_kwargs: Any,
@@ -287,11 +301,16 @@ def distribute(
     ``job_name``, trainers whose pipelines differ are refused (``PipelineMismatchError``,
     ``ElementSpecMismatchError``); ``on_mismatch="separate"`` gives such a trainer a job of its
     own (``<job_name>-<fingerprint>``) instead. ``element_spec`` is what the trainer expects to
-    receive, checked before training. Other keyword arguments go to TensorFlow's ``distribute``.
+    receive, checked before training. Before anything is sent, the servers' ServerInfo
+    (``server_info_url``, published with the settings) is read and a pipeline they cannot run is
+    refused (``MissingOpError``, ``IncompatibleTensorFlowError``); ``check_servers=False`` skips
+    that. Other keyword arguments go to TensorFlow's ``distribute``.
     """
     if on_mismatch not in ON_MISMATCH:
         raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, got {on_mismatch!r}")
     settings = resolve(name, address, sharding_policy, environ, directory)
+    if server_info_url is not None:
+        settings = dataclasses.replace(settings, server_info_url=server_info_url)
     mode = check_processing_mode(settings, processing_mode)
     protocol = distribute_kwargs.pop("data_transfer_protocol", settings.data_transfer_protocol)
 
@@ -300,6 +319,8 @@ def distribute(
 
         warn_local_reads(settings, target_workers)
         graph = _graph_def(dataset)
+        if check_servers:
+            servercheck.check_servers(graph, settings)
         remember_input_files(graph)
         job = job_name
         if job_name is not None:
@@ -424,9 +445,14 @@ def __getattr__(attr: str) -> Any:
 
 __all__ = [
     "ElementSpecMismatchError",
+    "IncompatibleTensorFlowError",
     "LocalReadsWarning",
+    "MissingOpError",
     "PipelineMismatchError",
     "ProcessingModeError",
+    "ServerCheckError",
+    "ServerCheckSkippedWarning",
+    "TensorFlowVersionWarning",
     "dataset_fingerprint",
     "distribute",
     "iterate",
