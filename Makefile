@@ -46,6 +46,30 @@ $(VENV)/.installed: operator/pyproject.toml
 .PHONY: venv
 venv: $(VENV)/.installed ## Create .venv with the operator, the server program (TensorFlow) and dev tools.
 
+# A user's image on the oldest TensorFlow the server program supports (serverconfig.OLDEST_TENSORFLOW):
+# TensorFlow and tensorflow-text, nothing of ours; `make test-server-oldest` injects the server program
+# into it as the operator does. tensorflow-text goes in without its dependencies, which name
+# `tensorflow` (the -cpu build is the same TensorFlow). The wheels are kept beside the others.
+VENV_OLDEST := $(ROOT)/.venv-tf2.16
+WHEELHOUSE_OLDEST ?= $(WHEELHOUSE)-tf2.16
+OLDEST_REQUIREMENTS := "tensorflow-cpu==2.16.2; platform_machine == 'x86_64'" "tensorflow==2.16.2; platform_machine != 'x86_64'"
+OLDEST_TEXT := tensorflow-text==2.16.1
+
+$(VENV_OLDEST)/.installed:
+	@test -x $(VENV_OLDEST)/bin/python || python3.11 -m venv $(VENV_OLDEST)
+	@mkdir -p $(WHEELHOUSE_OLDEST)
+	@pip() { $(VENV_OLDEST)/bin/python -m pip "$$@"; }; \
+	  install() { pip install -q --no-index --find-links $(WHEELHOUSE_OLDEST) $(OLDEST_REQUIREMENTS) && \
+	    pip install -q --no-index --find-links $(WHEELHOUSE_OLDEST) --no-deps $(OLDEST_TEXT); }; \
+	  install 2>/dev/null || { \
+	    echo "Fetching TensorFlow 2.16 into $(WHEELHOUSE_OLDEST) (once)"; \
+	    pip download -q -d $(WHEELHOUSE_OLDEST) $(OLDEST_REQUIREMENTS) && \
+	    pip download -q -d $(WHEELHOUSE_OLDEST) --no-deps $(OLDEST_TEXT) && install; }
+	@touch $@
+
+.PHONY: venv-oldest
+venv-oldest: $(VENV_OLDEST)/.installed ## Create .venv-tf2.16: a user's image on the oldest TensorFlow supported (2.16), for make test-server-oldest.
+
 .PHONY: binaries
 binaries: ## Provide pinned etcd, kube-apiserver, controller-manager, scheduler, kubectl, helm (cached outside the repo).
 	@devcluster/k8s-binaries.sh >/dev/null

@@ -14,10 +14,12 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from types import FrameType
 
 import click
 
+import tfdata_operator
 from tfdata_operator.server import configure_logging
 from tfdata_operator.server.aggregate import Aggregator
 from tfdata_operator.server.health import FAILED, STOPPING, GetRoute, HealthServer, PostRoute, ProbeState
@@ -27,6 +29,7 @@ from tfdata_operator.wire import serverconfig, signals
 # Below Kubernetes' default terminationGracePeriodSeconds (30s), so we, not the kubelet, end it.
 STOP_GRACE_SECONDS = 20.0
 EXIT_OK, EXIT_FAILED, EXIT_INVALID_CONFIG = 0, 1, 2
+TFSERVER = "tfdata_operator.server.tfserver"
 
 
 def pod_name_for(kind: str, environ: Mapping[str, str] = os.environ) -> str | None:
@@ -107,8 +110,15 @@ class Supervisor:
         self._wake.set()
 
     def child_command(self, status_fd: int) -> list[str]:
-        """The TensorFlow process: this interpreter running ``tfserver``."""
-        return [sys.executable, "-m", "tfdata_operator.server.tfserver", self.kind, "--status-fd", str(status_fd)]
+        """The TensorFlow process: this interpreter running ``tfserver`` as ``-m`` would.
+
+        The directory this package was imported from goes last on the child's sys.path, as the
+        injected program (``inject``) puts it on ours: the image's own packages stay first, and
+        a package found only there is found by the child too (PYTHONPATH would put it first).
+        """
+        root = str(Path(tfdata_operator.__file__).resolve().parents[1])
+        run = f"import runpy, sys; sys.path.append({root!r}); runpy.run_module({TFSERVER!r}, run_name='__main__')"
+        return [sys.executable, "-c", run, self.kind, "--status-fd", str(status_fd)]
 
     def _start_child(self) -> subprocess.Popen[bytes]:
         read_fd, write_fd = os.pipe()
