@@ -1,4 +1,4 @@
-"""The ``tfdata-operator`` command: ``run`` the operator, or ``render`` a TFDataService offline."""
+"""The ``tfdata-operator`` command: ``run`` the operator, ``render`` a TFDataService offline, ``verify-tfrecords``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tfdata_operator.controller import election
 from tfdata_operator.controller.config import ElectionConfig, ElectionError, OperatorConfig, Timing
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.render.builders import DEFAULT_INJECTOR_IMAGE, BuildSettings
-from tfdata_operator.wire import tfrecords
+from tfdata_operator.wire import verify
 
 DEFAULT_SERVER_IMAGE = f"tfdata-server:{__version__}"
 RENDER_UID = "00000000-0000-0000-0000-000000000000"
@@ -234,40 +234,7 @@ def render(path: Path, server_image: str, injector_image: str, cluster_domain: s
     dump(rendered, sys.stdout)
 
 
-@main.command("verify-tfrecords")
-@click.argument("patterns", nargs=-1, required=True)
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
-              help="Files checked in parallel.  [default: the number of CPUs]")  # fmt: skip
-@click.option("--compression", type=click.Choice(tfrecords.COMPRESSIONS), default="auto", show_default=True,
-              help="auto: GZIP when a file starts with the GZIP magic bytes, else uncompressed.")  # fmt: skip
-@click.option("--fail-on-empty", is_flag=True,
-              help="Count zero-length files as bad (TensorFlow reads them as zero records).")  # fmt: skip
-@click.option("-v", "--verbose", is_flag=True, help="Print every file, not only the bad ones.")
-def verify_tfrecords(patterns: tuple[str, ...], jobs: int | None, compression: str, fail_on_empty: bool,
-                     verbose: bool) -> None:  # fmt: skip
-    """Checks the record framing and CRCs of TFRecord files matching PATTERNS (globs, ** allowed).
-
-    Prints each bad file with the index and byte offset of its first bad record, then the
-    throughput; exits 1 if any file is bad, 2 if a pattern matches no file. No TensorFlow needed.
-    """
-    files, unmatched = tfrecords.expand(patterns)
-    if unmatched:
-        raise click.UsageError(f"no file matches {', '.join(map(repr, unmatched))}")
-    summary = tfrecords.verify_files(files, jobs, compression)
-    bad = summary.bad + ([r for r in summary.reports if r.empty] if fail_on_empty else [])
-    for report in summary.reports:
-        if report in bad:
-            click.echo(f"BAD {report.describe()}" + (" (--fail-on-empty)" if report.empty else ""))
-        elif verbose or report.empty:
-            click.echo(f"ok  {report.describe()}")
-    records = sum(r.records for r in summary.reports)
-    click.echo(
-        f"checked {len(files)} files, {records} records, {summary.bytes_read / 1e6:.1f} MB in "
-        f"{summary.seconds:.2f}s ({summary.mb_per_second:.1f} MB/s): {len(bad)} bad",
-        err=True,
-    )
-    if bad:
-        sys.exit(1)
+main.add_command(verify.verify_tfrecords)
 
 
 def render_document(doc: Any, where: str, server_image: str, settings: BuildSettings) -> list[dict[str, Any]]:

@@ -404,7 +404,7 @@ def name_corrupt_file(exc: Exception) -> Exception | None:
         return None
     message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     files = list(_input_files)
-    hint = f"check the input files with: tfdata-operator verify-tfrecords {' '.join(files[:3]) or 'PATTERN...'}"
+    hint = f"check the input files with: verify-tfrecords {' '.join(files[:3]) or 'PATTERN...'}"
     if not files:
         text = f"a tf.data worker read a corrupt record, and this trainer cannot tell which file: {hint}"
     else:
