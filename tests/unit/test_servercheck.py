@@ -132,6 +132,8 @@ def test_an_unreachable_server_skips_the_check_with_a_warning() -> None:
     pages.close()  # nothing listens there now
     with pytest.warns(client.ServerCheckSkippedWarning, match="Connection refused"):
         assert servercheck.fetch(url, timeout=2) is None
+    with pytest.warns(client.ServerCheckSkippedWarning, match="unknown url type"):
+        assert servercheck.fetch("dispatcher:9090/serverinfo") is None
 
 
 def test_settings_without_a_server_info_url_are_not_checked() -> None:

@@ -20,6 +20,7 @@ TensorFlow is imported only by ``trainer_versions``.
 
 from __future__ import annotations
 
+import http.client
 import logging
 import urllib.error
 import urllib.request
@@ -92,7 +93,8 @@ def fetch(url: str, timeout: float = SERVER_INFO_TIMEOUT_SECONDS) -> ServerInfo 
             if exc.code == 404
             else f"HTTP {exc.code}"
         )
-    except (OSError, serverinfo.ServerInfoError) as exc:  # URLError, refused, timed out, not a ServerInfo
+    # Refused, timed out, cut off, a malformed URL, or not a ServerInfo (ServerInfoError is a ValueError).
+    except (OSError, http.client.HTTPException, ValueError) as exc:
         why = str(getattr(exc, "reason", None) or exc)
     warnings.warn(
         ServerCheckSkippedWarning(
