@@ -29,6 +29,11 @@ def pipeline(kind: str) -> tf.data.Dataset:
         return tf.data.Dataset.range(n).shuffle(10).map(lambda x: x * 2).batch(2)
     if kind == "floats":
         return tf.data.Dataset.range(n).shuffle(10).map(lambda x: tf.fill([3], tf.cast(x, tf.float32)))
+    if kind == "tftext":  # an op of tensorflow_text's in the map function: TFText>WhitespaceTokenizeWithOffsetsV2
+        import tensorflow_text
+
+        tokenizer = tensorflow_text.WhitespaceTokenizer()
+        return tf.data.Dataset.from_tensor_slices(["a b", "c d e"]).map(lambda s: tf.size(tokenizer.tokenize(s)))
     if kind == "tfrecords":
         files = tf.data.Dataset.list_files(args["pattern"], shuffle=False)
         return files.interleave(tf.data.TFRecordDataset, cycle_length=2).map(tf.strings.length)

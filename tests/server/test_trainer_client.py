@@ -24,6 +24,8 @@ from tfdata_operator.wire import serverinfo, tfrecords
 
 HERE = Path(__file__).resolve().parent
 TRAINER_TIMEOUT = 180.0
+# `make venv-oldest`: TensorFlow 2.16 with tensorflow_text and nothing of ours, as a user's trainer image.
+TEXT_PYTHON = HERE.parents[1] / ".venv-tf2.16" / "bin" / "python"
 
 
 class Cluster:
@@ -64,10 +66,12 @@ def file_sharded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     cluster.stop()
 
 
-def start_trainer(**args: Any) -> subprocess.Popen[str]:
+def start_trainer(python: Path = Path(sys.executable), **args: Any) -> subprocess.Popen[str]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    if python != Path(sys.executable):  # the helper as a plain copy on another TensorFlow
+        env["PYTHONPATH"] = str(HERE.parents[1] / "operator" / "src")
     return subprocess.Popen(
-        [sys.executable, str(HERE / "client_trainer.py"), json.dumps(args)],
+        [str(python), str(HERE / "client_trainer.py"), json.dumps(args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -275,3 +279,19 @@ def test_servers_are_checked_before_any_element_is_requested(dynamic: Cluster, s
     assert gone["warning_types"] == ["ServerCheckSkippedWarning"], gone
     assert "(404: the servers' tfdata-server is older than this helper" in gone["warnings"][0]
     assert served.requests.count("/real" + serverinfo.INFO_PATH) == 1, served.requests
+
+
+def test_a_tensorflow_text_pipeline_is_refused_by_servers_without_it(dynamic: Cluster, served: Pages) -> None:
+    """A trainer with tensorflow_text (TensorFlow 2.16) and servers on TensorFlow 2.21 without it, as measured."""
+    if not TEXT_PYTHON.exists():
+        pytest.skip(f"no {TEXT_PYTHON}: make venv-oldest")
+    refused = run_trainer(
+        python=TEXT_PYTHON, address=dynamic.address, policy="DYNAMIC", pipeline="tftext",
+        server_info_url=served.url("/real" + serverinfo.INFO_PATH),
+    )  # fmt: skip
+    assert refused["error"] == "MissingOpError", refused
+    assert (
+        "lack 1 op this pipeline uses: TFText>WhitespaceTokenizeWithOffsetsV2 (registered by tensorflow_text)"
+        in (refused["message"])
+    )
+    assert "add tensorflow_text to spec.preload.modules of the TFDataService at grpc://" in refused["message"]

@@ -23,7 +23,8 @@ What it adds to ``tf.data.experimental.service.distribute``:
   them to the dispatcher pod, and names the file behind a worker's bare ``DataLossError``.
 
 TensorFlow is imported only when these functions are called: the operator never imports
-this package.
+this package. Importing it needs nothing beyond the standard library (google-crc32c only once a
+corrupt file is looked for), so it also runs from a plain copy on any TensorFlow image.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from tfdata_operator.client.servercheck import (
     TensorFlowVersionWarning,
 )
 from tfdata_operator.client.stall import StallMeter
-from tfdata_operator.wire import discovery, tfrecords
+from tfdata_operator.wire import discovery
 from tfdata_operator.wire.discovery import ClientSettings, DiscoveryError
 
 if TYPE_CHECKING:
@@ -408,6 +409,8 @@ def name_corrupt_file(exc: Exception) -> Exception | None:
     if not files:
         text = f"a tf.data worker read a corrupt record, and this trainer cannot tell which file: {hint}"
     else:
+        from tfdata_operator.wire import tfrecords
+
         bad = tfrecords.verify_files(files).bad
         match = _CORRUPT.search(message)
         at = int(match.group(1)) if match else None
