@@ -7,151 +7,38 @@ says what it saw and shows the server's log.
 from __future__ import annotations
 
 import json
-import signal
-import socket
 import subprocess
-import sys
 import textwrap
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+import servers
+from servers import START_TIMEOUT, Launch, ServerProcess, ServerTensorFlow, free_port, wait_for
 
 from tfdata_operator.wire import serverconfig
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
 
-SERVER_BIN = Path(sys.executable).parent / "tfdata-server"
-# Starting takes one TensorFlow import (a few seconds); a worker's registration retries back off.
-START_TIMEOUT = 60.0
-T = TypeVar("T")
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for(what: str, check: Callable[[], T | None], seen: Callable[[], str], timeout: float) -> T:
-    """Polls ``check`` until it returns a value; on timeout fails with what was last seen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last seen: {seen()}")
-        time.sleep(0.1)
-
-
-@dataclass
-class ServerProcess:
-    """One ``tfdata-server`` process, its probes and its log."""
-
-    kind: str
-    config: serverconfig.ServerConfig
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-    pod_name: str | None = None
-    last_probe: dict[str, str] = field(default_factory=dict)
-
-    def probe(self, path: str) -> tuple[int | None, str]:
-        """(HTTP status, body) of a probe; (None, why) when nothing answers."""
-        url = f"http://127.0.0.1:{self.config.health_port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                result: tuple[int | None, str] = (response.status, response.read().decode())
-        except urllib.error.HTTPError as exc:
-            result = (exc.code, exc.read().decode())
-        except (urllib.error.URLError, OSError) as exc:
-            result = (None, str(exc))
-        self.last_probe[path] = f"{result[0]} {result[1].strip()!r}"
-        return result
-
-    def wait_probe(self, path: str, code: int, timeout: float = START_TIMEOUT, contains: str = "") -> str:
-        """Waits until ``path`` answers ``code`` (with ``contains`` in the body); returns the body."""
-
-        def check() -> str | None:
-            if self.popen.poll() is not None:
-                pytest.fail(f"{self.kind} exited with {self.popen.returncode} while waiting for {path}:\n{self.log()}")
-            status, body = self.probe(path)
-            return body if status == code and contains in body else None
-
-        return wait_for(
-            f"{self.kind} {path} to answer {code}" + (f" with {contains!r}" if contains else ""),
-            check,
-            lambda: f"{self.last_probe.get(path)}\n--- {self.kind} log ---\n{self.log()}",
-            timeout,
-        )
-
-    def wait_exit(self, timeout: float) -> int:
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"{self.kind} still running after {timeout:.0f}s\n--- log ---\n{self.log()}")
-
-    def terminate(self, timeout: float = 30.0) -> int:
-        self.popen.send_signal(signal.SIGTERM)
-        return self.wait_exit(timeout)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-Launch = Callable[..., ServerProcess]
+@pytest.fixture(scope="module")
+def server_tf(tmp_path_factory: pytest.TempPathFactory) -> ServerTensorFlow:
+    """The TensorFlow the servers and clients run on (tests/servers.py)."""
+    found = servers.server_tensorflow(tmp_path_factory.mktemp("opt-tfdata"))
+    if not Path(found.server_command("worker")[0]).exists():
+        pytest.fail(f"{found.server_command('worker')[0]} is missing: install the operator package (make venv)")
+    return found
 
 
 @pytest.fixture
-def launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
-    """Starts ``tfdata-server`` processes; kills any still running at the end."""
-    yield from _launcher(tmp_path_factory)
+def launch(tmp_path_factory: pytest.TempPathFactory, server_tf: ServerTensorFlow) -> Iterator[Launch]:
+    yield from servers.launcher(tmp_path_factory, server_tf)
 
 
 @pytest.fixture(scope="module")
-def module_launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
-    yield from _launcher(tmp_path_factory)
-
-
-def _launcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
-    if not SERVER_BIN.exists():
-        pytest.fail(f"{SERVER_BIN} is missing: install the operator package (make venv)")
-    started: list[ServerProcess] = []
-
-    def launch(
-        config: serverconfig.ServerConfig,
-        pod_name: str | None = None,
-        via_file: bool = False,
-        env: dict[str, str] | None = None,
-    ) -> ServerProcess:
-        kind = "dispatcher" if isinstance(config, serverconfig.DispatcherServerConfig) else "worker"
-        workdir = tmp_path_factory.mktemp(kind)
-        environ = {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "1", **(env or {})}
-        argv = [str(SERVER_BIN), kind]
-        if via_file:
-            config_file = workdir / "config.json"
-            config_file.write_text(serverconfig.to_json(config))
-            argv += ["--config", str(config_file)]
-        else:
-            environ[serverconfig.CONFIG_ENV] = serverconfig.to_json(config)
-        if pod_name is not None:
-            environ[serverconfig.POD_NAME_ENV] = pod_name
-        log_path = workdir / "server.log"
-        with open(log_path, "wb") as log:
-            popen = subprocess.Popen(argv, env=environ, stdout=log, stderr=subprocess.STDOUT)
-        process = ServerProcess(kind, config, popen, log_path, pod_name)
-        started.append(process)
-        return process
-
-    yield launch
-    for process in started:
-        if process.popen.poll() is None:
-            process.popen.kill()  # the TensorFlow child follows its supervisor (PR_SET_PDEATHSIG)
-            process.popen.wait()
+def module_launch(tmp_path_factory: pytest.TempPathFactory, server_tf: ServerTensorFlow) -> Iterator[Launch]:
+    yield from servers.launcher(tmp_path_factory, server_tf)
 
 
 # The worker's pod name; "{pod_name}:<port>" then announces a reachable address on this host.
@@ -222,7 +109,9 @@ def test_dispatcher_counts_its_static_workers(static_cluster: StaticCluster) -> 
     assert "2 static workers" in static_cluster.dispatcher.log()
 
 
-def test_data_sharding_reads_each_element_exactly_once(static_cluster: StaticCluster) -> None:
+def test_data_sharding_reads_each_element_exactly_once(
+    static_cluster: StaticCluster, server_tf: ServerTensorFlow
+) -> None:
     client = textwrap.dedent(
         f"""
         import json
@@ -236,7 +125,7 @@ def test_data_sharding_reads_each_element_exactly_once(static_cluster: StaticClu
         """
     )
     try:
-        result = subprocess.run([sys.executable, "-c", client], capture_output=True, text=True, timeout=90)
+        result = subprocess.run([str(server_tf.python), "-c", client], capture_output=True, text=True, timeout=90)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the tf.data client did not finish in 90s; stderr: {exc.stderr!r}\n{_logs(static_cluster)}")
     assert result.returncode == 0, f"{result.stderr[-3000:]}\n{_logs(static_cluster)}"
@@ -356,8 +245,11 @@ def test_sigterm_while_a_worker_waits_for_its_dispatcher_exits_0(launch: Launch)
     ],
     ids=["none", "not-json", "wrong-kind", "same-ports", "worker-without-pod-name", "missing-file"],
 )
-def test_bad_configuration_exits_2_with_one_line(argv: list[str], env: dict[str, str], message: str) -> None:
-    result = subprocess.run([str(SERVER_BIN), *argv], env=env, capture_output=True, text=True, timeout=30)
+def test_bad_configuration_exits_2_with_one_line(
+    argv: list[str], env: dict[str, str], message: str, server_tf: ServerTensorFlow
+) -> None:
+    command = [*server_tf.server_command(argv[0]), *argv[1:]]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr

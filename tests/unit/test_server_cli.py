@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from tfdata_operator.server import LOGGER_NAME, health, main
-from tfdata_operator.wire import serverconfig
+from tfdata_operator.wire import serverconfig, serverinfo
 from tfdata_operator.wire.serverconfig import WorkerServerConfig
 
 from fixtures.fakes import Clock
@@ -160,6 +160,43 @@ def test_a_failed_server_is_not_alive() -> None:
     assert state.readiness() == (False, "failed: worker failed to start: refused")
 
 
+INFO = serverinfo.ServerInfo(
+    tensorflow_version="2.16.2",
+    python_version="3.11.7",
+    graph_def=serverinfo.GraphDefVersions(1766, 0, 0),
+    preloaded=("tensorflow_text",),
+    ops=("Abs", "TFText>NgramsStringJoin"),
+    preloaded_ops=("TFText>NgramsStringJoin",),
+)
+
+
+def test_a_server_that_cannot_serve_stays_alive_unready_and_says_why() -> None:
+    # A restart would fail the same way: no liveness failure, no crash loop; /readyz tells.
+    state = health.ProbeState("starting")
+    why = "preload failed: cannot import tensorflow_text: ModuleNotFoundError: No module named 'tensorflow_text'"
+    state.apply(health.status_line(health.CANNOT_SERVE, False, why, None, INFO))
+    state.apply(health.status_line(health.RUNNING, True, "late report"))  # final: must not revive it
+    assert state.readiness() == (False, f"cannot-serve: {why}")
+    assert state.liveness() == (True, f"cannot-serve: {why}")
+    assert state.info() == INFO
+
+
+def test_server_info_is_503_until_the_tensorflow_process_measured_it() -> None:
+    state = health.ProbeState("worker starting")
+    reply = state.info_reply()
+    assert (reply.status, reply.body) == (503, b"not known yet: starting: worker starting\n")
+    state.apply(health.status_line(health.STARTING, False, "starting the server", None, INFO))
+    reply = state.info_reply()
+    assert reply.status == 200
+    assert reply.content_type == "application/json"
+    assert serverinfo.from_json(reply.body) == INFO
+
+
+def test_malformed_info_is_refused() -> None:
+    with pytest.raises(ValueError, match="malformed info in status"):
+        health.ProbeState("starting").apply('{"phase": "starting", "ready": false, "detail": "", "info": {"x": 1}}')
+
+
 @pytest.mark.parametrize("line", ["not json", "[1]", '{"phase": "running", "ready": "yes", "detail": ""}'])
 def test_malformed_status_is_refused(line: str) -> None:
     with pytest.raises(ValueError):
@@ -193,6 +230,9 @@ report("starting", "false", "registering with dispatcher")
 if behaviour == "fail":
     report("failed", "false", "worker failed to start: Failed to assign an index for worker w-9:5051")
     sys.exit(1)
+if behaviour == "cannot-serve":
+    report("cannot-serve", "false", "preload failed: cannot import tensorflow_text")
+    sys.exit(3)
 if behaviour == "crash":
     os.kill(os.getpid(), signal.SIGKILL)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -263,3 +303,31 @@ def test_sigterm_stops_the_server_and_exits_0(log_lines: list[str], monkeypatch:
     assert seen[-1] == (200, "registered; w-0\n"), seen
     assert "received SIGTERM; stopping the worker" in log_lines
     assert "the TensorFlow worker process exited (code 0)" in log_lines
+
+
+def test_server_that_cannot_serve_keeps_answering_until_sigterm(
+    log_lines: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    supervisor = supervise("cannot-serve", monkeypatch)
+    seen: list[tuple[int, str]] = []
+
+    def probe_then_terminate() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "cannot-serve" not in (seen[-1][1] if seen else ""):
+            try:
+                seen.append(get(supervisor.config.health_port, "/readyz"))
+            except OSError as exc:
+                seen.append((0, str(exc)))
+            time.sleep(0.05)
+        time.sleep(1)  # the TensorFlow process has exited by now: the supervisor must still answer
+        seen.append(get(supervisor.config.health_port, "/readyz"))
+        seen.append(get(supervisor.config.health_port, "/healthz"))
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=probe_then_terminate, daemon=True).start()
+    assert supervisor.run() == 0, seen
+    why = "cannot-serve: preload failed: cannot import tensorflow_text"
+    assert seen[-2:] == [(503, f"not ok: {why}\n"), (200, f"{why}\n")], seen
+    errors = [line for line in log_lines if line.startswith("cannot serve: ")]
+    assert len(errors) == 1, log_lines  # logged once, not once per probe or report
+    assert "received SIGTERM; stopping the worker" in log_lines

@@ -3,15 +3,21 @@
 Served by the supervisor process (standard library only), from the state the TensorFlow
 process reports over a pipe, one JSON object per line::
 
-    {"phase": "starting" | "running" | "failed", "ready": true | false, "detail": "...",
-     "stats": {"tasks": 1}}
+    {"phase": "starting" | "running" | "failed" | "cannot-serve", "ready": true | false,
+     "detail": "...", "stats": {"tasks": 1}, "info": {...}}
 
-(``stats``, optional: the numbers only the TensorFlow process can read, for ``metrics``.)
+(``stats``, optional: the numbers only the TensorFlow process can read, for ``metrics``;
+``info``, once: the ``serverinfo.ServerInfo`` it measured after its preloads.)
 
 - ``/healthz`` is 200 while the server is starting, running or stopping, and 503 once it
   has failed: a liveness probe restarts a pod whose server cannot start.
 - ``/readyz`` is 200 only while the TensorFlow process says it is ready and has said so
   recently; otherwise 503, and the body says why.
+- A server that cannot serve in this image as configured (a preload failed) stays alive and
+  unready: a restart would fail the same way, and a crash loop would hide the reason behind
+  its back-off, where ``/readyz`` says it (the operator quotes it in the service's conditions).
+- ``serverinfo.INFO_PATH`` serves the ServerInfo as JSON, 503 until the TensorFlow process
+  has measured it.
 """
 
 from __future__ import annotations
@@ -25,12 +31,16 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tfdata_operator.server import LOGGER_NAME
+from tfdata_operator.wire import serverinfo
 
 STARTING = "starting"
 RUNNING = "running"
 STOPPING = "stopping"
 FAILED = "failed"
-_CHILD_PHASES = (STARTING, RUNNING, FAILED)
+CANNOT_SERVE = "cannot-serve"
+_CHILD_PHASES = (STARTING, RUNNING, FAILED, CANNOT_SERVE)
+# Phases no later report changes.
+_FINAL = (STOPPING, FAILED, CANNOT_SERVE)
 
 # A running server reports every second; silence this long means it is wedged.
 STALE_AFTER_SECONDS = 10.0
@@ -55,11 +65,19 @@ GetRoute = Callable[[], Reply]
 PostRoute = Callable[[bytes], Reply]
 
 
-def status_line(phase: str, ready: bool, detail: str, stats: Mapping[str, float] | None = None) -> bytes:
+def status_line(
+    phase: str,
+    ready: bool,
+    detail: str,
+    stats: Mapping[str, float] | None = None,
+    info: serverinfo.ServerInfo | None = None,
+) -> bytes:
     """One status report from the TensorFlow process, as written to the pipe."""
     message: dict[str, object] = {"phase": phase, "ready": ready, "detail": detail}
     if stats:
         message["stats"] = dict(stats)
+    if info is not None:
+        message["info"] = serverinfo.as_dict(info)
     return json.dumps(message).encode() + b"\n"
 
 
@@ -73,6 +91,7 @@ class ProbeState:
         self._ready = False
         self._detail = detail
         self._stats: dict[str, float] = {}
+        self._info: serverinfo.ServerInfo | None = None
         self._reported_at = clock()
 
     @property
@@ -92,6 +111,11 @@ class ProbeState:
                 return {}
             return dict(self._stats)
 
+    def info(self) -> serverinfo.ServerInfo | None:
+        """What the TensorFlow process measured after its preloads; None until it has."""
+        with self._lock:
+            return self._info
+
     def apply(self, line: bytes | str) -> None:
         """Applies one status line; raises ValueError on a malformed one."""
         message = json.loads(line)
@@ -105,8 +129,16 @@ class ProbeState:
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in stats.values()
         ):
             raise ValueError(f"malformed stats in status: {line!r}")
+        info = None
+        if "info" in message:
+            try:
+                info = serverinfo.from_json(json.dumps(message["info"]))
+            except serverinfo.ServerInfoError as exc:
+                raise ValueError(f"malformed info in status: {exc}") from exc
         with self._lock:
-            if self._phase in (STOPPING, FAILED):
+            if info is not None:
+                self._info = info
+            if self._phase in _FINAL:
                 return  # final: a late report must not make a stopping server ready again
             self._phase, self._ready, self._detail = phase, ready and phase == RUNNING, detail
             self._stats = {str(k): float(v) for k, v in stats.items()}
@@ -126,6 +158,13 @@ class ProbeState:
             if self._phase == FAILED:
                 return False, f"failed: {self._detail}"
             return True, f"{self._phase}: {self._detail}"
+
+    def info_reply(self) -> Reply:
+        """``serverinfo.INFO_PATH``: the ServerInfo as JSON; 503 while it is not known."""
+        info = self.info()
+        if info is None:
+            return Reply.text(503, f"not known yet: {self.phase}: {self.detail}")
+        return Reply(200, serverinfo.to_json(info).encode() + b"\n", "application/json")
 
     def readiness(self) -> tuple[bool, str]:
         with self._lock:

@@ -22,9 +22,9 @@ import click
 import tfdata_operator
 from tfdata_operator.server import configure_logging
 from tfdata_operator.server.aggregate import Aggregator
-from tfdata_operator.server.health import FAILED, STOPPING, GetRoute, HealthServer, PostRoute, ProbeState
+from tfdata_operator.server.health import CANNOT_SERVE, FAILED, STOPPING, GetRoute, HealthServer, PostRoute, ProbeState
 from tfdata_operator.server.metrics import CpuMeter, ServerCollector, cpu_given, metrics_route
-from tfdata_operator.wire import serverconfig, signals
+from tfdata_operator.wire import serverconfig, serverinfo, signals
 
 # Below Kubernetes' default terminationGracePeriodSeconds (30s), so we, not the kubelet, end it.
 STOP_GRACE_SECONDS = 20.0
@@ -71,7 +71,10 @@ class Supervisor:
     def routes(self) -> tuple[dict[str, GetRoute], dict[str, PostRoute]]:
         """What the health port serves beyond the probes."""
         extra = self.aggregator.metrics if self.aggregator is not None else None
-        gets = {"/metrics": metrics_route(ServerCollector(self.kind, self.state, self.cpu, extra))}
+        gets = {
+            "/metrics": metrics_route(ServerCollector(self.kind, self.state, self.cpu, extra)),
+            serverinfo.INFO_PATH: self.state.info_reply,
+        }
         posts: dict[str, PostRoute] = {}
         if self.aggregator is not None:
             gets[signals.SIGNALS_PATH] = self.aggregator.signals_route
@@ -145,6 +148,13 @@ class Supervisor:
                 except ValueError as exc:
                     self.log.warning("ignored a status report: %s", exc)
                     continue
+                if self.state.phase == CANNOT_SERVE:
+                    self.log.error(
+                        "cannot serve: %s (not restarting: that would fail the same way; the pod stays unready "
+                        "until its spec changes)",
+                        self.state.detail,
+                    )
+                    break
                 ready, detail = self.state.readiness()
                 if ready != was_ready and self.state.phase not in (STOPPING, FAILED):
                     if ready:
@@ -152,7 +162,8 @@ class Supervisor:
                     else:
                         self.log.warning("not ready: %s", detail)
                     was_ready = ready
-        self._wake.set()  # end of the pipe: the TensorFlow process has ended
+        if self.state.phase != CANNOT_SERVE:
+            self._wake.set()  # end of the pipe: the TensorFlow process has ended
 
     def _stop(self, child: subprocess.Popen[bytes]) -> int:
         self.log.info("received %s; stopping the %s", signal.Signals(self._signals[0]).name, self.kind)
@@ -201,6 +212,10 @@ def main(kind: str, config_path: str | None) -> None:
       0  stopped by SIGTERM or SIGINT
       1  the server failed
       2  invalid configuration
+      3  the image cannot run the server (its Python or TensorFlow; checked by
+         the program injected into an image of the user's)
+
+    A preload that fails leaves the server running but never ready: /readyz says why.
     """
     try:
         config = serverconfig.load(kind, config_path)

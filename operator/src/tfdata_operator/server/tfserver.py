@@ -5,6 +5,12 @@ It maps a ``serverconfig`` model onto TensorFlow's own ``DispatcherConfig`` /
 (``main``), which starts it as ``python -m tfdata_operator.server.tfserver KIND --status-fd N``
 with the validated configuration in ``TFDATA_SERVER_CONFIG``.
 
+Before the server starts it imports the configured preload modules and loads the op libraries
+(a failure leaves the pod alive and unready, saying why: ``health.CANNOT_SERVE``), then measures
+a ``serverinfo.ServerInfo`` (TensorFlow, GraphDef versions, every registered op) and hands it to
+the supervisor, which serves it. It runs on TensorFlow 2.16 (``serverconfig.OLDEST_TENSORFLOW``)
+through the pinned 2.21: a setting an older TensorFlow's config protos lack is left out and logged.
+
 Readiness, as TensorFlow 2.21 behaves:
 
 - a worker's ``start()`` returns only once the dispatcher has accepted its heartbeat
@@ -25,23 +31,36 @@ import argparse
 import contextlib
 import ctypes
 import functools
+import importlib
 import logging
 import os
+import platform
 import signal
 import sys
 import threading
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from tfdata_operator.server import configure_logging
-from tfdata_operator.server.health import FAILED, RUNNING, STARTING, status_line
-from tfdata_operator.wire import serverconfig
+from tfdata_operator.server import bootstrap, configure_logging
+from tfdata_operator.server.health import CANNOT_SERVE, FAILED, RUNNING, STARTING, status_line
+from tfdata_operator.wire import serverconfig, serverinfo
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
 
 REPORT_INTERVAL_SECONDS = 1.0
+# The TensorFlow process's exit code when it cannot serve; the supervisor stays, unready.
+EXIT_CANNOT_SERVE = 3
 
-# (phase, ready, detail, stats): see health.status_line.
-Report = Callable[[str, bool, str, dict[str, float] | None], None]
+
+class Report(Protocol):
+    """Sends one status report to the supervisor: see health.status_line."""
+
+    def __call__(
+        self,
+        phase: str,
+        ready: bool,
+        detail: str,
+        stats: dict[str, float] | None = None,
+        info: serverinfo.ServerInfo | None = None,
+    ) -> None: ...
 
 
 def _time_or_placeholder(value: int | None) -> int:
@@ -62,48 +81,132 @@ def dispatcher_config_proto(config: DispatcherServerConfig) -> Any:
     from tensorflow.core.protobuf import service_config_pb2  # type: ignore[import-untyped]
 
     setting = functools.partial(serverconfig.setting, config)
-    proto = service_config_pb2.DispatcherConfig(
-        port=config.port,
-        protocol=config.protocol,
-        fault_tolerant_mode=config.fault_tolerant_mode,
-        job_gc_check_interval_ms=_time_or_placeholder(setting("job_gc_check_interval_ms")),
-        job_gc_timeout_ms=_time_or_placeholder(setting("job_gc_timeout_ms")),
-        client_timeout_ms=setting("client_timeout_ms"),
-        gc_dynamic_sharding_jobs=setting("gc_dynamic_sharding_jobs"),
-    )
+    values: dict[str, Any] = {
+        "port": config.port,
+        "protocol": config.protocol,
+        "fault_tolerant_mode": config.fault_tolerant_mode,
+        "job_gc_check_interval_ms": _time_or_placeholder(setting("job_gc_check_interval_ms")),
+        "job_gc_timeout_ms": _time_or_placeholder(setting("job_gc_timeout_ms")),
+        "client_timeout_ms": setting("client_timeout_ms"),
+        "gc_dynamic_sharding_jobs": setting("gc_dynamic_sharding_jobs"),
+    }
     if config.work_dir is not None:
-        proto.work_dir = config.work_dir
+        values["work_dir"] = config.work_dir
     if config.worker_addresses is not None:
-        proto.worker_addresses.extend(config.worker_addresses)
+        values["worker_addresses"] = list(config.worker_addresses)
     # Passed as they are, like TensorFlow's DispatcherConfig does for worker_timeout_ms:
     # unset (0 in the proto) leaves them to the runtime.
     for name in ("worker_timeout_ms", "worker_max_concurrent_snapshots"):
         value = getattr(config, name)
         if value is not None:
-            setattr(proto, name, value)
-    return proto
+            values[name] = value
+    return _config_proto(service_config_pb2.DispatcherConfig, values)
 
 
 def worker_config_proto(config: WorkerServerConfig, pod_name: str) -> Any:
     """TensorFlow's WorkerConfig proto, announcing this pod's address (never localhost)."""
     from tensorflow.core.protobuf import service_config_pb2
 
-    proto = service_config_pb2.WorkerConfig(
-        port=config.port,
-        protocol=config.protocol,
-        dispatcher_address=config.dispatcher_address,
-        worker_address=config.worker_address(pod_name),
-        heartbeat_interval_ms=serverconfig.setting(config, "heartbeat_interval_ms"),
-        dispatcher_timeout_ms=_time_or_placeholder(config.dispatcher_timeout_ms),
-    )
+    values: dict[str, Any] = {
+        "port": config.port,
+        "protocol": config.protocol,
+        "dispatcher_address": config.dispatcher_address,
+        "worker_address": config.worker_address(pod_name),
+        "heartbeat_interval_ms": serverconfig.setting(config, "heartbeat_interval_ms"),
+        "dispatcher_timeout_ms": _time_or_placeholder(config.dispatcher_timeout_ms),
+    }
     if config.data_transfer_protocol is not None:
-        proto.data_transfer_protocol = config.data_transfer_protocol
+        values["data_transfer_protocol"] = config.data_transfer_protocol
     if config.data_transfer_port is not None:
-        proto.data_transfer_port = config.data_transfer_port
+        values["data_transfer_port"] = config.data_transfer_port  # TensorFlow 2.17 and newer
     transfer_address = config.data_transfer_address(pod_name)
     if transfer_address is not None:
-        proto.data_transfer_address = transfer_address
-    return proto
+        values["data_transfer_address"] = transfer_address
+    return _config_proto(service_config_pb2.WorkerConfig, values)
+
+
+def _config_proto(proto_class: Any, values: dict[str, Any]) -> Any:
+    """``proto_class(**values)`` without the fields this TensorFlow's proto lacks (one older
+    than the pinned): each one left out is logged, since the server runs without it."""
+    known = proto_class.DESCRIPTOR.fields_by_name
+    unused = sorted(name for name in values if name not in known)
+    if unused:
+        import tensorflow as tf
+
+        configure_logging().warning(
+            "TensorFlow %s has no %s field %s: unused (newer TensorFlows have it)",
+            tf.__version__,
+            proto_class.DESCRIPTOR.name,
+            ", ".join(unused),
+        )
+    return proto_class(**{name: value for name, value in values.items() if name in known})
+
+
+def registered_ops() -> set[str]:
+    """Every op this process's TensorFlow has registered, a loaded library's too.
+
+    TensorFlow's C API ``TF_GetAllOpList`` (the op registry itself: ``tf.raw_ops`` lists only
+    the ops TensorFlow generated Python wrappers for, never a library's).
+    """
+    from tensorflow.core.framework import op_def_pb2
+    from tensorflow.python.client import _pywrap_tf_session as c_api  # type: ignore[import-untyped]
+
+    buffer = c_api.TF_GetAllOpList()
+    try:
+        ops = op_def_pb2.OpList.FromString(c_api.TF_GetBuffer(buffer))
+    finally:
+        c_api.TF_DeleteBuffer(buffer)
+    return {op.name for op in ops.op}
+
+
+def preload(config: serverconfig.ServerConfig) -> tuple[tuple[str, ...], str | None]:
+    """Imports the preload modules, then loads the op libraries, in order.
+
+    Returns what was preloaded and, when one failed, what to tell (the rest is not tried).
+    """
+    import tensorflow as tf
+
+    done: list[str] = []
+    for module in config.preload_modules:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # anything a module's import raises, ImportError the likeliest
+            return tuple(done), f"preload failed: cannot import {module}: {type(exc).__name__}: {exc}"
+        done.append(module)
+    for path in config.preload_op_libraries:
+        try:
+            tf.load_op_library(path)
+        except Exception as exc:  # tf.errors.NotFoundError for a missing file or symbol
+            return tuple(done), f"preload failed: cannot load the op library {path}: {type(exc).__name__}: {exc}"
+        done.append(path)
+    return tuple(done), None
+
+
+def measure(preloaded: tuple[str, ...], ops_before: set[str]) -> serverinfo.ServerInfo:
+    """This process's ServerInfo, once its preloads are done."""
+    import tensorflow as tf
+
+    ops = registered_ops()
+    return serverinfo.ServerInfo(
+        tensorflow_version=tf.__version__,
+        python_version=platform.python_version(),
+        graph_def=serverinfo.GraphDefVersions(
+            producer=tf.version.GRAPH_DEF_VERSION,
+            min_consumer=tf.version.GRAPH_DEF_VERSION_MIN_CONSUMER,
+            min_producer=tf.version.GRAPH_DEF_VERSION_MIN_PRODUCER,
+        ),
+        preloaded=preloaded,
+        ops=tuple(sorted(ops)),
+        preloaded_ops=tuple(sorted(ops - ops_before)),
+    )
+
+
+def describe(info: serverinfo.ServerInfo) -> str:
+    preloaded = f", {len(info.preloaded_ops)} by the preloads ({', '.join(info.preloaded)})" if info.preloaded else ""
+    return (
+        f"TensorFlow {info.tensorflow_version} (Python {info.python_version}, GraphDef version "
+        f"{info.graph_def.producer}): {len(info.ops)} ops registered{preloaded}"
+    )
 
 
 def _dispatcher_summary(config: DispatcherServerConfig) -> str:
@@ -182,10 +285,25 @@ def run(kind: str, config: serverconfig.ServerConfig, pod_name: str | None, repo
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     report(STARTING, False, "importing TensorFlow", None)
     try:
-        server = _Server(config, pod_name)
+        import tensorflow as tf
     except ImportError as exc:
         report(FAILED, False, f"TensorFlow is not installed (install tfdata-operator[server]): {exc}", None)
         return 1
+    # The injected program told the version from the metadata, when there was any; this is certain.
+    problem = bootstrap.image_problem(True, lambda: ("tensorflow", tf.__version__))
+    if problem is not None:
+        report(CANNOT_SERVE, False, problem, None)
+        return EXIT_CANNOT_SERVE
+    ops_before = registered_ops()
+    preloaded, problem = preload(config)
+    info = measure(preloaded, ops_before)
+    log.info("%s", describe(info))
+    if problem is not None:
+        report(CANNOT_SERVE, False, problem, None, info)
+        return EXIT_CANNOT_SERVE
+    report(STARTING, False, "starting the server", None, info)
+    try:
+        server = _Server(config, pod_name)
     except Exception as exc:  # TensorFlow rejecting its configuration
         report(FAILED, False, f"{kind} failed to start: {exc}", None)
         return 1
@@ -257,8 +375,14 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_parent()
     with open(args.status_fd, "wb", buffering=0) as pipe:
 
-        def report(phase: str, ready: bool, detail: str, stats: dict[str, float] | None = None) -> None:
-            pipe.write(status_line(phase, ready, detail, stats))
+        def report(
+            phase: str,
+            ready: bool,
+            detail: str,
+            stats: dict[str, float] | None = None,
+            info: serverinfo.ServerInfo | None = None,
+        ) -> None:
+            pipe.write(status_line(phase, ready, detail, stats, info))
 
         # The supervisor validated both already: these fail only when started by hand.
         try:
