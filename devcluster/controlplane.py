@@ -333,8 +333,11 @@ KWOK_DIR = REPO / "devcluster" / "kwok"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok manages the nodes annotated with it (value "fake")
 KWOK_TAINT = {"key": KWOK_NODE_ANNOTATION, "value": "fake", "effect": "NoSchedule"}
 KWOK_TOLERATION = {"key": KWOK_NODE_ANNOTATION, "operator": "Exists", "effect": "NoSchedule"}
-# kwok hands out pod IPs from one pool (the nodes have no podCIDR): room for 65k pods, apart from SERVICE_CIDR.
-KWOK_POD_CIDR = "10.0.0.0/16"
+# kwok hands out pod IPs from one pool (the nodes have no podCIDR): room for 65k pods, apart from SERVICE_CIDR,
+# in the range set aside for benchmarks (RFC 2544), which no real network uses. Nothing answers at
+# those addresses, and the operator does ask pods (their /readyz, /serverinfo): an unreachable route
+# makes such a request fail at once, on this machine, instead of leaving it for the default gateway.
+KWOK_POD_CIDR = "198.18.0.0/16"
 KWOK_NODE_LABELS = {"type": "kwok"}  # what the readiness probe lists them by
 
 
@@ -367,6 +370,13 @@ def _kwok_objects(count: int) -> list[dict[str, Any]]:
 
 def _kwok_setup(count: int) -> Callable[[Context], None]:
     def setup(ctx: Context) -> None:
+        route = ["ip", "route", "replace", "unreachable", KWOK_POD_CIDR]
+        routed = subprocess.run(route, check=False, capture_output=True, text=True, timeout=10)
+        if routed.returncode != 0:
+            raise ClusterError(
+                f"`{' '.join(route)}` failed ({routed.stderr.strip()}): kwok's pod IPs must not reach the network; "
+                "run as root"
+            )
         # kwok registers no node of its own: it takes over the nodes annotated for it.
         manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": _kwok_objects(count)})
         kubectl = [ctx.bin("kubectl"), "--kubeconfig", str(ctx.state_dir / "kubeconfig"), "apply", "-f", "-"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
+from importlib import metadata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +61,11 @@ def client(node_state_dir: Path, namespace: str) -> Client:
     return Client(node_state_dir, namespace)
 
 
+def tf_version() -> str:
+    """The TensorFlow the dev node's servers run: this venv's (the node runs pods from it)."""
+    return metadata.version("tensorflow-cpu")
+
+
 def test_a_dynamic_service_serves_every_element_exactly_once(
     kubectl: Kubectl, namespace: str, operator: OperatorProcess, client: Client
 ) -> None:
@@ -87,3 +94,14 @@ def test_a_dynamic_service_serves_every_element_exactly_once(
     elements = json.loads(client.run(READ_EVERYTHING, address).strip().splitlines()[-1])
 
     assert sorted(elements) == list(range(200))
+
+    # What the servers run reaches the status once per dispatcher pod, and `kubectl get -o wide`.
+    deadline, server = time.monotonic() + 60, None
+    while time.monotonic() < deadline and not server:
+        server = kubectl.json("get", "tfdata", "smoke", "-n", namespace)["status"].get("server")
+        time.sleep(1)
+    assert server, f"no status.server within 60 s: {kubectl.json('get', 'tfdata', 'smoke', '-n', namespace)['status']}"
+    assert server["tensorflowVersion"] == tf_version() and server["opCount"] > 1000, server
+    assert server["pod"].startswith("smoke-dispatcher-0/"), server
+    wide = kubectl.run("get", "tfdata", "smoke", "-n", namespace, "-o", "wide").stdout
+    assert "TENSORFLOW" in wide and tf_version() in wide, wide

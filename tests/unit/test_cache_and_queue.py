@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from tfdata_operator.api import identity
 from tfdata_operator.controller import cache
 from tfdata_operator.controller.workqueue import WorkQueue, backoff
@@ -56,13 +55,17 @@ def test_a_trimmed_pod_keeps_what_the_scaling_decisions_read() -> None:
         "status": {
             "phase": "Running",
             "conditions": [{"type": "Ready", "status": "True"}],
-            "containerStatuses": [{"name": "server", "ready": True, "started": True, "image": "x"}],
+            "containerStatuses": [
+                {"name": "server", "ready": True, "started": True, "image": "x"}
+            ],
         },
     }
     trimmed = cache.trim_pod(pod)
     assert "spec" not in trimmed and "managedFields" not in trimmed["metadata"]
     assert trimmed["metadata"]["ownerReferences"] == [{"uid": "o"}]
-    assert trimmed["status"]["containerStatuses"] == [{"name": "server", "ready": True, "started": True}]
+    assert trimmed["status"]["containerStatuses"] == [
+        {"name": "server", "ready": True, "started": True}
+    ]
 
 
 def test_a_trimmed_pod_keeps_why_it_is_not_scheduled_or_not_running() -> None:
@@ -89,16 +92,28 @@ def test_a_trimmed_pod_keeps_why_it_is_not_scheduled_or_not_running() -> None:
     }  # fmt: skip
     trimmed = cache.trim_pod(pod)
     assert trimmed["status"]["conditions"] == [
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available"}
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/1 nodes are available",
+        }
     ]
     (container,) = trimmed["status"]["containerStatuses"]
-    assert container["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}}
+    assert container["state"] == {
+        "waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}
+    }
     terminated = container["lastState"]["terminated"]
-    assert terminated.keys() == {"exitCode", "reason", "message"} and len(terminated["message"]) == 1024
+    assert (
+        terminated.keys() == {"exitCode", "reason", "message"}
+        and len(terminated["message"]) == 1024
+    )
 
 
 def test_instance_of_reads_the_instance_label() -> None:
-    body = {"metadata": {"namespace": "ml", "labels": {identity.INSTANCE_LABEL: "demo"}}}
+    body = {
+        "metadata": {"namespace": "ml", "labels": {identity.INSTANCE_LABEL: "demo"}}
+    }
     assert cache.instance_of(body) == KEY
     assert cache.instance_of({"metadata": {"namespace": "ml"}}) is None
 
@@ -108,13 +123,18 @@ def test_the_overlay_shows_a_write_until_the_watch_delivers_it() -> None:
     overlay = cache.Overlay(ttl=30, clock=lambda: now[0])
     overlay.record(KEY, sts("demo-worker", "7", replicas=3))
     older = {("StatefulSet", "demo-worker"): sts("demo-worker", "6")}
-    assert overlay.merge(KEY, older)[("StatefulSet", "demo-worker")]["spec"]["replicas"] == 3
+    assert (
+        overlay.merge(KEY, older)[("StatefulSet", "demo-worker")]["spec"]["replicas"]
+        == 3
+    )
     caught_up = {("StatefulSet", "demo-worker"): sts("demo-worker", "7", replicas=3)}
     assert overlay.merge(KEY, caught_up) == caught_up
     assert len(overlay) == 0
 
 
-def test_the_overlay_shows_a_created_object_the_watch_has_not_seen_and_forgets_it_after_its_ttl() -> None:
+def test_the_overlay_shows_a_created_object_the_watch_has_not_seen_and_forgets_it_after_its_ttl() -> (
+    None
+):
     now = [0.0]
     overlay = cache.Overlay(ttl=30, clock=lambda: now[0])
     overlay.record(KEY, sts("demo-worker", "7"))
@@ -134,7 +154,12 @@ def test_a_newer_watch_event_overrides_the_overlay() -> None:
 def test_a_trimmed_event_keeps_what_a_diagnosis_reads() -> None:
     event = {
         "metadata": {"name": "journal-x-0.1", "managedFields": [{"m": 1}]},
-        "involvedObject": {"kind": "PersistentVolumeClaim", "name": "journal-x-0", "uid": "u", "apiVersion": "v1"},
+        "involvedObject": {
+            "kind": "PersistentVolumeClaim",
+            "name": "journal-x-0",
+            "uid": "u",
+            "apiVersion": "v1",
+        },
         "type": "Warning",
         "reason": "ProvisioningFailed",
         "message": "m" * 5000,
@@ -144,7 +169,11 @@ def test_a_trimmed_event_keeps_what_a_diagnosis_reads() -> None:
     }
     trimmed = cache.trim_event(event)
     assert trimmed == {
-        "involvedObject": {"kind": "PersistentVolumeClaim", "name": "journal-x-0", "uid": "u"},
+        "involvedObject": {
+            "kind": "PersistentVolumeClaim",
+            "name": "journal-x-0",
+            "uid": "u",
+        },
         "type": "Warning",
         "reason": "ProvisioningFailed",
         "message": "m" * 1024,
@@ -153,7 +182,9 @@ def test_a_trimmed_event_keeps_what_a_diagnosis_reads() -> None:
     }
 
 
-def test_a_recent_read_is_read_again_only_after_its_ttl_and_expired_ones_are_forgotten() -> None:
+def test_a_recent_read_is_read_again_only_after_its_ttl_and_expired_ones_are_forgotten() -> (
+    None
+):
     recent: cache.Recent[int] = cache.Recent()
     reads: list[str] = []
 
@@ -166,7 +197,9 @@ def test_a_recent_read_is_read_again_only_after_its_ttl_and_expired_ones_are_for
     assert recent.get("b", lambda: read("b"), now=30, ttl=60) == 2
     assert recent.get("a", lambda: read("a"), now=60, ttl=60) == 3
     assert reads == ["a", "b", "a"]
-    recent.get("c", lambda: read("c"), now=90, ttl=60)  # "b", read at 30, has expired: forgotten
+    recent.get(
+        "c", lambda: read("c"), now=90, ttl=60
+    )  # "b", read at 30, has expired: forgotten
     assert len(recent) == 2
 
 
@@ -185,7 +218,9 @@ def test_backoff_doubles_up_to_a_minute() -> None:
     assert [backoff(n) for n in (1, 2, 3, 7, 8, 20)] == [1, 2, 4, 60, 60, 60]
 
 
-def test_a_burst_for_one_service_becomes_one_reconcile_and_a_change_during_it_one_more() -> None:
+def test_a_burst_for_one_service_becomes_one_reconcile_and_a_change_during_it_one_more() -> (
+    None
+):
     async def scenario() -> list:
         queue = WorkQueue()
         ran: list = []
@@ -226,7 +261,9 @@ def test_a_failed_reconcile_is_retried_after_its_backoff_not_at_once() -> None:
         async def worker(key: object) -> bool:
             times.append(loop.time())
             if len(times) < 3:
-                queue.add(KEY)  # an event during a failing attempt must not skip the backoff
+                queue.add(
+                    KEY
+                )  # an event during a failing attempt must not skip the backoff
                 return False
             return True
 
@@ -243,3 +280,40 @@ def test_a_failed_reconcile_is_retried_after_its_backoff_not_at_once() -> None:
     assert len(times) == 3, times
     assert times[1] - times[0] == pytest.approx(1.0, abs=0.2)
     assert times[2] - times[1] == pytest.approx(2.0, abs=0.2)
+
+
+def test_a_background_read_never_blocks_and_its_answer_is_kept_while_asked_for() -> (
+    None
+):
+    import threading
+
+    from tfdata_operator.controller.cache import Background
+
+    release, calls = threading.Event(), []
+
+    def read() -> str | None:
+        calls.append(1)
+        release.wait(5)
+        return "2.16.2" if len(calls) > 1 else None
+
+    reads: Background[str] = Background()
+    assert (
+        reads.get("pod-a", read, now=0.0, ttl=60.0) is None
+    )  # returns at once; the read runs apart
+    assert reads.reading("pod-a")
+    assert (
+        reads.get("pod-a", read, now=1.0, ttl=60.0) is None and len(calls) == 1
+    )  # one read at a time
+    release.set()
+    reads.wait()
+    # No answer (the pod did not answer): tried again only after ttl.
+    assert reads.get("pod-a", read, now=30.0, ttl=60.0) is None and len(calls) == 1
+    reads.get("pod-a", read, now=61.0, ttl=60.0)
+    reads.wait()
+    assert reads.get("pod-a", read, now=62.0, ttl=60.0) == "2.16.2"
+    assert (
+        reads.get("pod-a", read, now=100.0, ttl=60.0) == "2.16.2" and len(calls) == 2
+    )  # kept: never read again
+    # A key nobody asked for in ttl is forgotten (its pod is gone).
+    reads.get("pod-b", lambda: None, now=200.0, ttl=60.0)
+    assert len(reads) == 0

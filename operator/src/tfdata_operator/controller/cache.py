@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -199,3 +200,66 @@ class Recent(Generic[T]):
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)
+
+
+@dataclass
+class Background(Generic[T]):
+    """Answers read off the reconcile's thread, for reads that may be slow or never answer (a pod's
+    HTTP endpoint). ``get`` returns at once what was read for a key, None before an answer, and
+    starts a read in the background when there is no answer yet and no read for ``ttl`` seconds.
+    An answer is kept until the key has not been asked for ``ttl`` (the keys name what cannot
+    change, such as one pod's program)."""
+
+    workers: int = 4
+    _answers: dict[Hashable, T] = field(default_factory=dict)
+    # When each key was last asked for, and last read.
+    _asked: dict[Hashable, float] = field(default_factory=dict)
+    _tried: dict[Hashable, float] = field(default_factory=dict)
+    _reading: set[Hashable] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _pool: ThreadPoolExecutor | None = None
+
+    def get(self, key: Hashable, read: Callable[[], T | None], now: float, ttl: float) -> T | None:
+        with self._lock:
+            self._asked[key] = now
+            for old in [k for k, when in self._asked.items() if now - when >= ttl]:
+                for table in (self._asked, self._tried, self._answers):
+                    table.pop(old, None)
+            answer = self._answers.get(key)
+            if answer is None and now - self._tried.get(key, -ttl) >= ttl:
+                self._tried[key] = now
+                self._reading.add(key)
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="background-read")
+                self._pool.submit(self._read, key, read)
+            return answer
+
+    def _read(self, key: Hashable, read: Callable[[], T | None]) -> None:
+        value = None
+        try:
+            value = read()
+        finally:
+            with self._lock:
+                self._reading.discard(key)
+                if value is not None and key in self._asked:
+                    self._answers[key] = value
+
+    def wait(self, timeout: float = 10.0) -> None:
+        """Until no read is under way (for tests), at most ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if not self._reading:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reads still under way after {timeout}s: {sorted(map(str, self._reading))}")
+            time.sleep(0.01)
+
+    def reading(self, key: Hashable) -> bool:
+        """Whether a read of ``key`` is under way (its answer may come a moment later)."""
+        with self._lock:
+            return key in self._reading
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._answers)

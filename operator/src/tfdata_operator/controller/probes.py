@@ -3,7 +3,8 @@
 ``fetch`` reads one ``signals.ServiceSignals`` from a dispatcher pod's ``/v1/signals``: a
 short timeout, a bounded body, and never an exception (a dispatcher that is down, restarting
 or of another version is an ordinary moment, described in words). ``read_readiness`` reads
-what a server's ``/readyz`` says about itself, for the status's explanation.
+what a server's ``/readyz`` says about itself, for the status's explanation; ``read_server_info``
+what it runs (``/serverinfo``), for ``status.server``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import http.client
 import urllib.error
 import urllib.request
 
+from tfdata_operator.wire import serverinfo
+from tfdata_operator.wire.serverinfo import ServerInfo
 from tfdata_operator.wire.signals import ServiceSignals, SignalsError
 
 # The dispatcher answers from memory (its poll of the workers runs apart): anything slower is a
@@ -64,3 +67,23 @@ def read_readiness(url: str, timeout: float = TIMEOUT_SECONDS) -> str | None:
         return None
     text = body.decode("utf-8", "replace").strip()
     return text or None
+
+
+# A ServerInfo lists every op its TensorFlow has registered: some thousands of names.
+MAX_SERVER_INFO_BYTES = 1024 * 1024
+
+
+def read_server_info(url: str, timeout: float = TIMEOUT_SECONDS) -> ServerInfo | None:
+    """A server's ``/serverinfo`` (its TensorFlow, GraphDef versions and ops), or None when it
+    could not be read (not there yet, of an operator version without it, not answering)."""
+    try:
+        with _OPENER.open(url, timeout=timeout) as response:
+            body = response.read(MAX_SERVER_INFO_BYTES + 1)
+    except (OSError, http.client.HTTPException):  # HTTPError and URLError are OSErrors
+        return None
+    if len(body) > MAX_SERVER_INFO_BYTES:
+        return None
+    try:
+        return serverinfo.from_json(body)
+    except serverinfo.ServerInfoError:
+        return None

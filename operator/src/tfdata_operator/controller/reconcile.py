@@ -38,7 +38,8 @@ from tfdata_operator.plan import desired as plan
 from tfdata_operator.plan import hold, scaling, status
 from tfdata_operator.plan.diagnose import Finding, claims_to_read, explain, from_readiness, needs_events, unready_server
 from tfdata_operator.render import builders
-from tfdata_operator.wire import signals
+from tfdata_operator.wire import serverinfo, signals
+from tfdata_operator.wire.serverinfo import ServerInfo
 from tfdata_operator.wire.signals import ServiceSignals
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,9 @@ class Autoscaling:
     # The Warning Events about objects of a kind, by (namespace, kind); each /readyz answer, by URL.
     events: cache.Recent[list[Manifest]] = field(default_factory=cache.Recent)
     readiness: cache.Recent[str | None] = field(default_factory=cache.Recent)
+    # What each ready dispatcher pod runs (its /serverinfo), by pod uid: read once, off the reconcile.
+    read_server_info: Callable[[str], ServerInfo | None] = field(default=lambda url: probes.read_server_info(url))
+    server_info: cache.Background[ServerInfo] = field(default_factory=cache.Background)
 
 
 @dataclass(frozen=True)
@@ -339,6 +343,7 @@ def report_status(run: Run) -> bool:
         workers_problem=_explain(
             run.api, run.config, workers_sts, children.pods_of(builders.WORKER), svc.workers.health_port, autoscaling
         ),
+        **_server_info(run),
     )
     new_status = status.compute_status(
         svc, run.body, servers, run.config.build, run.now, waiting=run.desired.waiting, decision=run.decision
@@ -435,6 +440,39 @@ def _hold_decision(
             signal = hold.Unknown(fetched) if isinstance(fetched, str) else fetched
     since = _parse_time(((body.get("status") or {}).get("held") or {}).get("since"))
     return hold.decide(svc, pending, running, signal, since, datetime.now(timezone.utc))
+
+
+# A dispatcher's /serverinfo is read again after this long when it did not answer.
+SERVER_INFO_RETRY_SECONDS = 300.0
+
+
+def _server_info(run: Run) -> dict[str, Any]:
+    """What the ready dispatcher pod runs (``Servers.server_info``/``server_pod``), when it is known
+    and not yet in the status (nothing keeps the status's). Read in the background once per pod;
+    the reconcile that starts the read comes back for its answer."""
+    readers, svc = run.autoscaling, run.svc
+    pod = next((p for p in run.children.pods_of(builders.DISPATCHER) if _ready(p)), None)
+    if readers is None or pod is None:
+        return {}
+    uid = str(pod["metadata"].get("uid"))
+    key = f"{pod['metadata']['name']}/{uid}"
+    if ((run.body.get("status") or {}).get("server") or {}).get("pod") == key:
+        return {}
+    url = f"http://{pod['status']['podIP']}:{svc.dispatcher.health_port}{serverinfo.INFO_PATH}"
+    info = readers.server_info.get(
+        uid, lambda: readers.read_server_info(url), readers.clock(), SERVER_INFO_RETRY_SECONDS
+    )
+    if info is None:
+        if readers.server_info.reading(uid):
+            run.outcome.requeue_after = _sooner(run.outcome.requeue_after, 2.0)
+        return {}
+    return {"server_info": info, "server_pod": key}
+
+
+def _ready(pod: Manifest) -> bool:
+    status = pod.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return ready and bool(status.get("podIP")) and pod["metadata"].get("deletionTimestamp") is None
 
 
 def _sooner(a: float | None, b: float | None) -> float | None:

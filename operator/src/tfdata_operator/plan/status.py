@@ -26,6 +26,7 @@ from tfdata_operator.plan import hold, scaling
 from tfdata_operator.plan.diagnose import Finding
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
+from tfdata_operator.wire.serverinfo import ServerInfo
 
 Manifest = dict[str, Any]
 
@@ -47,6 +48,10 @@ class Servers:
     # Why each StatefulSet does not serve (diagnose.explain), when the reconcile looked.
     dispatcher_problem: Finding | None = None
     workers_problem: Finding | None = None
+    # What the ready dispatcher runs (its /serverinfo), once read; None keeps the last one reported.
+    server_info: ServerInfo | None = None
+    # The pod it was read from, "<name>/<uid>": the status says which pod it describes.
+    server_pod: str | None = None
 
     def pods(self) -> int:
         """Pods of either StatefulSet that still exist (stopping ones included)."""
@@ -221,8 +226,29 @@ def compute_status(
         "dispatcherAddress": address,
         "selector": builders.worker_selector(svc) if svc else old.get("selector"),
         "held": held_status,
+        "server": server_status(observed.server_info, observed.server_pod)
+        if observed.server_info
+        else old.get("server"),
     }
     return status
+
+
+# status.server lists at most this many of the ops the preloads registered (its opCount counts all).
+MAX_LISTED_OPS = 64
+
+
+def server_status(info: ServerInfo, pod: str | None) -> dict[str, Any]:
+    """What the servers run, as the dispatcher reports it: for `kubectl get -o wide` and for users
+    matching a trainer's TensorFlow against it (the whole op list stays at the dispatcher's /serverinfo)."""
+    return {
+        "tensorflowVersion": info.tensorflow_version,
+        "pythonVersion": info.python_version,
+        "graphDefVersion": info.graph_def.producer,
+        "preloaded": list(info.preloaded),
+        "opCount": len(info.ops),
+        "preloadedOps": list(info.preloaded_ops[:MAX_LISTED_OPS]),
+        "pod": pod,
+    }
 
 
 def status_differs(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
