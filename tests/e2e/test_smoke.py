@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from importlib import metadata
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import pytest
