@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from tfdata_operator.api import identity
 from tfdata_operator.controller import cache
 from tfdata_operator.controller.workqueue import WorkQueue, backoff

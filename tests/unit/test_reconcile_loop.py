@@ -14,10 +14,9 @@ import json
 from typing import Any
 
 import pytest
-from cases import STALLED_SIGNALS
-from fixtures.fakes import Clock, FakeApi, service
 from kubernetes.client.exceptions import ApiException
 from support import service_signals
+
 from tfdata_operator.controller import reconcile
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.plan import desired as plan
@@ -25,6 +24,9 @@ from tfdata_operator.plan import hold
 from tfdata_operator.render import builders
 from tfdata_operator.wire.serverinfo import GraphDefVersions, ServerInfo
 from tfdata_operator.wire.signals import ServiceSignals
+
+from cases import STALLED_SIGNALS
+from fixtures.fakes import Clock, FakeApi, service
 
 CONFIG = OperatorConfig(server_image="tfdata-server:test")
 Manifest = dict[str, Any]
