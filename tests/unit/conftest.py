@@ -21,10 +21,6 @@ def no_server_info_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]
     give the readers its own ``read_server_info`` must not send one there. Calls are recorded and
     fail the test (the read runs in a background thread, where an exception would be lost)."""
     asked: list[str] = []
-    monkeypatch.setattr(
-        probes, "read_server_info", lambda url, timeout=0.0: asked.append(url)
-    )
+    monkeypatch.setattr(probes, "read_server_info", lambda url, timeout=0.0: asked.append(url))
     yield asked
-    assert not asked, (
-        f"a unit test asked {asked} over the network: give the readers a read_server_info"
-    )
+    assert not asked, f"a unit test asked {asked} over the network: give the readers a read_server_info"

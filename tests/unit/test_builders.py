@@ -20,13 +20,9 @@ def container(sts: dict[str, Any]) -> dict[str, Any]:
     return sts["spec"]["template"]["spec"]["containers"][0]
 
 
-def pod_config(
-    sts: dict[str, Any], kind: str, pod_name: str
-) -> serverconfig.ServerConfig:
+def pod_config(sts: dict[str, Any], kind: str, pod_name: str) -> serverconfig.ServerConfig:
     env = {e["name"]: e for e in container(sts)["env"]}
-    return serverconfig.load(
-        kind, environ={serverconfig.CONFIG_ENV: env[serverconfig.CONFIG_ENV]["value"]}
-    )
+    return serverconfig.load(kind, environ={serverconfig.CONFIG_ENV: env[serverconfig.CONFIG_ENV]["value"]})
 
 
 def test_names_labels_and_owner(settings: BuildSettings) -> None:
@@ -34,9 +30,7 @@ def test_names_labels_and_owner(settings: BuildSettings) -> None:
     sts = builders.build_worker_statefulset(svc, settings, 2)
     assert sts["metadata"]["name"] == "demo-worker"
     assert sts["metadata"]["namespace"] == "ml"
-    assert (
-        sts["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tfdata-operator"
-    )
+    assert sts["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tfdata-operator"
     assert sts["metadata"]["ownerReferences"] == [
         {
             "apiVersion": "tfdata.dev/v1alpha1",
@@ -49,23 +43,16 @@ def test_names_labels_and_owner(settings: BuildSettings) -> None:
     ]
     selector = sts["spec"]["selector"]["matchLabels"]
     assert selector.items() <= sts["spec"]["template"]["metadata"]["labels"].items()
-    assert builders.worker_selector(svc) == ",".join(
-        f"{k}={v}" for k, v in sorted(selector.items())
-    )
+    assert builders.worker_selector(svc) == ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
 
 
 def test_dispatcher_address_is_the_client_service(settings: BuildSettings) -> None:
     svc = parse(dispatcher={"port": 6000})
-    assert (
-        builders.dispatcher_address(svc, settings)
-        == "grpc://demo-dispatcher.ml.svc.cluster.local:6000"
-    )
+    assert builders.dispatcher_address(svc, settings) == "grpc://demo-dispatcher.ml.svc.cluster.local:6000"
     service = builders.build_dispatcher_service(svc, settings)
     assert service["spec"]["ports"][0]["port"] == 6000
     assert service["spec"]["selector"]["app.kubernetes.io/component"] == "dispatcher"
-    assert (
-        service["spec"]["publishNotReadyAddresses"] is True
-    )  # workers register before it is ready
+    assert service["spec"]["publishNotReadyAddresses"] is True  # workers register before it is ready
 
 
 def test_workers_are_a_parallel_statefulset_behind_a_headless_service(
@@ -82,9 +69,7 @@ def test_workers_are_a_parallel_statefulset_behind_a_headless_service(
 
 
 @pytest.mark.parametrize("policy", ["FILE", "DATA", "FILE_OR_DATA", "HINT"])
-def test_static_worker_list_is_exactly_what_each_worker_announces(
-    policy: str, settings: BuildSettings
-) -> None:
+def test_static_worker_list_is_exactly_what_each_worker_announces(policy: str, settings: BuildSettings) -> None:
     svc = parse(shardingPolicy=policy, workers={"replicas": 3})
     dispatcher = pod_config(
         builders.build_dispatcher_statefulset(svc, settings, 3),
@@ -104,15 +89,11 @@ def test_static_worker_list_is_exactly_what_each_worker_announces(
 
 
 @pytest.mark.parametrize("policy", ["OFF", "DYNAMIC"])
-def test_dynamic_policies_give_the_dispatcher_no_worker_list(
-    policy: str, settings: BuildSettings
-) -> None:
+def test_dynamic_policies_give_the_dispatcher_no_worker_list(policy: str, settings: BuildSettings) -> None:
     svc = parse(shardingPolicy=policy)
     a = builders.build_dispatcher_statefulset(svc, settings, 2)
     b = builders.build_dispatcher_statefulset(svc, settings, 5)
-    assert a == b, (
-        "the worker count must not restart a dispatcher that has no worker list"
-    )
+    assert a == b, "the worker count must not restart a dispatcher that has no worker list"
     assert "worker_addresses" not in builders.read_config(a)  # type: ignore[operator]
 
 
@@ -121,9 +102,9 @@ def test_static_count_change_rolls_the_dispatcher_through_its_config_hash(
 ) -> None:
     svc = parse(shardingPolicy="FILE")
     hashes = {
-        builders.build_dispatcher_statefulset(svc, settings, n)["spec"]["template"][
-            "metadata"
-        ]["annotations"][identity.CONFIG_HASH_ANNOTATION]
+        builders.build_dispatcher_statefulset(svc, settings, n)["spec"]["template"]["metadata"]["annotations"][
+            identity.CONFIG_HASH_ANNOTATION
+        ]
         for n in (2, 3)
     }
     assert len(hashes) == 2
@@ -144,9 +125,7 @@ def test_every_dispatcher_setting_reaches_the_pod(settings: BuildSettings) -> No
         },
         workers={"healthPort": 7201},
     )
-    cfg = pod_config(
-        builders.build_dispatcher_statefulset(svc, settings, 2), "dispatcher", "x"
-    )
+    cfg = pod_config(builders.build_dispatcher_statefulset(svc, settings, 2), "dispatcher", "x")
     assert cfg == serverconfig.DispatcherServerConfig(
         port=7000,
         health_port=7001,
@@ -196,9 +175,7 @@ def test_every_worker_setting_reaches_the_pod(settings: BuildSettings) -> None:
     )
     # TensorFlow 2.21 has no protocol that uses a port of its own, so the spec refuses
     # dataTransferPort; the builders still carry one through for the protocol that will.
-    svc = dataclasses.replace(
-        svc, workers=dataclasses.replace(svc.workers, data_transfer_port=7102)
-    )
+    svc = dataclasses.replace(svc, workers=dataclasses.replace(svc.workers, data_transfer_port=7102))
     sts = builders.build_worker_statefulset(svc, settings, 2)
     cfg = pod_config(sts, "worker", "demo-worker-1")
     assert isinstance(cfg, serverconfig.WorkerServerConfig)
@@ -210,10 +187,7 @@ def test_every_worker_setting_reaches_the_pod(settings: BuildSettings) -> None:
         cfg.dispatcher_timeout_ms,
     ) == (7100, 7101, 500, 60000)
     assert (cfg.data_transfer_protocol, cfg.data_transfer_port) == ("grpc", 7102)
-    assert (
-        cfg.data_transfer_address("demo-worker-1")
-        == "demo-worker-1.demo-worker.ml.svc.cluster.local:%dts_port%"
-    )
+    assert cfg.data_transfer_address("demo-worker-1") == "demo-worker-1.demo-worker.ml.svc.cluster.local:%dts_port%"
     ports = {p["name"]: p["containerPort"] for p in container(sts)["ports"]}
     assert ports == {"grpc": 7100, "data-transfer": 7102, "health": 7101}
 
@@ -232,9 +206,7 @@ def test_journal_claim_and_its_retention(settings: BuildSettings) -> None:
     (claim,) = sts["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
     assert claim["spec"]["storageClassName"] == "fast"
-    assert (
-        sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
-    )
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
     mounts = {m["name"]: m["mountPath"] for m in container(sts)["volumeMounts"]}
     assert mounts[builders.JOURNAL_VOLUME] == builders.JOURNAL_MOUNT
     cfg = pod_config(sts, "dispatcher", "x")
@@ -255,9 +227,7 @@ def test_pods_are_locked_down_by_default(settings: BuildSettings) -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     sc = container(sts)["securityContext"]
-    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {
-        "drop": ["ALL"]
-    }
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
     assert container(sts)["readinessProbe"]["httpGet"] == {
         "path": "/readyz",
         "port": "health",
@@ -286,10 +256,7 @@ def test_placement_and_metadata_reach_the_pod(settings: BuildSettings) -> None:
     assert pod["nodeSelector"] == {"pool": "cpu"}
     assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
     assert pod["priorityClassName"] == "high"
-    assert (
-        pod["serviceAccountName"] == "reader"
-        and pod["automountServiceAccountToken"] is True
-    )
+    assert pod["serviceAccountName"] == "reader" and pod["automountServiceAccountToken"] is True
     assert pod["imagePullSecrets"] == [{"name": "pull"}]
     assert template["metadata"]["labels"]["team"] == "ml"
     assert template["metadata"]["annotations"]["note"] == "x"
@@ -308,9 +275,7 @@ def test_servers_request_sensible_resources_by_default(settings: BuildSettings) 
     assert worker["resources"] == {"requests": {"cpu": "250m", "memory": "1Gi"}}
     # A lone limit is the request too (Kubernetes copies it): no default request below or above it.
     limited = parse(workers={"resources": {"limits": {"memory": "4Gi"}}})
-    assert container(builders.build_worker_statefulset(limited, settings, 2))[
-        "resources"
-    ] == {
+    assert container(builders.build_worker_statefulset(limited, settings, 2))["resources"] == {
         "requests": {"cpu": "250m"},
         "limits": {"memory": "4Gi"},
     }
@@ -323,27 +288,19 @@ def test_workers_spread_across_nodes_unless_the_user_says_how(
         sts = builders.build_worker_statefulset(parse(workers=workers), settings, 2)
         return dict(sts["spec"]["template"]["spec"])
 
-    preferred = pod()["affinity"]["podAntiAffinity"][
-        "preferredDuringSchedulingIgnoredDuringExecution"
-    ]
+    preferred = pod()["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert preferred == [
         {
             "weight": 100,
             "podAffinityTerm": {
-                "labelSelector": {
-                    "matchLabels": builders.selector_labels("demo", builders.WORKER)
-                },
+                "labelSelector": {"matchLabels": builders.selector_labels("demo", builders.WORKER)},
                 "topologyKey": "kubernetes.io/hostname",
             },
         }
     ]
     own = {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "zone"}]}
-    assert pod(affinity={"podAntiAffinity": own})["affinity"] == {
-        "podAntiAffinity": own
-    }
-    spread = [
-        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
-    ]
+    assert pod(affinity={"podAntiAffinity": own})["affinity"] == {"podAntiAffinity": own}
+    spread = [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]
     assert "affinity" not in pod(topologySpreadConstraints=spread)
     assert pod(topologySpreadConstraints=spread)["topologySpreadConstraints"] == spread
     assert "affinity" not in pod(topologySpreadConstraints=[])
@@ -358,17 +315,11 @@ def test_the_dispatcher_statefulset_is_governed_by_a_headless_service(
     svc = parse()
     sts = builders.build_dispatcher_statefulset(svc, settings, 2)
     governing = builders.build_dispatcher_pods_service(svc, settings)
-    assert (
-        sts["spec"]["serviceName"]
-        == governing["metadata"]["name"]
-        == "demo-dispatcher-pods"
-    )
+    assert sts["spec"]["serviceName"] == governing["metadata"]["name"] == "demo-dispatcher-pods"
     assert governing["spec"]["clusterIP"] == "None"
     assert governing["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
     # Trainers keep the ClusterIP Service: its address survives a new dispatcher pod.
-    assert (
-        builders.build_dispatcher_service(svc, settings)["spec"]["type"] == "ClusterIP"
-    )
+    assert builders.build_dispatcher_service(svc, settings)["spec"]["type"] == "ClusterIP"
 
 
 def test_hpa_targets_the_scale_subresource() -> None:
@@ -405,9 +356,7 @@ def test_the_tfdata_metric_needs_no_hpa_and_no_cpu_request() -> None:
 
 
 def test_network_policy_admits_only_labelled_clients_and_the_service_itself() -> None:
-    svc = parse(
-        networkPolicy={"from": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}]}
-    )
+    svc = parse(networkPolicy={"from": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}]})
     policy = builders.build_network_policy(svc, BuildSettings())
     assert policy is not None
     spec = policy["spec"]
@@ -417,20 +366,11 @@ def test_network_policy_admits_only_labelled_clients_and_the_service_itself() ->
     # the dispatcher's. Kubelets probe from the node, which no NetworkPolicy blocks.
     (servers,) = spec["ingress"]
     assert {p["port"] for p in servers["ports"]} == {5050, 5051, 8080}
-    assert {"podSelector": {"matchLabels": {"tfdata.dev/client": "demo"}}} in servers[
-        "from"
-    ]
-    assert {"podSelector": {"matchLabels": builders.instance_labels(svc)}} in servers[
-        "from"
-    ]
+    assert {"podSelector": {"matchLabels": {"tfdata.dev/client": "demo"}}} in servers["from"]
+    assert {"podSelector": {"matchLabels": builders.instance_labels(svc)}} in servers["from"]
     assert {"namespaceSelector": {"matchLabels": {"team": "ml"}}} in servers["from"]
     assert len(servers["from"]) == 3
-    assert (
-        builders.build_network_policy(
-            parse(networkPolicy={"enabled": False}), BuildSettings()
-        )
-        is None
-    )
+    assert builders.build_network_policy(parse(networkPolicy={"enabled": False}), BuildSettings()) is None
 
 
 IN_CLUSTER = BuildSettings(
@@ -448,15 +388,9 @@ CPU = {
 @pytest.mark.parametrize(
     "fields",
     [
-        pytest.param(
-            TFDATA, id="tfdata-autoscaled"
-        ),  # the autoscaler reads /v1/signals
-        pytest.param(
-            {"shardingPolicy": "FILE"}, id="static"
-        ),  # a held rescale reads /v1/signals
-        pytest.param(
-            {}, id="not-autoscaled"
-        ),  # a held suspend reads /v1/signals, the diagnosis /readyz
+        pytest.param(TFDATA, id="tfdata-autoscaled"),  # the autoscaler reads /v1/signals
+        pytest.param({"shardingPolicy": "FILE"}, id="static"),  # a held rescale reads /v1/signals
+        pytest.param({}, id="not-autoscaled"),  # a held suspend reads /v1/signals, the diagnosis /readyz
         pytest.param(CPU, id="cpu-metric"),
     ],
 )
@@ -473,41 +407,28 @@ def test_network_policy_admits_the_operator_to_the_health_ports_only(
     assert operator == {
         "from": [
             {
-                "namespaceSelector": {
-                    "matchLabels": {"kubernetes.io/metadata.name": "ops"}
-                },
-                "podSelector": {
-                    "matchLabels": {"app.kubernetes.io/name": "tfdata-operator"}
-                },
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "tfdata-operator"}},
             }
         ],
         "ports": [{"protocol": "TCP", "port": 8080}, {"protocol": "TCP", "port": 9090}],
     }
 
 
-def test_network_policy_of_an_operator_outside_the_cluster_admits_no_namespace() -> (
-    None
-):
+def test_network_policy_of_an_operator_outside_the_cluster_admits_no_namespace() -> None:
     policy = builders.build_network_policy(parse(**TFDATA), BuildSettings())
     assert policy is not None
     (servers,) = policy["spec"]["ingress"]
     assert all("namespaceSelector" not in peer for peer in servers["from"])
 
 
-@pytest.mark.parametrize(
-    ("policy", "expected"), [("OFF", False), ("DYNAMIC", True), ("FILE", True)]
-)
-def test_worker_disruption_budget_where_losing_a_worker_costs_data(
-    policy: str, expected: bool
-) -> None:
+@pytest.mark.parametrize(("policy", "expected"), [("OFF", False), ("DYNAMIC", True), ("FILE", True)])
+def test_worker_disruption_budget_where_losing_a_worker_costs_data(policy: str, expected: bool) -> None:
     pdb = builders.build_worker_pdb(parse(shardingPolicy=policy))
     assert (pdb is not None) == expected
     if pdb:
         assert pdb["spec"]["maxUnavailable"] == 1
-        assert (
-            pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
-            == "worker"
-        )
+        assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "worker"
 
 
 def test_a_new_static_dispatcher_journals_per_worker_count_and_generation(
@@ -521,13 +442,8 @@ def test_a_new_static_dispatcher_journals_per_worker_count_and_generation(
         3: f"{builders.DEFAULT_WORK_DIR}/3-workers-g4",
     }
     assert all(c.prune_old_journals for c in configs.values())
-    custom = parse(
-        shardingPolicy="DATA", dispatcher={"workDir": "gs://bucket/journal/"}
-    )
-    assert (
-        builders.dispatcher_config(custom, settings, 4).work_dir
-        == "gs://bucket/journal/4-workers-g1"
-    )
+    custom = parse(shardingPolicy="DATA", dispatcher={"workDir": "gs://bucket/journal/"})
+    assert builders.dispatcher_config(custom, settings, 4).work_dir == "gs://bucket/journal/4-workers-g1"
     dynamic = builders.dispatcher_config(parse(shardingPolicy="DYNAMIC"), settings, 4)
     assert (dynamic.work_dir, dynamic.prune_old_journals) == (
         builders.DEFAULT_WORK_DIR,
@@ -543,12 +459,8 @@ def test_a_new_static_dispatcher_journals_per_worker_count_and_generation(
     ) == (None, True)
 
 
-def live_dispatcher(
-    svc: spec.ServiceSpec, settings: BuildSettings, workers: int, work_dir: str
-) -> dict[str, Any]:
-    config = dataclasses.replace(
-        builders.dispatcher_config(svc, settings, workers), work_dir=work_dir
-    )
+def live_dispatcher(svc: spec.ServiceSpec, settings: BuildSettings, workers: int, work_dir: str) -> dict[str, Any]:
+    config = dataclasses.replace(builders.dispatcher_config(svc, settings, workers), work_dir=work_dir)
     return {
         "worker_addresses": list(config.worker_addresses or ()),
         "work_dir": config.work_dir,
@@ -581,9 +493,7 @@ def test_a_static_dispatcher_keeps_its_journal_only_while_its_list_stays(
     settings: BuildSettings, live_workers: int, live_dir: str, expected: str
 ) -> None:
     svc = parse(generation=7, shardingPolicy="FILE")
-    live = live_dispatcher(
-        svc, settings, live_workers, f"{builders.DEFAULT_WORK_DIR}/{live_dir}"
-    )
+    live = live_dispatcher(svc, settings, live_workers, f"{builders.DEFAULT_WORK_DIR}/{live_dir}")
     assert builders.static_journal(svc, settings, 2, live) == expected
     assert builders.static_journal(svc, settings, 2, None) == "2-workers-g7"
 
@@ -601,16 +511,8 @@ def test_a_static_journal_is_looked_for_under_the_work_dir_as_written(
     settings: BuildSettings, work_dir: str, live_dir: str, expected: str
 ) -> None:
     svc = parse(generation=7, shardingPolicy="FILE", dispatcher={"workDir": work_dir})
-    assert (
-        builders.static_journal(
-            svc, settings, 2, live_dispatcher(svc, settings, 2, live_dir)
-        )
-        == expected
-    )
-    assert (
-        builders.dispatcher_config(svc, settings, 2, expected).work_dir
-        == f"{work_dir.rstrip('/')}/{expected}"
-    )
+    assert builders.static_journal(svc, settings, 2, live_dispatcher(svc, settings, 2, live_dir)) == expected
+    assert builders.dispatcher_config(svc, settings, 2, expected).work_dir == f"{work_dir.rstrip('/')}/{expected}"
 
 
 def test_each_child_is_named_by_its_own_api_version_kind_and_name(
@@ -663,9 +565,7 @@ def test_a_volume_keeps_the_lists_inside_it(settings: BuildSettings) -> None:
             "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}],
         }
     )
-    pod = builders.build_worker_statefulset(svc, settings, 2)["spec"]["template"][
-        "spec"
-    ]
+    pod = builders.build_worker_statefulset(svc, settings, 2)["spec"]["template"]["spec"]
     # `optional: false` goes, as the API server drops it; the items stay, each as written.
     assert [v for v in pod["volumes"] if v["name"] == "cfg"] == [
         {"name": "cfg", "configMap": {"name": "settings", "items": items}}
@@ -722,35 +622,18 @@ def test_a_name_at_the_length_limit_fits_every_name_kubernetes_derives_from_it(
             assert len(value) <= 63, value
     for address in builders.worker_addresses(svc, settings, 1000):
         host = address.rsplit(":", 1)[0]
-        assert len(host) <= 253 and all(len(part) <= 63 for part in host.split(".")), (
-            host
-        )
+        assert len(host) <= 253 and all(len(part) <= 63 for part in host.split(".")), host
     assert len(builders.dispatcher_host(svc, settings)) <= 253
     # One more character and the dispatcher's revision label would not fit.
-    assert (
-        len(f"{builders.dispatcher_name('n' * (spec.MAX_NAME_LENGTH + 1))}-4294967295")
-        > 63
-    )
+    assert len(f"{builders.dispatcher_name('n' * (spec.MAX_NAME_LENGTH + 1))}-4294967295") > 63
 
 
 def test_static_workers_heartbeat_every_second_unless_the_spec_says() -> None:
     # The heartbeat bounds a static rescale: workers re-register with the restarted dispatcher on it.
-    assert (
-        builders.worker_config(
-            parse(shardingPolicy="FILE"), BuildSettings()
-        ).heartbeat_interval_ms
-        == 1000
-    )
-    assert (
-        builders.worker_config(
-            parse(shardingPolicy="DYNAMIC"), BuildSettings()
-        ).heartbeat_interval_ms
-        is None
-    )
+    assert builders.worker_config(parse(shardingPolicy="FILE"), BuildSettings()).heartbeat_interval_ms == 1000
+    assert builders.worker_config(parse(shardingPolicy="DYNAMIC"), BuildSettings()).heartbeat_interval_ms is None
     explicit = parse(shardingPolicy="HINT", workers={"heartbeatIntervalMs": 3000})
-    assert (
-        builders.worker_config(explicit, BuildSettings()).heartbeat_interval_ms == 3000
-    )
+    assert builders.worker_config(explicit, BuildSettings()).heartbeat_interval_ms == 3000
 
 
 # --- The user's volumes, volume mounts and environment variables ---------------------------------
@@ -766,9 +649,7 @@ DATA = {
             "secret": {"secretName": "s3", "optional": False, "defaultMode": 0},
         },
     ],
-    "volumeMounts": [
-        {"name": "tfrecords", "mountPath": "/data", "readOnly": True, "subPath": ""}
-    ],
+    "volumeMounts": [{"name": "tfrecords", "mountPath": "/data", "readOnly": True, "subPath": ""}],
     "env": [
         {"name": "AWS_REGION", "value": "eu-west-1"},
         {"name": "EMPTY", "value": ""},
@@ -780,9 +661,7 @@ DATA = {
 def test_workers_mount_the_users_volumes_after_the_operators_own(
     settings: BuildSettings,
 ) -> None:
-    sts = builders.build_worker_statefulset(
-        parse(shardingPolicy="FILE", workers=DATA), settings, 2
-    )
+    sts = builders.build_worker_statefulset(parse(shardingPolicy="FILE", workers=DATA), settings, 2)
     pod = sts["spec"]["template"]["spec"]
     assert pod["volumes"] == [
         {"name": "tmp", "emptyDir": {}},
@@ -828,22 +707,14 @@ def test_the_dispatcher_gets_its_own_volumes_and_env_beside_the_journal(
     assert [e["name"] for e in container(sts)["env"]][-2:] == ["AWS_REGION", "EMPTY"]
     # The workers' pods are not the dispatcher's.
     workers = builders.build_worker_statefulset(svc, settings, 2)
-    assert [v["name"] for v in workers["spec"]["template"]["spec"]["volumes"]] == [
-        "tmp"
-    ]
+    assert [v["name"] for v in workers["spec"]["template"]["spec"]["volumes"]] == ["tmp"]
     assert "envFrom" not in container(workers)
 
 
 @pytest.mark.parametrize("journal", [True, False])
-def test_the_operators_own_volumes_and_env_are_what_spec_reserves(
-    settings: BuildSettings, journal: bool
-) -> None:
+def test_the_operators_own_volumes_and_env_are_what_spec_reserves(settings: BuildSettings, journal: bool) -> None:
     """spec refuses a user's volume, mount or variable that collides with these: the two lists are one."""
-    svc = parse(
-        dispatcher={}
-        if journal
-        else {"workDir": "gs://b/j", "storage": {"enabled": False}}
-    )
+    svc = parse(dispatcher={} if journal else {"workDir": "gs://b/j", "storage": {"enabled": False}})
     for sts, own in [
         (
             builders.build_dispatcher_statefulset(svc, settings, 2),
@@ -855,16 +726,10 @@ def test_the_operators_own_volumes_and_env_are_what_spec_reserves(
         ),
     ]:
         template = sts["spec"]["template"]["spec"]
-        claims = [
-            c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])
-        ]
+        claims = [c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])]
         assert sorted([v["name"] for v in template["volumes"]] + claims) == sorted(own)
-        assert {
-            m["name"]: m["mountPath"] for m in container(sts)["volumeMounts"]
-        } == own
-        assert sorted(e["name"] for e in container(sts)["env"]) == sorted(
-            spec.RESERVED_ENV
-        )
+        assert {m["name"]: m["mountPath"] for m in container(sts)["volumeMounts"]} == own
+        assert sorted(e["name"] for e in container(sts)["env"]) == sorted(spec.RESERVED_ENV)
 
 
 @pytest.mark.parametrize(
@@ -913,9 +778,7 @@ def test_the_server_program_is_injected_into_an_image_of_the_users(
         assert mounts[serverconfig.INJECT_MOUNT]["readOnly"] is True
         assert init["securityContext"] == c["securityContext"]
         env = {e["name"]: e.get("value") for e in c["env"]}
-        assert (
-            env["HOME"] == spec.TMP_MOUNT
-        )  # a user's image may have a HOME the server cannot write
+        assert env["HOME"] == spec.TMP_MOUNT  # a user's image may have a HOME the server cannot write
         assert builders.PROGRAM_VOLUME in {v["name"] for v in pod["volumes"]}
 
 

@@ -56,17 +56,13 @@ def test_a_trimmed_pod_keeps_what_the_scaling_decisions_read() -> None:
         "status": {
             "phase": "Running",
             "conditions": [{"type": "Ready", "status": "True"}],
-            "containerStatuses": [
-                {"name": "server", "ready": True, "started": True, "image": "x"}
-            ],
+            "containerStatuses": [{"name": "server", "ready": True, "started": True, "image": "x"}],
         },
     }
     trimmed = cache.trim_pod(pod)
     assert "spec" not in trimmed and "managedFields" not in trimmed["metadata"]
     assert trimmed["metadata"]["ownerReferences"] == [{"uid": "o"}]
-    assert trimmed["status"]["containerStatuses"] == [
-        {"name": "server", "ready": True, "started": True}
-    ]
+    assert trimmed["status"]["containerStatuses"] == [{"name": "server", "ready": True, "started": True}]
 
 
 def test_a_trimmed_pod_keeps_why_it_is_not_scheduled_or_not_running() -> None:
@@ -101,20 +97,13 @@ def test_a_trimmed_pod_keeps_why_it_is_not_scheduled_or_not_running() -> None:
         }
     ]
     (container,) = trimmed["status"]["containerStatuses"]
-    assert container["state"] == {
-        "waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}
-    }
+    assert container["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}}
     terminated = container["lastState"]["terminated"]
-    assert (
-        terminated.keys() == {"exitCode", "reason", "message"}
-        and len(terminated["message"]) == 1024
-    )
+    assert terminated.keys() == {"exitCode", "reason", "message"} and len(terminated["message"]) == 1024
 
 
 def test_instance_of_reads_the_instance_label() -> None:
-    body = {
-        "metadata": {"namespace": "ml", "labels": {identity.INSTANCE_LABEL: "demo"}}
-    }
+    body = {"metadata": {"namespace": "ml", "labels": {identity.INSTANCE_LABEL: "demo"}}}
     assert cache.instance_of(body) == KEY
     assert cache.instance_of({"metadata": {"namespace": "ml"}}) is None
 
@@ -124,18 +113,13 @@ def test_the_overlay_shows_a_write_until_the_watch_delivers_it() -> None:
     overlay = cache.Overlay(ttl=30, clock=lambda: now[0])
     overlay.record(KEY, sts("demo-worker", "7", replicas=3))
     older = {("StatefulSet", "demo-worker"): sts("demo-worker", "6")}
-    assert (
-        overlay.merge(KEY, older)[("StatefulSet", "demo-worker")]["spec"]["replicas"]
-        == 3
-    )
+    assert overlay.merge(KEY, older)[("StatefulSet", "demo-worker")]["spec"]["replicas"] == 3
     caught_up = {("StatefulSet", "demo-worker"): sts("demo-worker", "7", replicas=3)}
     assert overlay.merge(KEY, caught_up) == caught_up
     assert len(overlay) == 0
 
 
-def test_the_overlay_shows_a_created_object_the_watch_has_not_seen_and_forgets_it_after_its_ttl() -> (
-    None
-):
+def test_the_overlay_shows_a_created_object_the_watch_has_not_seen_and_forgets_it_after_its_ttl() -> None:
     now = [0.0]
     overlay = cache.Overlay(ttl=30, clock=lambda: now[0])
     overlay.record(KEY, sts("demo-worker", "7"))
@@ -183,9 +167,7 @@ def test_a_trimmed_event_keeps_what_a_diagnosis_reads() -> None:
     }
 
 
-def test_a_recent_read_is_read_again_only_after_its_ttl_and_expired_ones_are_forgotten() -> (
-    None
-):
+def test_a_recent_read_is_read_again_only_after_its_ttl_and_expired_ones_are_forgotten() -> None:
     recent: cache.Recent[int] = cache.Recent()
     reads: list[str] = []
 
@@ -198,9 +180,7 @@ def test_a_recent_read_is_read_again_only_after_its_ttl_and_expired_ones_are_for
     assert recent.get("b", lambda: read("b"), now=30, ttl=60) == 2
     assert recent.get("a", lambda: read("a"), now=60, ttl=60) == 3
     assert reads == ["a", "b", "a"]
-    recent.get(
-        "c", lambda: read("c"), now=90, ttl=60
-    )  # "b", read at 30, has expired: forgotten
+    recent.get("c", lambda: read("c"), now=90, ttl=60)  # "b", read at 30, has expired: forgotten
     assert len(recent) == 2
 
 
@@ -219,9 +199,7 @@ def test_backoff_doubles_up_to_a_minute() -> None:
     assert [backoff(n) for n in (1, 2, 3, 7, 8, 20)] == [1, 2, 4, 60, 60, 60]
 
 
-def test_a_burst_for_one_service_becomes_one_reconcile_and_a_change_during_it_one_more() -> (
-    None
-):
+def test_a_burst_for_one_service_becomes_one_reconcile_and_a_change_during_it_one_more() -> None:
     async def scenario() -> list:
         queue = WorkQueue()
         ran: list = []
@@ -262,9 +240,7 @@ def test_a_failed_reconcile_is_retried_after_its_backoff_not_at_once() -> None:
         async def worker(key: object) -> bool:
             times.append(loop.time())
             if len(times) < 3:
-                queue.add(
-                    KEY
-                )  # an event during a failing attempt must not skip the backoff
+                queue.add(KEY)  # an event during a failing attempt must not skip the backoff
                 return False
             return True
 
@@ -283,9 +259,7 @@ def test_a_failed_reconcile_is_retried_after_its_backoff_not_at_once() -> None:
     assert times[2] - times[1] == pytest.approx(2.0, abs=0.2)
 
 
-def test_a_background_read_never_blocks_and_its_answer_is_kept_while_asked_for() -> (
-    None
-):
+def test_a_background_read_never_blocks_and_its_answer_is_kept_while_asked_for() -> None:
     import threading
 
     from tfdata_operator.controller.cache import Background
@@ -298,13 +272,9 @@ def test_a_background_read_never_blocks_and_its_answer_is_kept_while_asked_for()
         return "2.16.2" if len(calls) > 1 else None
 
     reads: Background[str] = Background()
-    assert (
-        reads.get("pod-a", read, now=0.0, ttl=60.0) is None
-    )  # returns at once; the read runs apart
+    assert reads.get("pod-a", read, now=0.0, ttl=60.0) is None  # returns at once; the read runs apart
     assert reads.reading("pod-a")
-    assert (
-        reads.get("pod-a", read, now=1.0, ttl=60.0) is None and len(calls) == 1
-    )  # one read at a time
+    assert reads.get("pod-a", read, now=1.0, ttl=60.0) is None and len(calls) == 1  # one read at a time
     release.set()
     reads.wait()
     # No answer (the pod did not answer): tried again only after ttl.
@@ -312,9 +282,7 @@ def test_a_background_read_never_blocks_and_its_answer_is_kept_while_asked_for()
     reads.get("pod-a", read, now=61.0, ttl=60.0)
     reads.wait()
     assert reads.get("pod-a", read, now=62.0, ttl=60.0) == "2.16.2"
-    assert (
-        reads.get("pod-a", read, now=100.0, ttl=60.0) == "2.16.2" and len(calls) == 2
-    )  # kept: never read again
+    assert reads.get("pod-a", read, now=100.0, ttl=60.0) == "2.16.2" and len(calls) == 2  # kept: never read again
     # A key nobody asked for in ttl is forgotten (its pod is gone).
     reads.get("pod-b", lambda: None, now=200.0, ttl=60.0)
     assert len(reads) == 0

@@ -49,9 +49,7 @@ def pod(
         "status": {
             "phase": "Pending",
             "conditions": conditions or [],
-            "containerStatuses": [{"name": "server", "ready": False, **container}]
-            if container
-            else [],
+            "containerStatuses": [{"name": "server", "ready": False, **container}] if container else [],
         },
     }
 
@@ -206,14 +204,8 @@ def test_pods_being_deleted_or_of_another_statefulset_are_not_blamed() -> None:
 
 
 def test_a_long_message_is_cut() -> None:
-    found = diagnose.explain(
-        sts(pods=1, replicas=1), [pod(conditions=unschedulable("x" * 5000))]
-    )
-    assert (
-        found is not None
-        and len(found.message) < diagnose.MAX_QUOTED + 100
-        and found.message.endswith("...")
-    )
+    found = diagnose.explain(sts(pods=1, replicas=1), [pod(conditions=unschedulable("x" * 5000))])
+    assert found is not None and len(found.message) < diagnose.MAX_QUOTED + 100 and found.message.endswith("...")
 
 
 @pytest.mark.parametrize(
@@ -221,9 +213,7 @@ def test_a_long_message_is_cut() -> None:
     [
         pytest.param(sts(pods=0), [], True, id="no-pod-created"),
         pytest.param(sts(pods=1), [pod()], True, id="one-missing"),
-        pytest.param(
-            sts(pods=2), [pod(), pod("demo-worker-1")], False, id="all-created"
-        ),
+        pytest.param(sts(pods=2), [pod(), pod("demo-worker-1")], False, id="all-created"),
         pytest.param(
             sts(pods=0, observed=False),
             [],
@@ -242,15 +232,10 @@ def test_events_are_read_only_for_pods_a_statefulset_could_not_create(
 
 def test_claims_are_read_only_for_pods_the_scheduler_holds_for_them() -> None:
     dispatcher = sts("demo-dispatcher", 1, 1, claim=True)
-    assert diagnose.claims_to_read(
-        dispatcher, [pod("demo-dispatcher-0", unschedulable(UNBOUND))]
-    ) == ["journal-demo-dispatcher-0"]
-    assert (
-        diagnose.claims_to_read(
-            dispatcher, [pod("demo-dispatcher-0", unschedulable(UNSCHEDULABLE))]
-        )
-        == []
-    )
+    assert diagnose.claims_to_read(dispatcher, [pod("demo-dispatcher-0", unschedulable(UNBOUND))]) == [
+        "journal-demo-dispatcher-0"
+    ]
+    assert diagnose.claims_to_read(dispatcher, [pod("demo-dispatcher-0", unschedulable(UNSCHEDULABLE))]) == []
     assert diagnose.claims_to_read(dispatcher, [pod("demo-dispatcher-0")]) == []
 
 
@@ -261,9 +246,7 @@ def conditions(observed: status.Servers) -> dict[str, dict[str, Any]]:
     body = {"metadata": {"name": "demo", "namespace": "ml", "uid": "u", "generation": 1},
             "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 2}}}  # fmt: skip
     svc = spec.parse(body, "img")
-    st = status.compute_status(
-        svc, body, observed, BuildSettings(), "2026-11-23T20:00:00Z"
-    )
+    st = status.compute_status(svc, body, observed, BuildSettings(), "2026-11-23T20:00:00Z")
     return {c["type"]: c for c in st["conditions"]}
 
 
@@ -285,15 +268,9 @@ def test_the_conditions_carry_the_childs_reason_and_message() -> None:
         )
     )
     assert by_type["WorkersReady"]["reason"] == "FailedCreate"
-    assert (
-        by_type["WorkersReady"]["message"]
-        == f"0/2 workers are ready and up to date: {failed.message}"
-    )
+    assert by_type["WorkersReady"]["message"] == f"0/2 workers are ready and up to date: {failed.message}"
     assert by_type["DispatcherReady"]["reason"] == "ImagePullBackOff"
-    assert (
-        by_type["DispatcherReady"]["message"]
-        == f"The dispatcher is not ready: {waiting.message}"
-    )
+    assert by_type["DispatcherReady"]["message"] == f"The dispatcher is not ready: {waiting.message}"
     # Ready names the dispatcher's problem first: without it, no worker can serve anything.
     assert (by_type["Ready"]["reason"], by_type["Ready"]["message"]) == (
         "ImagePullBackOff",
@@ -303,9 +280,7 @@ def test_the_conditions_carry_the_childs_reason_and_message() -> None:
 
 def test_a_problem_never_overrides_a_ready_or_missing_statefulset() -> None:
     found = Finding("Unschedulable", "Pod x cannot be scheduled")
-    by_type = conditions(
-        status.Servers(None, None, dispatcher_problem=found, workers_problem=found)
-    )
+    by_type = conditions(status.Servers(None, None, dispatcher_problem=found, workers_problem=found))
     assert by_type["DispatcherReady"]["reason"] == "DispatcherMissing"
     assert by_type["WorkersReady"]["reason"] == "WorkersMissing"
 
@@ -313,9 +288,7 @@ def test_a_problem_never_overrides_a_ready_or_missing_statefulset() -> None:
 # --- A server's own readiness detail ------------------------------------------------------------
 
 
-def running_pod(
-    name: str, ready: bool = False, ip: str | None = "10.0.0.7"
-) -> Manifest:
+def running_pod(name: str, ready: bool = False, ip: str | None = "10.0.0.7") -> Manifest:
     body = pod(
         name,
         [{"type": "Ready", "status": "True" if ready else "False"}],
@@ -337,18 +310,14 @@ def running_pod(
         pytest.param([pod(state={"waiting": {"reason": "ContainerCreating"}})], None, id="not-started"),
     ],
 )  # fmt: skip
-def test_the_server_asked_is_one_that_runs_but_is_not_ready(
-    pods: list[Manifest], expected: str | None
-) -> None:
+def test_the_server_asked_is_one_that_runs_but_is_not_ready(pods: list[Manifest], expected: str | None) -> None:
     found = diagnose.unready_server(sts(pods=len(pods)), pods)
     assert (found["metadata"]["name"] if found else None) == expected
 
 
 def test_a_readiness_detail_becomes_the_finding() -> None:
     detail = "not ok: running: dispatcher serving on port 5050; 2 of 3 workers registered: waiting for every listed "
-    found = diagnose.from_readiness(
-        running_pod("demo-dispatcher-0"), detail + "worker to register"
-    )
+    found = diagnose.from_readiness(running_pod("demo-dispatcher-0"), detail + "worker to register")
     assert found == Finding(
         "ServerNotReady",
         "Pod demo-dispatcher-0 runs but is not ready: running: dispatcher serving on port 5050; 2 of 3 workers "
@@ -365,14 +334,8 @@ def test_a_held_rescale_is_reported_rather_than_a_workers_problem() -> None:
         hold.Pending("workers 2→3", "worker count change 2→3", 2),
         "waits: reading",
     )
-    problem = Finding(
-        "CrashLoopBackOff", "Pod demo-worker-0: container worker is in CrashLoopBackOff"
-    )
-    observed = status.Servers(
-        sts("demo-dispatcher", 1, 1), sts(), workers_problem=problem
-    )
-    st = status.compute_status(
-        spec.parse(body, "img"), body, observed, BuildSettings(), "T1", decision=held
-    )
+    problem = Finding("CrashLoopBackOff", "Pod demo-worker-0: container worker is in CrashLoopBackOff")
+    observed = status.Servers(sts("demo-dispatcher", 1, 1), sts(), workers_problem=problem)
+    st = status.compute_status(spec.parse(body, "img"), body, observed, BuildSettings(), "T1", decision=held)
     workers = next(c for c in st["conditions"] if c["type"] == "WorkersReady")
     assert (workers["reason"], workers["message"]) == ("RescaleHeld", "waits: reading")

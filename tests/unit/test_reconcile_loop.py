@@ -33,9 +33,7 @@ Manifest = dict[str, Any]
 
 
 def run(api: FakeApi, body: Manifest) -> reconcile.Outcome:
-    return reconcile.reconcile(
-        api, CONFIG, {**body, "status": api.status}, api.observed()
-    )
+    return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, api.observed())
 
 
 CHILDREN = [
@@ -50,9 +48,7 @@ CHILDREN = [
 ]
 
 
-def test_a_create_costs_a_dry_run_and_an_apply_per_child_one_event_and_one_status_write() -> (
-    None
-):
+def test_a_create_costs_a_dry_run_and_an_apply_per_child_one_event_and_one_status_write() -> None:
     api = FakeApi()
     outcome = run(api, service())
     calls = api.take_calls()
@@ -103,18 +99,12 @@ def test_an_invalid_spec_writes_the_status_and_one_warning_then_nothing() -> Non
     assert api.take_calls() == [("event", "InvalidSpec"), ("status", "demo")]
     assert outcome.result == "invalid"
     ready = next(c for c in api.status["conditions"] if c["type"] == "Ready")  # type: ignore[index]
-    assert (
-        ready["status"] == "False"
-        and ready["reason"] == "InvalidSpec"
-        and "SIDEWAYS" in ready["message"]
-    )
+    assert ready["status"] == "False" and ready["reason"] == "InvalidSpec" and "SIDEWAYS" in ready["message"]
     run(api, body)
     assert api.take_calls() == []
 
 
-def test_a_name_taken_in_the_cache_by_an_object_the_service_does_not_own_changes_nothing() -> (
-    None
-):
+def test_a_name_taken_in_the_cache_by_an_object_the_service_does_not_own_changes_nothing() -> None:
     api = FakeApi()
     foreign = {
         "kind": "Service",
@@ -132,9 +122,7 @@ def test_a_name_taken_by_an_object_outside_the_cache_is_found_by_the_dry_run() -
         def apply(self, manifest: Manifest, dry_run: bool = False) -> Manifest:
             result = super().apply(manifest, dry_run)
             if plan.key(manifest) == ("StatefulSet", "demo-worker"):
-                result["metadata"]["managedFields"].append(
-                    {"manager": "kubectl-create", "operation": "Update"}
-                )
+                result["metadata"]["managedFields"].append({"manager": "kubectl-create", "operation": "Update"})
             return result
 
     api = Taken()
@@ -160,9 +148,7 @@ def test_a_name_taken_by_an_object_outside_the_cache_is_found_by_the_dry_run() -
         (403, 'statefulsets.apps "demo-worker" is forbidden: exceeded quota'),
     ],
 )
-def test_a_child_the_api_server_refuses_changes_nothing_and_says_why(
-    status: int, message: str
-) -> None:
+def test_a_child_the_api_server_refuses_changes_nothing_and_says_why(status: int, message: str) -> None:
     api = FakeApi()
     api.refuse[("StatefulSet", "demo-worker")] = ApiException(
         status=status, reason="x", body=json.dumps({"message": message})
@@ -178,9 +164,7 @@ def test_a_child_the_api_server_refuses_changes_nothing_and_says_why(
     assert [c for c in api.take_calls() if c[0] not in ("dry-run", "find")] == []
 
 
-def test_a_foreign_object_whose_merge_with_the_child_is_refused_is_a_name_conflict() -> (
-    None
-):
+def test_a_foreign_object_whose_merge_with_the_child_is_refused_is_a_name_conflict() -> None:
     # A Service someone else made, with an unnamed port: merged with the child's named ports the API
     # server refuses it ("ports must be named"); the name is taken, and that is what the user must hear.
     api = FakeApi()
@@ -188,33 +172,22 @@ def test_a_foreign_object_whose_merge_with_the_child_is_refused_is_a_name_confli
         "kind": "Service",
         "metadata": {"name": "demo-worker", "uid": "x"},
     }
-    refusal = ApiException(
-        status=422, body=json.dumps({"message": "spec.ports[0].name: Required value"})
-    )
+    refusal = ApiException(status=422, body=json.dumps({"message": "spec.ports[0].name: Required value"}))
     api.refuse[("Service", "demo-worker")] = refusal
     outcome = run_without_cache(api, service())
     calls = api.take_calls()
-    assert ("find", "Service/demo-worker") in calls and all(
-        verb != "apply" for verb, _ in calls
-    ), calls
-    assert (
-        outcome.result == "conflict"
-        and "Service demo-worker already exist" in api.events[-1][2]
-    )
+    assert ("find", "Service/demo-worker") in calls and all(verb != "apply" for verb, _ in calls), calls
+    assert outcome.result == "conflict" and "Service demo-worker already exist" in api.events[-1][2]
 
 
 def run_without_cache(api: FakeApi, body: Manifest) -> reconcile.Outcome:
     """As `run`, but the cache holds nothing: the objects exist only in the API server."""
-    return reconcile.reconcile(
-        api, CONFIG, {**body, "status": api.status}, reconcile.Observed()
-    )
+    return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, reconcile.Observed())
 
 
 def test_a_transient_api_error_is_raised_for_a_retry() -> None:
     api = FakeApi()
-    api.refuse[("Service", "demo-worker")] = ApiException(
-        status=503, reason="Service Unavailable"
-    )
+    api.refuse[("Service", "demo-worker")] = ApiException(status=503, reason="Service Unavailable")
     with pytest.raises(ApiException):
         run(api, service())
     assert api.objects == {}
@@ -225,19 +198,14 @@ def test_a_field_kubernetes_cannot_update_recreates_the_statefulset() -> None:
     run(api, service())
     api.take_calls()
     immutable = "StatefulSet.apps is invalid: spec: Forbidden: updates to statefulset spec for fields other than x"
-    api.refuse[("StatefulSet", "demo-worker")] = ApiException(
-        status=422, body=f'{{"message": "{immutable}"}}'
-    )
+    api.refuse[("StatefulSet", "demo-worker")] = ApiException(status=422, body=f'{{"message": "{immutable}"}}')
     outcome = run(api, service(workers={"replicas": 3}))
     assert api.take_calls() == [
         ("dry-run", "StatefulSet/demo-worker"),
         ("delete", "StatefulSet/demo-worker"),
         ("event", "Recreating"),
     ]
-    assert (
-        outcome.result == "changed"
-        and ("StatefulSet", "demo-worker") not in api.objects
-    )
+    assert outcome.result == "changed" and ("StatefulSet", "demo-worker") not in api.objects
 
 
 def test_a_deleted_child_is_recreated_and_only_it() -> None:
@@ -264,9 +232,7 @@ def test_a_service_being_deleted_is_left_to_the_garbage_collector() -> None:
 # --- Saying why a service is not ready: what it costs ------------------------------------------
 
 
-def settle(
-    api: FakeApi, name: str, ready: int | None = None, pods: int | None = None
-) -> None:
+def settle(api: FakeApi, name: str, ready: int | None = None, pods: int | None = None) -> None:
     """The StatefulSet controller's status: it has seen the spec, with ``pods`` pods, ``ready`` of them ready."""
     sts = api.objects[("StatefulSet", name)]
     replicas = sts["spec"]["replicas"]
@@ -311,9 +277,7 @@ def test_a_ready_service_reads_nothing_to_explain_itself() -> None:
     assert api.take_calls() == []
 
 
-def test_pods_a_statefulset_cannot_create_cost_one_read_of_its_events_and_the_status_says_why() -> (
-    None
-):
+def test_pods_a_statefulset_cannot_create_cost_one_read_of_its_events_and_the_status_says_why() -> None:
     api = FakeApi()
     run(api, service())
     settle(api, "demo-worker", ready=0, pods=0)
@@ -334,13 +298,9 @@ def test_pods_a_statefulset_cannot_create_cost_one_read_of_its_events_and_the_st
     assert api.take_calls() == [("list-events", "StatefulSet"), ("status", "demo")]
     workers = next(c for c in api.status["conditions"] if c["type"] == "WorkersReady")  # type: ignore[index]
     assert workers["reason"] == "FailedCreate"
-    assert workers["message"].endswith(
-        "no PriorityClass with name does-not-exist was found"
-    )
+    assert workers["message"].endswith("no PriorityClass with name does-not-exist was found")
     run(api, service())
-    assert api.take_calls() == [
-        ("list-events", "StatefulSet")
-    ]  # unchanged: nothing written
+    assert api.take_calls() == [("list-events", "StatefulSet")]  # unchanged: nothing written
 
 
 def test_unschedulable_and_crashing_pods_are_explained_from_the_cache_alone() -> None:
@@ -348,9 +308,7 @@ def test_unschedulable_and_crashing_pods_are_explained_from_the_cache_alone() ->
     run(api, service())
     settle(api, "demo-dispatcher", ready=0)
     settle(api, "demo-worker", ready=0)
-    scheduler = (
-        "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
-    )
+    scheduler = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
     pods = [
         pod_of(api, "demo-dispatcher", 0, conditions=[
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": scheduler}]),
@@ -368,9 +326,7 @@ def test_unschedulable_and_crashing_pods_are_explained_from_the_cache_alone() ->
     assert api.take_calls() == [("status", "demo")]
     by_type = {c["type"]: c for c in api.status["conditions"]}  # type: ignore[index]
     assert by_type["DispatcherReady"]["reason"] == "Unschedulable"
-    assert by_type["DispatcherReady"]["message"].endswith(
-        f"cannot be scheduled: {scheduler}"
-    )
+    assert by_type["DispatcherReady"]["message"].endswith(f"cannot be scheduled: {scheduler}")
     assert by_type["WorkersReady"]["reason"] == "CrashLoopBackOff"
     assert by_type["Ready"]["reason"] == "Unschedulable"
 
@@ -395,9 +351,7 @@ def test_a_running_but_unready_dispatcher_is_asked_why_and_a_ready_one_is_not() 
     reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, reconcile.Observed(api.objects, [dispatcher]),
                         readers)  # fmt: skip
     assert asked == ["http://10.1.2.3:8080/readyz"]
-    assert api.take_calls() == [
-        ("status", "demo")
-    ]  # no request to the API server for it
+    assert api.take_calls() == [("status", "demo")]  # no request to the API server for it
     ready = next(c for c in api.status["conditions"] if c["type"] == "DispatcherReady")  # type: ignore[index]
     assert ready["reason"] == "ServerNotReady" and ready["message"].endswith("2 of 3 workers registered: "
                                                                              "waiting for every listed")  # fmt: skip
@@ -408,14 +362,10 @@ def test_a_running_but_unready_dispatcher_is_asked_why_and_a_ready_one_is_not() 
 
 
 def autoscaled(replicas: int = 1) -> Manifest:
-    return service(
-        workers={"replicas": replicas}, autoscaling={"minReplicas": 1, "maxReplicas": 4}
-    )
+    return service(workers={"replicas": replicas}, autoscaling={"minReplicas": 1, "maxReplicas": 4})
 
 
-def test_the_tfdata_autoscaler_adds_workers_while_trainers_stall_on_saturated_workers() -> (
-    None
-):
+def test_the_tfdata_autoscaler_adds_workers_while_trainers_stall_on_saturated_workers() -> None:
     api, clock = FakeApi(), Clock()
     fetched: list[str] = []
 
@@ -427,17 +377,13 @@ def test_the_tfdata_autoscaler_adds_workers_while_trainers_stall_on_saturated_wo
     body = autoscaled(1)
     decisions = []
     for _ in range(12):  # a reading every 5 s for a minute
-        outcome = reconcile.reconcile(
-            api, CONFIG, {**body, "status": api.status}, api.observed(), auto
-        )
+        outcome = reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, api.observed(), auto)
         decisions.append(outcome.requeue_after)
         scaled = [c for c in api.take_calls() if c[0] == "scale"]
         if scaled:
             break
         clock.now += 5
-    assert scaled, (
-        f"no scale after a minute of stalled, saturated readings (requeues: {decisions})"
-    )
+    assert scaled, f"no scale after a minute of stalled, saturated readings (requeues: {decisions})"
     ((_, what),) = scaled
     replicas = int(what.split("=")[1])
     assert 1 < replicas <= 4
@@ -455,26 +401,18 @@ def test_the_tfdata_autoscaler_adds_workers_while_trainers_stall_on_saturated_wo
 def test_a_reconcile_between_readings_reads_nothing_and_asks_to_come_back() -> None:
     api, clock = FakeApi(), Clock()
     reads: list[str] = []
-    auto = reconcile.Autoscaling(
-        fetch=lambda url: reads.append(url) or STALLED_SIGNALS, clock=clock
-    )
-    reconcile.reconcile(
-        api, CONFIG, {**autoscaled(), "status": api.status}, api.observed(), auto
-    )
+    auto = reconcile.Autoscaling(fetch=lambda url: reads.append(url) or STALLED_SIGNALS, clock=clock)
+    reconcile.reconcile(api, CONFIG, {**autoscaled(), "status": api.status}, api.observed(), auto)
     api.take_calls()
     clock.now += 1
-    outcome = reconcile.reconcile(
-        api, CONFIG, {**autoscaled(), "status": api.status}, api.observed(), auto
-    )
+    outcome = reconcile.reconcile(api, CONFIG, {**autoscaled(), "status": api.status}, api.observed(), auto)
     assert len(reads) == 1 and api.take_calls() == []
     assert outcome.requeue_after is not None and 0 < outcome.requeue_after <= 60
 
 
 def test_a_cpu_autoscaled_service_is_left_to_its_hpa() -> None:
     api = FakeApi()
-    auto = reconcile.Autoscaling(
-        fetch=lambda url: pytest.fail("read a dispatcher for a CPU service")
-    )
+    auto = reconcile.Autoscaling(fetch=lambda url: pytest.fail("read a dispatcher for a CPU service"))
     body = service(
         workers={"replicas": 2, "resources": {"requests": {"cpu": "1"}}},
         autoscaling={"metric": "CPU", "maxReplicas": 4},
@@ -520,9 +458,7 @@ class FakeSignals:
         return service_signals(self.reading, self.idle)
 
 
-def run_with(
-    api: FakeApi, body: Manifest, signals: FakeSignals, phase: str = "Running"
-) -> reconcile.Outcome:
+def run_with(api: FakeApi, body: Manifest, signals: FakeSignals, phase: str = "Running") -> reconcile.Outcome:
     observed = reconcile.Observed(api.observed().objects, [dispatcher_pod(phase)])
     return reconcile.reconcile(
         api,
@@ -551,9 +487,7 @@ def test_a_settled_static_service_never_reads_the_signal() -> None:
     run_with(api, static(), signals)
     api.take_calls()
     outcome = run_with(api, static(), signals)
-    assert (
-        api.take_calls() == [] and signals.reads == 0 and outcome.requeue_after is None
-    )
+    assert api.take_calls() == [] and signals.reads == 0 and outcome.requeue_after is None
 
 
 def test_a_static_rescale_is_held_while_a_client_reads_then_carried_out() -> None:
@@ -567,26 +501,14 @@ def test_a_static_rescale_is_held_while_a_client_reads_then_carried_out() -> Non
     assert signals.reads == 1 and outcome.requeue_after == hold.RECHECK_SECONDS
     assert replicas(api, "demo-worker") == 2 and listed(api) == 2
     held = api.status["held"]  # type: ignore[index]
-    assert (
-        held["change"] == "workers 2→3"
-        and "rescalePolicy: Immediate" in held["message"]
-    )
-    assert (
-        api.status["workers"]["desired"] == 3 and api.status["workers"]["current"] == 2
-    )  # type: ignore[index]
+    assert held["change"] == "workers 2→3" and "rescalePolicy: Immediate" in held["message"]
+    assert api.status["workers"]["desired"] == 3 and api.status["workers"]["current"] == 2  # type: ignore[index]
     workers = condition(api, "WorkersReady")
-    assert (
-        workers["reason"] == "RescaleHeld"
-        and "1 clients attached to jobs" in workers["message"]
-    )
+    assert workers["reason"] == "RescaleHeld" and "1 clients attached to jobs" in workers["message"]
 
     # Still reading: one read, nothing written, and a look again later.
     outcome = run_with(api, scaled, signals)
-    assert (
-        api.take_calls() == []
-        and signals.reads == 2
-        and outcome.requeue_after == hold.RECHECK_SECONDS
-    )
+    assert api.take_calls() == [] and signals.reads == 2 and outcome.requeue_after == hold.RECHECK_SECONDS
 
     signals.reading, signals.idle = False, 8.0
     outcome = run_with(api, scaled, signals)
@@ -633,9 +555,7 @@ def test_immediate_and_dynamic_rescales_never_read_the_signal() -> None:
         run_with(api, scaled, signals)
         assert (
             "apply",
-            "StatefulSet/demo-dispatcher"
-            if "FILE" in str(body)
-            else "StatefulSet/demo-worker",
+            "StatefulSet/demo-dispatcher" if "FILE" in str(body) else "StatefulSet/demo-worker",
         ) in (api.take_calls())
     assert signals.reads == 0
 
@@ -651,16 +571,11 @@ def test_a_change_held_past_rescale_max_wait_goes_ahead_with_a_warning() -> None
     api.status["held"]["since"] = "2026-01-01T00:00:00Z"  # type: ignore[index]
     run_with(api, scaled, signals)
     assert ("event", "HeldChangeForced") in api.take_calls()
-    assert (
-        api.events[-1][0] == "Warning"
-        and "rescaleMaxWaitSeconds 60" in api.events[-1][2]
-    )
+    assert api.events[-1][0] == "Warning" and "rescaleMaxWaitSeconds 60" in api.events[-1][2]
     assert listed(api) == 3
 
 
-def test_suspend_is_held_while_reading_then_removes_every_pod_and_keeps_the_rest() -> (
-    None
-):
+def test_suspend_is_held_while_reading_then_removes_every_pod_and_keeps_the_rest() -> None:
     api, signals = FakeApi(), FakeSignals(reading=True)
     run_with(api, static(), signals)
     api.take_calls()
@@ -670,10 +585,7 @@ def test_suspend_is_held_while_reading_then_removes_every_pod_and_keeps_the_rest
     outcome = run_with(api, static(suspend=True), signals)
     assert api.take_calls() == [("event", "SuspendHeld"), ("status", "demo")]
     assert outcome.requeue_after == hold.RECHECK_SECONDS
-    assert (
-        condition(api, "Suspended")["status"] == "False"
-        and condition(api, "Ready")["reason"] == "SuspendHeld"
-    )
+    assert condition(api, "Suspended")["status"] == "False" and condition(api, "Ready")["reason"] == "SuspendHeld"
     assert api.status["held"]["change"] == "suspend"  # type: ignore[index]
 
     signals.reading, signals.idle = False, 30.0
@@ -694,10 +606,7 @@ def test_suspend_is_held_while_reading_then_removes_every_pod_and_keeps_the_rest
             assert obj["spec"]["template"] == api.objects[key]["spec"]["template"]
         else:
             assert obj == api.objects[key], key
-    assert (
-        condition(api, "Suspended")["status"] == "True"
-        and condition(api, "Ready")["reason"] == "Suspended"
-    )
+    assert condition(api, "Suspended")["status"] == "True" and condition(api, "Ready")["reason"] == "Suspended"
     assert api.status["dispatcherAddress"] == address  # type: ignore[index]
 
     # Suspended: no pod runs, nothing to read, nothing to do.
@@ -712,11 +621,7 @@ def test_suspend_is_held_while_reading_then_removes_every_pod_and_keeps_the_rest
         ("apply", "StatefulSet/demo-worker"),
     ]
     assert ("event", "Resuming") in calls
-    assert (
-        replicas(api, "demo-dispatcher") == 1
-        and replicas(api, "demo-worker") == 2
-        and listed(api) == 2
-    )
+    assert replicas(api, "demo-dispatcher") == 1 and replicas(api, "demo-worker") == 2 and listed(api) == 2
     assert condition(api, "Suspended")["reason"] == "Resumed" and signals.reads == reads
 
 
@@ -747,21 +652,12 @@ def test_suspend_pauses_tfdata_autoscaling_and_keeps_its_status() -> None:
     api.take_calls()
     outcome = run_with(api, service(suspend=True, **auto), signals)
     assert signals.reads == 1, "a suspended service's dispatcher is not read"
-    assert (
-        not [c for c in api.take_calls() if c[0] == "scale"]
-        and outcome.requeue_after is None
-    )
+    assert not [c for c in api.take_calls() if c[0] == "scale"] and outcome.requeue_after is None
     assert api.status["autoscaling"] == before  # type: ignore[index]
 
 
-def _pod(
-    component: str, name: str, created: str, ready_since: str | None = None
-) -> Manifest:
-    conditions = (
-        [{"type": "Ready", "status": "True", "lastTransitionTime": ready_since}]
-        if ready_since
-        else []
-    )
+def _pod(component: str, name: str, created: str, ready_since: str | None = None) -> Manifest:
+    conditions = [{"type": "Ready", "status": "True", "lastTransitionTime": ready_since}] if ready_since else []
     return {
         "metadata": {
             "name": name,
@@ -777,9 +673,7 @@ def _pod(
     }
 
 
-def test_workers_of_an_earlier_journal_less_dispatcher_pod_are_replaced_and_only_they() -> (
-    None
-):
+def test_workers_of_an_earlier_journal_less_dispatcher_pod_are_replaced_and_only_they() -> None:
     body = service(dispatcher={"faultTolerantMode": False})
     api = FakeApi()
     run(api, body)
@@ -868,16 +762,12 @@ def kwok_pod(
                 "lastTransitionTime": "2026-01-01T00:00:00Z",
             }
         ],
-        "containerStatuses": [
-            {"name": "server", "ready": ready, "restartCount": 0, "state": running}
-        ],
+        "containerStatuses": [{"name": "server", "ready": ready, "restartCount": 0, "state": running}],
     }
     return pod
 
 
-def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_each_per_resync() -> (
-    None
-):
+def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_each_per_resync() -> None:
     """The reconciles that the pods' events and the resyncs queue over three minutes: a ready
     service sends no request; one whose dispatcher waits for its claim and one of whose workers
     runs but is not ready lists its namespace's claim Events and asks that worker's /readyz at most
@@ -895,18 +785,14 @@ def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_ea
     run(ready, body)
     settle(ready, "demo-dispatcher")
     settle(ready, "demo-worker")
-    ready_pods = [kwok_pod(ready, "demo-dispatcher", 0)] + [
-        kwok_pod(ready, "demo-worker", i) for i in range(4)
-    ]
+    ready_pods = [kwok_pod(ready, "demo-dispatcher", 0)] + [kwok_pod(ready, "demo-worker", i) for i in range(4)]
 
     unready = FakeApi()
     run(unready, body)
     settle(unready, "demo-dispatcher", ready=0)
     settle(unready, "demo-worker", ready=3)
     unready_pods = [kwok_pod(unready, "demo-dispatcher", 0, scheduled=False)]
-    unready_pods += [
-        kwok_pod(unready, "demo-worker", i, ready=i != 3) for i in range(4)
-    ]
+    unready_pods += [kwok_pod(unready, "demo-worker", i, ready=i != 3) for i in range(4)]
     unready.object_events[("PersistentVolumeClaim", "journal-demo-dispatcher-0")] = [
         {
             "type": "Warning",
@@ -928,9 +814,7 @@ def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_ea
     def reconcile_both() -> None:
         for api, pods in ((ready, ready_pods), (unready, unready_pods)):
             observed = reconcile.Observed(api.observed().objects, pods)
-            reconcile.reconcile(
-                api, CONFIG, {**body, "status": api.status}, observed, readers
-            )
+            reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
 
     ready.take_calls(), unready.take_calls()
     reconcile_both()  # each says what it is now: Ready, or why not
@@ -940,17 +824,13 @@ def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_ea
         ("status", "demo"),
     ]
     dispatcher = condition(unready, "DispatcherReady")
-    assert dispatcher["reason"] == "ProvisioningFailed" and dispatcher[
-        "message"
-    ].endswith("no volume plugin matched")
-    assert condition(unready, "WorkersReady")[
-        "reason"
-    ] == "ServerNotReady" and asked == ["http://10.0.0.13:8080/readyz"]
+    assert dispatcher["reason"] == "ProvisioningFailed" and dispatcher["message"].endswith("no volume plugin matched")
+    assert condition(unready, "WorkersReady")["reason"] == "ServerNotReady" and asked == [
+        "http://10.0.0.13:8080/readyz"
+    ]
 
     window = 3 * CONFIG.resync_seconds
-    for _ in range(
-        int(window / 2)
-    ):  # a reconcile every 2 s, as a busy cluster's events queue them
+    for _ in range(int(window / 2)):  # a reconcile every 2 s, as a busy cluster's events queue them
         clock.now += 2
         reconcile_both()
     assert ready.take_calls() == []
@@ -974,9 +854,7 @@ def test_what_the_ready_dispatcher_runs_is_read_once_per_pod_into_the_status() -
         ops=("Const", "MapDataset", "TFText>WhitespaceTokenizeWithOffsetsV2"),
         preloaded_ops=("TFText>WhitespaceTokenizeWithOffsetsV2",),
     )
-    readers = reconcile.Autoscaling(
-        clock=clock, read_server_info=lambda url: asked.append(url) or info
-    )
+    readers = reconcile.Autoscaling(clock=clock, read_server_info=lambda url: asked.append(url) or info)
     run(api, service())
     settle(api, "demo-dispatcher")
     settle(api, "demo-worker")
@@ -985,9 +863,7 @@ def test_what_the_ready_dispatcher_runs_is_read_once_per_pod_into_the_status() -
 
     def again() -> reconcile.Outcome:
         observed = reconcile.Observed(api.observed().objects, pods)
-        return reconcile.reconcile(
-            api, CONFIG, {**service(), "status": api.status}, observed, readers
-        )
+        return reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, observed, readers)
 
     api.take_calls()
     outcome = again()  # starts the read, and comes back for its answer
@@ -1008,6 +884,4 @@ def test_what_the_ready_dispatcher_runs_is_read_once_per_pod_into_the_status() -
     for _ in range(5):
         clock.now += 400
         again()
-    assert api.take_calls() == [] and len(asked) == 1, (
-        "the same pod is never asked again"
-    )
+    assert api.take_calls() == [] and len(asked) == 1, "the same pod is never asked again"
