@@ -55,9 +55,7 @@ def test_dispatcher_address_is_the_client_service(settings: BuildSettings) -> No
     assert service["spec"]["publishNotReadyAddresses"] is True  # workers register before it is ready
 
 
-def test_workers_are_a_parallel_statefulset_behind_a_headless_service(
-    settings: BuildSettings,
-) -> None:
+def test_workers_are_a_parallel_statefulset_behind_a_headless_service(settings: BuildSettings) -> None:
     svc = parse(workers={"replicas": 3})
     sts = builders.build_worker_statefulset(svc, settings, 3)
     headless = builders.build_worker_service(svc, settings)
@@ -71,11 +69,7 @@ def test_workers_are_a_parallel_statefulset_behind_a_headless_service(
 @pytest.mark.parametrize("policy", ["FILE", "DATA", "FILE_OR_DATA", "HINT"])
 def test_static_worker_list_is_exactly_what_each_worker_announces(policy: str, settings: BuildSettings) -> None:
     svc = parse(shardingPolicy=policy, workers={"replicas": 3})
-    dispatcher = pod_config(
-        builders.build_dispatcher_statefulset(svc, settings, 3),
-        "dispatcher",
-        "demo-dispatcher-0",
-    )
+    dispatcher = pod_config(builders.build_dispatcher_statefulset(svc, settings, 3), "dispatcher", "demo-dispatcher-0")
     workers = builders.build_worker_statefulset(svc, settings, 3)
     announced = []
     for i in range(3):
@@ -97,9 +91,7 @@ def test_dynamic_policies_give_the_dispatcher_no_worker_list(policy: str, settin
     assert "worker_addresses" not in builders.read_config(a)  # type: ignore[operator]
 
 
-def test_static_count_change_rolls_the_dispatcher_through_its_config_hash(
-    settings: BuildSettings,
-) -> None:
+def test_static_count_change_rolls_the_dispatcher_through_its_config_hash(settings: BuildSettings) -> None:
     svc = parse(shardingPolicy="FILE")
     hashes = {
         builders.build_dispatcher_statefulset(svc, settings, n)["spec"]["template"]["metadata"]["annotations"][
@@ -146,10 +138,7 @@ def test_every_dispatcher_setting_reaches_the_pod(settings: BuildSettings) -> No
     [
         ({}, 250),  # the default request: what the container gets
         ({"requests": {"cpu": "500m"}}, 500),
-        (
-            {"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}},
-            2000,
-        ),  # the limit: the most it can use
+        ({"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}}, 2000),  # the limit: the most it can use
         ({"limits": {"cpu": "1.5", "memory": "1Gi"}}, 1500),
         ({"requests": {"memory": "1Gi"}}, 250),
         ({"requests": {"cpu": "1m"}}, 1),  # the smallest CPU Kubernetes can express
@@ -180,12 +169,7 @@ def test_every_worker_setting_reaches_the_pod(settings: BuildSettings) -> None:
     cfg = pod_config(sts, "worker", "demo-worker-1")
     assert isinstance(cfg, serverconfig.WorkerServerConfig)
     assert cfg.dispatcher_address == "demo-dispatcher.ml.svc.cluster.local:5050"
-    assert (
-        cfg.port,
-        cfg.health_port,
-        cfg.heartbeat_interval_ms,
-        cfg.dispatcher_timeout_ms,
-    ) == (7100, 7101, 500, 60000)
+    assert (cfg.port, cfg.health_port, cfg.heartbeat_interval_ms, cfg.dispatcher_timeout_ms) == (7100, 7101, 500, 60000)
     assert (cfg.data_transfer_protocol, cfg.data_transfer_port) == ("grpc", 7102)
     assert cfg.data_transfer_address("demo-worker-1") == "demo-worker-1.demo-worker.ml.svc.cluster.local:%dts_port%"
     ports = {p["name"]: p["containerPort"] for p in container(sts)["ports"]}
@@ -193,15 +177,7 @@ def test_every_worker_setting_reaches_the_pod(settings: BuildSettings) -> None:
 
 
 def test_journal_claim_and_its_retention(settings: BuildSettings) -> None:
-    svc = parse(
-        dispatcher={
-            "storage": {
-                "size": "5Gi",
-                "storageClassName": "fast",
-                "whenDeleted": "Delete",
-            }
-        }
-    )
+    svc = parse(dispatcher={"storage": {"size": "5Gi", "storageClassName": "fast", "whenDeleted": "Delete"}})
     sts = builders.build_dispatcher_statefulset(svc, settings, 2)
     (claim,) = sts["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
@@ -228,10 +204,7 @@ def test_pods_are_locked_down_by_default(settings: BuildSettings) -> None:
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     sc = container(sts)["securityContext"]
     assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
-    assert container(sts)["readinessProbe"]["httpGet"] == {
-        "path": "/readyz",
-        "port": "health",
-    }
+    assert container(sts)["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
 
 
 def test_placement_and_metadata_reach_the_pod(settings: BuildSettings) -> None:
@@ -281,9 +254,7 @@ def test_servers_request_sensible_resources_by_default(settings: BuildSettings) 
     }
 
 
-def test_workers_spread_across_nodes_unless_the_user_says_how(
-    settings: BuildSettings,
-) -> None:
+def test_workers_spread_across_nodes_unless_the_user_says_how(settings: BuildSettings) -> None:
     def pod(**workers: Any) -> dict[str, Any]:
         sts = builders.build_worker_statefulset(parse(workers=workers), settings, 2)
         return dict(sts["spec"]["template"]["spec"])
@@ -309,9 +280,7 @@ def test_workers_spread_across_nodes_unless_the_user_says_how(
     assert "affinity" not in dispatcher["spec"]["template"]["spec"]
 
 
-def test_the_dispatcher_statefulset_is_governed_by_a_headless_service(
-    settings: BuildSettings,
-) -> None:
+def test_the_dispatcher_statefulset_is_governed_by_a_headless_service(settings: BuildSettings) -> None:
     svc = parse()
     sts = builders.build_dispatcher_statefulset(svc, settings, 2)
     governing = builders.build_dispatcher_pods_service(svc, settings)
@@ -326,12 +295,7 @@ def test_hpa_targets_the_scale_subresource() -> None:
     svc = parse(
         shardingPolicy="DYNAMIC",
         workers={"resources": {"requests": {"cpu": "500m"}}},
-        autoscaling={
-            "metric": "CPU",
-            "minReplicas": 2,
-            "maxReplicas": 6,
-            "targetCPUUtilizationPercentage": 70,
-        },
+        autoscaling={"metric": "CPU", "minReplicas": 2, "maxReplicas": 6, "targetCPUUtilizationPercentage": 70},
     )
     hpa = builders.build_hpa(svc)
     assert hpa is not None
@@ -374,8 +338,7 @@ def test_network_policy_admits_only_labelled_clients_and_the_service_itself() ->
 
 
 IN_CLUSTER = BuildSettings(
-    operator_namespace="ops",
-    operator_pod_labels=(("app.kubernetes.io/name", "tfdata-operator"),),
+    operator_namespace="ops", operator_pod_labels=(("app.kubernetes.io/name", "tfdata-operator"),)
 )
 TFDATA = {"shardingPolicy": "DYNAMIC", "autoscaling": {"maxReplicas": 4}}
 CPU = {
@@ -394,9 +357,7 @@ CPU = {
         pytest.param(CPU, id="cpu-metric"),
     ],
 )
-def test_network_policy_admits_the_operator_to_the_health_ports_only(
-    fields: dict[str, Any],
-) -> None:
+def test_network_policy_admits_the_operator_to_the_health_ports_only(fields: dict[str, Any]) -> None:
     svc = parse(**{**fields, "dispatcher": {"healthPort": 9090}})
     policy = builders.build_network_policy(svc, IN_CLUSTER)
     assert policy is not None
@@ -431,9 +392,7 @@ def test_worker_disruption_budget_where_losing_a_worker_costs_data(policy: str, 
         assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "worker"
 
 
-def test_a_new_static_dispatcher_journals_per_worker_count_and_generation(
-    settings: BuildSettings,
-) -> None:
+def test_a_new_static_dispatcher_journals_per_worker_count_and_generation(settings: BuildSettings) -> None:
     """TensorFlow's journal keeps every worker that ever registered: each list gets its own."""
     svc = parse(generation=4, shardingPolicy="FILE")
     configs = {n: builders.dispatcher_config(svc, settings, n) for n in (2, 3)}
@@ -445,47 +404,23 @@ def test_a_new_static_dispatcher_journals_per_worker_count_and_generation(
     custom = parse(shardingPolicy="DATA", dispatcher={"workDir": "gs://bucket/journal/"})
     assert builders.dispatcher_config(custom, settings, 4).work_dir == "gs://bucket/journal/4-workers-g1"
     dynamic = builders.dispatcher_config(parse(shardingPolicy="DYNAMIC"), settings, 4)
-    assert (dynamic.work_dir, dynamic.prune_old_journals) == (
-        builders.DEFAULT_WORK_DIR,
-        False,
-    )
-    no_journal = parse(
-        shardingPolicy="FILE",
-        dispatcher={"faultTolerantMode": False, "storage": {"enabled": False}},
-    )
-    assert (
-        builders.dispatcher_config(no_journal, settings, 2).work_dir,
-        no_journal.is_static,
-    ) == (None, True)
+    assert (dynamic.work_dir, dynamic.prune_old_journals) == (builders.DEFAULT_WORK_DIR, False)
+    no_journal = parse(shardingPolicy="FILE", dispatcher={"faultTolerantMode": False, "storage": {"enabled": False}})
+    assert (builders.dispatcher_config(no_journal, settings, 2).work_dir, no_journal.is_static) == (None, True)
 
 
 def live_dispatcher(svc: spec.ServiceSpec, settings: BuildSettings, workers: int, work_dir: str) -> dict[str, Any]:
     config = dataclasses.replace(builders.dispatcher_config(svc, settings, workers), work_dir=work_dir)
-    return {
-        "worker_addresses": list(config.worker_addresses or ()),
-        "work_dir": config.work_dir,
-    }
+    return {"worker_addresses": list(config.worker_addresses or ()), "work_dir": config.work_dir}
 
 
 @pytest.mark.parametrize(
     ("live_workers", "live_dir", "expected"),
     [
-        (
-            2,
-            "2-workers-g3",
-            "2-workers-g3",
-        ),  # same list: the running journal is replayed
-        (
-            2,
-            "2-workers",
-            "2-workers",
-        ),  # a service from before generations keeps its journal too
+        (2, "2-workers-g3", "2-workers-g3"),  # same list: the running journal is replayed
+        (2, "2-workers", "2-workers"),  # a service from before generations keeps its journal too
         (3, "3-workers-g3", "2-workers-g7"),  # the list changes: a fresh journal
-        (
-            2,
-            "elsewhere/2-workers-g3",
-            "2-workers-g7",
-        ),  # not one of ours (e.g. workDir changed)
+        (2, "elsewhere/2-workers-g3", "2-workers-g7"),  # not one of ours (e.g. workDir changed)
         (2, "tf_data_dispatcher_journal", "2-workers-g7"),
     ],
 )
@@ -515,9 +450,7 @@ def test_a_static_journal_is_looked_for_under_the_work_dir_as_written(
     assert builders.dispatcher_config(svc, settings, 2, expected).work_dir == f"{work_dir.rstrip('/')}/{expected}"
 
 
-def test_each_child_is_named_by_its_own_api_version_kind_and_name(
-    settings: BuildSettings,
-) -> None:
+def test_each_child_is_named_by_its_own_api_version_kind_and_name(settings: BuildSettings) -> None:
     # What the reconcile deletes when a child is no longer wanted: the row must name the object it built.
     svc = parse(
         shardingPolicy="DYNAMIC",
@@ -535,36 +468,18 @@ def test_each_child_is_named_by_its_own_api_version_kind_and_name(
     ]
     for kind, (name, manifest) in rows:
         assert manifest is not None
-        assert (
-            manifest["apiVersion"],
-            manifest["kind"],
-            manifest["metadata"]["name"],
-        ) == (
+        assert (manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"]) == (
             kind.api_version,
             kind.kind,
             name,
         )
-        assert "delete" in kind.verbs or kind.kind in (
-            "Service",
-            "ConfigMap",
-        )  # never None: never deleted
+        assert "delete" in kind.verbs or kind.kind in ("Service", "ConfigMap")  # never None: never deleted
 
 
 def test_a_volume_keeps_the_lists_inside_it(settings: BuildSettings) -> None:
-    items = [
-        {"key": "a.json", "path": "a.json"},
-        {"key": "b.json", "path": "sub/b.json", "mode": 0o400},
-    ]
-    volume = {
-        "name": "cfg",
-        "configMap": {"name": "settings", "items": items, "optional": False},
-    }
-    svc = parse(
-        workers={
-            "volumes": [volume],
-            "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}],
-        }
-    )
+    items = [{"key": "a.json", "path": "a.json"}, {"key": "b.json", "path": "sub/b.json", "mode": 0o400}]
+    volume = {"name": "cfg", "configMap": {"name": "settings", "items": items, "optional": False}}
+    svc = parse(workers={"volumes": [volume], "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]})
     pod = builders.build_worker_statefulset(svc, settings, 2)["spec"]["template"]["spec"]
     # `optional: false` goes, as the API server drops it; the items stay, each as written.
     assert [v for v in pod["volumes"] if v["name"] == "cfg"] == [
@@ -584,10 +499,7 @@ def with_env(*env: dict[str, str]) -> dict[str, Any]:
         (with_env({"name": "OTHER", "value": "{}"}), None),
         (with_env({"name": serverconfig.CONFIG_ENV, "value": "[1]"}), None),
         (
-            with_env(
-                {"name": "OTHER", "value": "not json"},
-                {"name": serverconfig.CONFIG_ENV, "value": '{"port": 5}'},
-            ),
+            with_env({"name": "OTHER", "value": "not json"}, {"name": serverconfig.CONFIG_ENV, "value": '{"port": 5}'}),
             {"port": 5},
         ),
     ],
@@ -598,9 +510,7 @@ def test_read_config_reads_only_the_server_configuration_and_only_an_object(
     assert builders.read_config(statefulset) == expected
 
 
-def test_a_name_at_the_length_limit_fits_every_name_kubernetes_derives_from_it(
-    settings: BuildSettings,
-) -> None:
+def test_a_name_at_the_length_limit_fits_every_name_kubernetes_derives_from_it(settings: BuildSettings) -> None:
     name, namespace = "n" * spec.MAX_NAME_LENGTH, "x" * 63
     doc = body(name, namespace, shardingPolicy="FILE", workers={"replicas": 1000})
     svc = spec.parse(doc, "img")
@@ -640,35 +550,21 @@ def test_static_workers_heartbeat_every_second_unless_the_spec_says() -> None:
 
 DATA = {
     "volumes": [
-        {
-            "name": "tfrecords",
-            "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True},
-        },
-        {
-            "name": "creds",
-            "secret": {"secretName": "s3", "optional": False, "defaultMode": 0},
-        },
+        {"name": "tfrecords", "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True}},
+        {"name": "creds", "secret": {"secretName": "s3", "optional": False, "defaultMode": 0}},
     ],
     "volumeMounts": [{"name": "tfrecords", "mountPath": "/data", "readOnly": True, "subPath": ""}],
-    "env": [
-        {"name": "AWS_REGION", "value": "eu-west-1"},
-        {"name": "EMPTY", "value": ""},
-    ],
+    "env": [{"name": "AWS_REGION", "value": "eu-west-1"}, {"name": "EMPTY", "value": ""}],
     "envFrom": [{"secretRef": {"name": "s3", "optional": False}}],
 }
 
 
-def test_workers_mount_the_users_volumes_after_the_operators_own(
-    settings: BuildSettings,
-) -> None:
+def test_workers_mount_the_users_volumes_after_the_operators_own(settings: BuildSettings) -> None:
     sts = builders.build_worker_statefulset(parse(shardingPolicy="FILE", workers=DATA), settings, 2)
     pod = sts["spec"]["template"]["spec"]
     assert pod["volumes"] == [
         {"name": "tmp", "emptyDir": {}},
-        {
-            "name": "tfrecords",
-            "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True},
-        },
+        {"name": "tfrecords", "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True}},
         # optional: false means what unset means, so it is left out; mode 0 is a real mode.
         {"name": "creds", "secret": {"secretName": "s3", "defaultMode": 0}},
     ]
@@ -683,27 +579,15 @@ def test_workers_mount_the_users_volumes_after_the_operators_own(
     assert container(sts)["envFrom"] == [{"secretRef": {"name": "s3"}}]
     # The server's own configuration is untouched by them.
     assert pod_config(sts, "worker", "demo-worker-0") == pod_config(
-        builders.build_worker_statefulset(parse(shardingPolicy="FILE"), settings, 2),
-        "worker",
-        "demo-worker-0",
+        builders.build_worker_statefulset(parse(shardingPolicy="FILE"), settings, 2), "worker", "demo-worker-0"
     )
 
 
-def test_the_dispatcher_gets_its_own_volumes_and_env_beside_the_journal(
-    settings: BuildSettings,
-) -> None:
+def test_the_dispatcher_gets_its_own_volumes_and_env_beside_the_journal(settings: BuildSettings) -> None:
     svc = parse(dispatcher=DATA)
     sts = builders.build_dispatcher_statefulset(svc, settings, 2)
-    assert [v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]] == [
-        "tmp",
-        "tfrecords",
-        "creds",
-    ]
-    assert [m["name"] for m in container(sts)["volumeMounts"]] == [
-        "tmp",
-        "journal",
-        "tfrecords",
-    ]
+    assert [v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]] == ["tmp", "tfrecords", "creds"]
+    assert [m["name"] for m in container(sts)["volumeMounts"]] == ["tmp", "journal", "tfrecords"]
     assert [e["name"] for e in container(sts)["env"]][-2:] == ["AWS_REGION", "EMPTY"]
     # The workers' pods are not the dispatcher's.
     workers = builders.build_worker_statefulset(svc, settings, 2)
@@ -716,14 +600,8 @@ def test_the_operators_own_volumes_and_env_are_what_spec_reserves(settings: Buil
     """spec refuses a user's volume, mount or variable that collides with these: the two lists are one."""
     svc = parse(dispatcher={} if journal else {"workDir": "gs://b/j", "storage": {"enabled": False}})
     for sts, own in [
-        (
-            builders.build_dispatcher_statefulset(svc, settings, 2),
-            spec.operator_volumes(journal=journal),
-        ),
-        (
-            builders.build_worker_statefulset(svc, settings, 2),
-            spec.operator_volumes(journal=False),
-        ),
+        (builders.build_dispatcher_statefulset(svc, settings, 2), spec.operator_volumes(journal=journal)),
+        (builders.build_worker_statefulset(svc, settings, 2), spec.operator_volumes(journal=False)),
     ]:
         template = sts["spec"]["template"]["spec"]
         claims = [c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])]

@@ -89,12 +89,7 @@ def test_a_trimmed_pod_keeps_why_it_is_not_scheduled_or_not_running() -> None:
     }  # fmt: skip
     trimmed = cache.trim_pod(pod)
     assert trimmed["status"]["conditions"] == [
-        {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": "Unschedulable",
-            "message": "0/1 nodes are available",
-        }
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available"}
     ]
     (container,) = trimmed["status"]["containerStatuses"]
     assert container["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}}
@@ -139,12 +134,7 @@ def test_a_newer_watch_event_overrides_the_overlay() -> None:
 def test_a_trimmed_event_keeps_what_a_diagnosis_reads() -> None:
     event = {
         "metadata": {"name": "journal-x-0.1", "managedFields": [{"m": 1}]},
-        "involvedObject": {
-            "kind": "PersistentVolumeClaim",
-            "name": "journal-x-0",
-            "uid": "u",
-            "apiVersion": "v1",
-        },
+        "involvedObject": {"kind": "PersistentVolumeClaim", "name": "journal-x-0", "uid": "u", "apiVersion": "v1"},
         "type": "Warning",
         "reason": "ProvisioningFailed",
         "message": "m" * 5000,
@@ -154,11 +144,7 @@ def test_a_trimmed_event_keeps_what_a_diagnosis_reads() -> None:
     }
     trimmed = cache.trim_event(event)
     assert trimmed == {
-        "involvedObject": {
-            "kind": "PersistentVolumeClaim",
-            "name": "journal-x-0",
-            "uid": "u",
-        },
+        "involvedObject": {"kind": "PersistentVolumeClaim", "name": "journal-x-0", "uid": "u"},
         "type": "Warning",
         "reason": "ProvisioningFailed",
         "message": "m" * 1024,

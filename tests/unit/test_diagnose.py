@@ -38,11 +38,7 @@ OLD_TF = (
 NO_PYTHON = 'failed to create containerd task: exec: "python3": executable file not found in $PATH: unknown'
 
 
-def pod(
-    name: str = "demo-worker-0",
-    conditions: list[Manifest] | None = None,
-    **container: Any,
-) -> Manifest:
+def pod(name: str = "demo-worker-0", conditions: list[Manifest] | None = None, **container: Any) -> Manifest:
     return {
         "kind": "Pod",
         "metadata": {"name": name, "ownerReferences": [{"uid": STS_UID}]},
@@ -55,14 +51,7 @@ def pod(
 
 
 def unschedulable(message: str) -> list[Manifest]:
-    return [
-        {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": "Unschedulable",
-            "message": message,
-        }
-    ]
+    return [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]
 
 
 def event(reason: str, message: str, when: str = "2026-11-23T20:00:00Z", uid: str = STS_UID, **extra: Any
@@ -214,12 +203,7 @@ def test_a_long_message_is_cut() -> None:
         pytest.param(sts(pods=0), [], True, id="no-pod-created"),
         pytest.param(sts(pods=1), [pod()], True, id="one-missing"),
         pytest.param(sts(pods=2), [pod(), pod("demo-worker-1")], False, id="all-created"),
-        pytest.param(
-            sts(pods=0, observed=False),
-            [],
-            False,
-            id="controller-has-not-seen-the-spec",
-        ),
+        pytest.param(sts(pods=0, observed=False), [], False, id="controller-has-not-seen-the-spec"),
         pytest.param(sts(pods=2), [], False, id="the-cache-lags-the-statefulset"),
         pytest.param(None, [], False, id="no-statefulset"),
     ],
@@ -251,21 +235,10 @@ def conditions(observed: status.Servers) -> dict[str, dict[str, Any]]:
 
 
 def test_the_conditions_carry_the_childs_reason_and_message() -> None:
-    failed = Finding(
-        "FailedCreate",
-        "StatefulSet demo-worker cannot create pod demo-worker-0: no PriorityClass",
-    )
-    waiting = Finding(
-        "ImagePullBackOff",
-        "Pod demo-dispatcher-0: container server is in ImagePullBackOff",
-    )
+    failed = Finding("FailedCreate", "StatefulSet demo-worker cannot create pod demo-worker-0: no PriorityClass")
+    waiting = Finding("ImagePullBackOff", "Pod demo-dispatcher-0: container server is in ImagePullBackOff")
     by_type = conditions(
-        status.Servers(
-            sts("demo-dispatcher", 1, 1),
-            sts(),
-            dispatcher_problem=waiting,
-            workers_problem=failed,
-        )
+        status.Servers(sts("demo-dispatcher", 1, 1), sts(), dispatcher_problem=waiting, workers_problem=failed)
     )
     assert by_type["WorkersReady"]["reason"] == "FailedCreate"
     assert by_type["WorkersReady"]["message"] == f"0/2 workers are ready and up to date: {failed.message}"
@@ -289,11 +262,7 @@ def test_a_problem_never_overrides_a_ready_or_missing_statefulset() -> None:
 
 
 def running_pod(name: str, ready: bool = False, ip: str | None = "10.0.0.7") -> Manifest:
-    body = pod(
-        name,
-        [{"type": "Ready", "status": "True" if ready else "False"}],
-        state={"running": {}},
-    )
+    body = pod(name, [{"type": "Ready", "status": "True" if ready else "False"}], state={"running": {}})
     if ip:
         body["status"]["podIP"] = ip
     return body
@@ -329,11 +298,7 @@ def test_a_held_rescale_is_reported_rather_than_a_workers_problem() -> None:
     """A held change is the operator's own decision: it names it, whatever else keeps workers unready."""
     body = {"metadata": {"name": "demo", "namespace": "ml", "uid": "u", "generation": 1},
             "spec": {"shardingPolicy": "FILE", "workers": {"replicas": 3}}}  # fmt: skip
-    held = hold.HoldDecision(
-        hold.HOLD,
-        hold.Pending("workers 2→3", "worker count change 2→3", 2),
-        "waits: reading",
-    )
+    held = hold.HoldDecision(hold.HOLD, hold.Pending("workers 2→3", "worker count change 2→3", 2), "waits: reading")
     problem = Finding("CrashLoopBackOff", "Pod demo-worker-0: container worker is in CrashLoopBackOff")
     observed = status.Servers(sts("demo-dispatcher", 1, 1), sts(), workers_problem=problem)
     st = status.compute_status(spec.parse(body, "img"), body, observed, BuildSettings(), "T1", decision=held)

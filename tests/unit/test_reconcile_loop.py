@@ -168,10 +168,7 @@ def test_a_foreign_object_whose_merge_with_the_child_is_refused_is_a_name_confli
     # A Service someone else made, with an unnamed port: merged with the child's named ports the API
     # server refuses it ("ports must be named"); the name is taken, and that is what the user must hear.
     api = FakeApi()
-    api.objects[("Service", "demo-worker")] = {
-        "kind": "Service",
-        "metadata": {"name": "demo-worker", "uid": "x"},
-    }
+    api.objects[("Service", "demo-worker")] = {"kind": "Service", "metadata": {"name": "demo-worker", "uid": "x"}}
     refusal = ApiException(status=422, body=json.dumps({"message": "spec.ports[0].name: Required value"}))
     api.refuse[("Service", "demo-worker")] = refusal
     outcome = run_without_cache(api, service())
@@ -255,10 +252,7 @@ def pod_of(api: FakeApi, sts_name: str, ordinal: int, **status: Any) -> Manifest
         "metadata": {
             "name": f"{sts_name}-{ordinal}",
             "namespace": "ml",
-            "labels": {
-                "app.kubernetes.io/component": component,
-                "controller-revision-hash": "r1",
-            },
+            "labels": {"app.kubernetes.io/component": component, "controller-revision-hash": "r1"},
             "ownerReferences": [{"uid": uid}],
         },
         "status": status,
@@ -286,12 +280,7 @@ def test_pods_a_statefulset_cannot_create_cost_one_read_of_its_events_and_the_st
         "no PriorityClass with name does-not-exist was found"
     )
     api.object_events[("StatefulSet", "demo-worker")] = [
-        {
-            "type": "Warning",
-            "reason": "FailedCreate",
-            "message": message,
-            "lastTimestamp": "t",
-        }
+        {"type": "Warning", "reason": "FailedCreate", "message": message, "lastTimestamp": "t"}
     ]
     api.take_calls()
     run(api, service())
@@ -317,12 +306,7 @@ def test_unschedulable_and_crashing_pods_are_explained_from_the_cache_alone() ->
         pod_of(api, "demo-worker", 1),
     ]  # fmt: skip
     api.take_calls()
-    reconcile.reconcile(
-        api,
-        CONFIG,
-        {**service(), "status": api.status},
-        reconcile.Observed(api.objects, pods),
-    )
+    reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, reconcile.Observed(api.objects, pods))
     assert api.take_calls() == [("status", "demo")]
     by_type = {c["type"]: c for c in api.status["conditions"]}  # type: ignore[index]
     assert by_type["DispatcherReady"]["reason"] == "Unschedulable"
@@ -418,10 +402,7 @@ def test_a_cpu_autoscaled_service_is_left_to_its_hpa() -> None:
         autoscaling={"metric": "CPU", "maxReplicas": 4},
     )
     outcome = reconcile.reconcile(api, CONFIG, body, api.observed(), auto)
-    assert (
-        "HorizontalPodAutoscaler",
-        "demo-worker",
-    ) in api.objects and outcome.requeue_after is None
+    assert ("HorizontalPodAutoscaler", "demo-worker") in api.objects and outcome.requeue_after is None
 
 
 # --- Held changes: rescalePolicy WhenIdle and suspend -------------------------------------
@@ -461,11 +442,7 @@ class FakeSignals:
 def run_with(api: FakeApi, body: Manifest, signals: FakeSignals, phase: str = "Running") -> reconcile.Outcome:
     observed = reconcile.Observed(api.observed().objects, [dispatcher_pod(phase)])
     return reconcile.reconcile(
-        api,
-        CONFIG,
-        {**body, "status": api.status},
-        observed,
-        reconcile.Autoscaling(fetch=signals),
+        api, CONFIG, {**body, "status": api.status}, observed, reconcile.Autoscaling(fetch=signals)
     )
 
 
@@ -641,10 +618,7 @@ def test_suspend_pauses_cpu_autoscaling() -> None:
 
 def test_suspend_pauses_tfdata_autoscaling_and_keeps_its_status() -> None:
     api = FakeApi()
-    auto = {
-        "autoscaling": {"maxReplicas": 4},
-        "workers": {"replicas": 2, "rescalePolicy": "Immediate"},
-    }
+    auto = {"autoscaling": {"maxReplicas": 4}, "workers": {"replicas": 2, "rescalePolicy": "Immediate"}}
     signals = FakeSignals(reading=False, idle=600)
     run_with(api, service(**auto), signals)
     before = api.status["autoscaling"]  # type: ignore[index]
@@ -664,10 +638,7 @@ def _pod(component: str, name: str, created: str, ready_since: str | None = None
             "namespace": "ml",
             "uid": f"uid-{name}",
             "creationTimestamp": created,
-            "labels": {
-                "app.kubernetes.io/instance": "demo",
-                "app.kubernetes.io/component": component,
-            },
+            "labels": {"app.kubernetes.io/instance": "demo", "app.kubernetes.io/component": component},
         },
         "status": {"conditions": conditions},
     }
@@ -679,35 +650,17 @@ def test_workers_of_an_earlier_journal_less_dispatcher_pod_are_replaced_and_only
     run(api, body)
     api.take_calls()
     pods = [
-        _pod(
-            "dispatcher",
-            "demo-dispatcher-0",
-            created="2026-01-01T00:05:00Z",
-            ready_since="2026-01-01T00:05:05Z",
-        ),
+        _pod("dispatcher", "demo-dispatcher-0", created="2026-01-01T00:05:00Z", ready_since="2026-01-01T00:05:05Z"),
         # registered with the dispatcher pod before this one:
-        _pod(
-            "worker",
-            "demo-worker-0",
-            created="2026-01-01T00:00:00Z",
-            ready_since="2026-01-01T00:01:00Z",
-        ),
+        _pod("worker", "demo-worker-0", created="2026-01-01T00:00:00Z", ready_since="2026-01-01T00:01:00Z"),
         # ready only once this dispatcher ran:
-        _pod(
-            "worker",
-            "demo-worker-1",
-            created="2026-01-01T00:00:00Z",
-            ready_since="2026-01-01T00:05:09Z",
-        ),
+        _pod("worker", "demo-worker-1", created="2026-01-01T00:00:00Z", ready_since="2026-01-01T00:05:09Z"),
     ]
     for pod in pods:
         api.objects[("Pod", pod["metadata"]["name"])] = pod
     observed = reconcile.Observed(api.observed().objects, pods)
     outcome = reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed)
-    assert api.take_calls() == [
-        ("delete", "Pod/demo-worker-0"),
-        ("event", "RestartedStaleWorker"),
-    ]
+    assert api.take_calls() == [("delete", "Pod/demo-worker-0"), ("event", "RestartedStaleWorker")]
     assert outcome.result == "changed"
     # With a journal the restarted dispatcher continues the task ids: the same pods stay.
     journaled = service(dispatcher={"faultTolerantMode": True})
@@ -719,49 +672,25 @@ def test_workers_of_an_earlier_journal_less_dispatcher_pod_are_replaced_and_only
 # --- At scale: a settled cluster costs nothing; an unready service is read once per resync ------
 
 # As `make bench` writes them (benchmarks/bench.py): DYNAMIC, 4 workers, a journal claim, on kwok's nodes.
-KWOK_TOLERATION = {
-    "key": "kwok.x-k8s.io/node",
-    "operator": "Exists",
-    "effect": "NoSchedule",
-}
-BENCH = {
-    "dispatcher": {"tolerations": [KWOK_TOLERATION]},
-    "workers": {"replicas": 4, "tolerations": [KWOK_TOLERATION]},
-}
+KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+BENCH = {"dispatcher": {"tolerations": [KWOK_TOLERATION]}, "workers": {"replicas": 4, "tolerations": [KWOK_TOLERATION]}}
 UNBOUND = "0/10 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"
 
 
-def kwok_pod(
-    api: FakeApi,
-    sts_name: str,
-    ordinal: int,
-    ready: bool = True,
-    scheduled: bool = True,
-) -> Manifest:
+def kwok_pod(api: FakeApi, sts_name: str, ordinal: int, ready: bool = True, scheduled: bool = True) -> Manifest:
     """A pod as kwok reports it: Running and Ready with a pod IP; ``ready=False``: still running, but
     marked not ready (as the node lifecycle controller does); ``scheduled=False``: Pending, the
     scheduler waiting for its claim."""
     pod = pod_of(api, sts_name, ordinal)
     if not scheduled:
-        waiting = {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": "Unschedulable",
-            "message": UNBOUND,
-        }
+        waiting = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": UNBOUND}
         pod["status"] = {"phase": "Pending", "conditions": [waiting]}
         return pod
     running = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
     pod["status"] = {
         "phase": "Running",
         "podIP": f"10.0.0.{ordinal + (10 if 'worker' in sts_name else 1)}",
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": str(ready),
-                "lastTransitionTime": "2026-01-01T00:00:00Z",
-            }
-        ],
+        "conditions": [{"type": "Ready", "status": str(ready), "lastTransitionTime": "2026-01-01T00:00:00Z"}],
         "containerStatuses": [{"name": "server", "ready": ready, "restartCount": 0, "state": running}],
     }
     return pod
@@ -794,21 +723,11 @@ def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_ea
     unready_pods = [kwok_pod(unready, "demo-dispatcher", 0, scheduled=False)]
     unready_pods += [kwok_pod(unready, "demo-worker", i, ready=i != 3) for i in range(4)]
     unready.object_events[("PersistentVolumeClaim", "journal-demo-dispatcher-0")] = [
-        {
-            "type": "Warning",
-            "reason": "ProvisioningFailed",
-            "message": "no volume plugin matched",
-            "lastTimestamp": "t",
-        }
+        {"type": "Warning", "reason": "ProvisioningFailed", "message": "no volume plugin matched", "lastTimestamp": "t"}
     ]
     # The list is the namespace's: another claim's later Warning is not this service's.
     unready.object_events[("PersistentVolumeClaim", "journal-other-dispatcher-0")] = [
-        {
-            "type": "Warning",
-            "reason": "ClaimLost",
-            "message": "another claim's",
-            "lastTimestamp": "u",
-        }
+        {"type": "Warning", "reason": "ClaimLost", "message": "another claim's", "lastTimestamp": "u"}
     ]
 
     def reconcile_both() -> None:
@@ -819,10 +738,7 @@ def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_ea
     ready.take_calls(), unready.take_calls()
     reconcile_both()  # each says what it is now: Ready, or why not
     assert ready.take_calls() == [("status", "demo")]
-    assert unready.take_calls() == [
-        ("list-events", "PersistentVolumeClaim"),
-        ("status", "demo"),
-    ]
+    assert unready.take_calls() == [("list-events", "PersistentVolumeClaim"), ("status", "demo")]
     dispatcher = condition(unready, "DispatcherReady")
     assert dispatcher["reason"] == "ProvisioningFailed" and dispatcher["message"].endswith("no volume plugin matched")
     assert condition(unready, "WorkersReady")["reason"] == "ServerNotReady" and asked == [
