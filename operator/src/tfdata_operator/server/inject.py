@@ -3,7 +3,7 @@
 An init container runs it from the operator's image into an emptyDir that the server container
 mounts at ``serverconfig.INJECT_MOUNT``. It copies what ``tfdata-server`` needs besides Python and
 TensorFlow, which the user's image has: this package's server program (``tfdata_operator``'s
-``__init__.py``, ``server/`` and ``wire/``) and the pure-Python packages it imports (click,
+``__init__.py``, ``server/`` and ``wire/``, and the trainer's helper ``client/``) and the pure-Python packages it imports (click,
 prometheus_client) under ``DIR/python``, and the program itself, ``DIR/tfdata-server``
 (``launcher_source``). The server runs as another user than this container, on a read-only root
 filesystem: every file is readable by anyone, and no bytecode is copied (none could be written
@@ -23,8 +23,10 @@ from pathlib import Path
 import tfdata_operator
 from tfdata_operator.wire import serverconfig
 
-# What of this package the server program is: everything else is the operator's.
-PACKAGE_PARTS = ("__init__.py", "server", "wire")
+# What of this package the server program is, plus the trainer's helper (``client``), so a trainer
+# pod on the same image can take it from the same copy (``sys.path.append(DIR + "/python")``):
+# everything else is the operator's.
+PACKAGE_PARTS = ("__init__.py", "server", "wire", "client")
 # The pure-Python packages the server program imports that an image with TensorFlow may lack
 # (TensorFlow brings grpc and protobuf, which the dispatcher's aggregation uses).
 DEPENDENCIES = ("click", "prometheus_client")
