@@ -46,10 +46,7 @@ def test_copies_the_server_program_and_its_pure_python_dependencies_only(
     tops = {f.split("/")[0] for f in files}
     assert tops == {"tfdata_operator", "click", "prometheus_client"}
     subpackages = {f.split("/")[1] for f in files if f.startswith("tfdata_operator/") and f.count("/") > 1}
-    assert subpackages == {
-        "server",
-        "wire",
-    }  # never the operator's controller, render, api, ...
+    assert subpackages == {"server", "wire", "client"}  # never the operator's controller, render, api, ...
     assert not [f for f in files if "__pycache__" in f or f.endswith((".pyc", ".pyo"))]
 
 
