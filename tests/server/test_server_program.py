@@ -18,7 +18,7 @@ import pytest
 import servers
 from servers import START_TIMEOUT, Launch, ServerProcess, ServerTensorFlow, free_port, wait_for
 
-from tfdata_operator.wire import serverconfig
+from tfdata_operator.wire import serverconfig, serverinfo
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
 
 
@@ -101,6 +101,17 @@ def test_worker_is_alive_but_not_ready_until_the_dispatcher_accepts_it(static_cl
         status, body = worker.probe("/readyz")
         assert status == 200, body
         assert f"registered with dispatcher at 127.0.0.1:{static_cluster.dispatcher.config.port}" in body
+
+
+def test_servers_run_on_the_tensorflow_chosen_and_say_so(
+    static_cluster: StaticCluster, server_tf: ServerTensorFlow
+) -> None:
+    # `make test-server-oldest` must really run them on TensorFlow 2.16, injected.
+    graph_def = server_tf.graph_def()
+    for process in [static_cluster.dispatcher, *static_cluster.workers]:
+        info = serverinfo.from_json(process.wait_probe(serverinfo.INFO_PATH, 200))
+        assert info.graph_def == graph_def, (info, server_tf)
+        assert f"TensorFlow {info.tensorflow_version} (Python {info.python_version}" in process.log()
 
 
 def test_dispatcher_counts_its_static_workers(static_cluster: StaticCluster) -> None:
