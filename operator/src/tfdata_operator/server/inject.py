@@ -3,11 +3,11 @@
 An init container runs it from the operator's image into an emptyDir that the server container
 mounts at ``serverconfig.INJECT_MOUNT``. It copies what ``tfdata-server`` needs besides Python and
 TensorFlow, which the user's image has: this package's server program (``tfdata_operator``'s
-``__init__.py``, ``server/`` and ``wire/``, and the trainer's helper ``client/``) and the pure-Python packages it imports (click,
-prometheus_client) under ``DIR/python``, and the program itself, ``DIR/tfdata-server``
-(``launcher_source``). The server runs as another user than this container, on a read-only root
-filesystem: every file is readable by anyone, and no bytecode is copied (none could be written
-next to the sources either, so Python compiles in memory).
+``__init__.py``, ``server/`` and ``wire/``, and the trainer's helper ``client/``) and the
+pure-Python packages it imports (click, prometheus_client) under ``DIR/python``, and the program
+itself, ``DIR/tfdata-server`` (``launcher_source``). The server runs as another user than this
+container, on a read-only root filesystem: every file is readable by anyone, and no bytecode is
+copied (none could be written next to the sources either, so Python compiles in memory).
 """
 
 from __future__ import annotations
