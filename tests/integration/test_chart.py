@@ -197,6 +197,8 @@ def test_custom_render_is_accepted_by_the_api_server(
     assert {e["name"]: e["value"] for e in container["env"]} == {
         "TFDATA_NAMESPACES": f"{watched[0]} {watched[1]}",
         "TFDATA_SERVER_IMAGE": "registry.example.com/ml/tfdata-server:2.21-gpu",
+        # Pods of an image of the user's get the server program from the operator's own image.
+        "TFDATA_INJECTOR_IMAGE": "registry.example.com/ml/tfdata-operator:9.9.9",
         "TFDATA_CLUSTER_DOMAIN": "corp.internal",
         "TFDATA_LOG_FORMAT": "plain",
         "TFDATA_OPERATOR_NAMESPACE": "infra",
