@@ -27,9 +27,7 @@ def relative_files(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
 
 
-def test_copies_the_server_program_and_its_pure_python_dependencies_only(
-    injected: Path,
-) -> None:
+def test_copies_the_server_program_and_its_pure_python_dependencies_only(injected: Path) -> None:
     files = relative_files(injected / inject.PYTHON_DIR)
     for expected in (
         "tfdata_operator/__init__.py",
@@ -50,9 +48,7 @@ def test_copies_the_server_program_and_its_pure_python_dependencies_only(
     assert not [f for f in files if "__pycache__" in f or f.endswith((".pyc", ".pyo"))]
 
 
-def test_every_file_is_readable_and_every_directory_searchable_by_anyone(
-    injected: Path,
-) -> None:
+def test_every_file_is_readable_and_every_directory_searchable_by_anyone(injected: Path) -> None:
     for path in injected.rglob("*"):
         mode = stat.S_IMODE(path.stat().st_mode)
         wanted = 0o755 if path.is_dir() or path.name == inject.PROGRAM else 0o644
@@ -71,17 +67,10 @@ def test_launcher_parses_as_python_3_4(injected: Path) -> None:
     ast.parse(inject.launcher_source(), feature_version=(3, 4))
 
 
-def test_launcher_on_a_python_older_than_needed_says_so_and_exits_3(
-    tmp_path: Path,
-) -> None:
+def test_launcher_on_a_python_older_than_needed_says_so_and_exits_3(tmp_path: Path) -> None:
     program = tmp_path / "tfdata-server"
     program.write_text(inject.launcher_source(oldest_python=(99, 0)))
-    result = subprocess.run(
-        [sys.executable, str(program), "worker"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    result = subprocess.run([sys.executable, str(program), "worker"], capture_output=True, text=True, timeout=30)
     assert result.returncode == serverconfig.EXIT_UNSUPPORTED_IMAGE
     version = ".".join(map(str, sys.version_info[:3]))
     assert result.stderr == (
@@ -98,16 +87,8 @@ def versions(**installed: str) -> Callable[[str], str | None]:
     ("installed", "owners", "found"),
     [
         ({"tensorflow_cpu": "2.21.0"}, [], ("tensorflow-cpu", "2.21.0")),
-        (
-            {"tf_nightly": "2.23.0.dev20261026"},
-            [],
-            ("tf-nightly", "2.23.0.dev20261026"),
-        ),
-        (
-            {"tensorflow_rocm_custom": "2.16.1"},
-            ["tensorflow_rocm_custom"],
-            ("tensorflow_rocm_custom", "2.16.1"),
-        ),
+        ({"tf_nightly": "2.23.0.dev20261026"}, [], ("tf-nightly", "2.23.0.dev20261026")),
+        ({"tensorflow_rocm_custom": "2.16.1"}, ["tensorflow_rocm_custom"], ("tensorflow_rocm_custom", "2.16.1")),
         ({}, [], None),
     ],
     ids=["cpu", "nightly", "other-owner", "no-metadata"],
@@ -122,22 +103,12 @@ def test_owners_are_asked_only_when_no_known_distribution_is_installed() -> None
     def owners() -> list[str]:
         raise AssertionError("packages_distributions() reads every distribution's files")
 
-    assert bootstrap.installed_tensorflow(versions(tensorflow="2.16.2"), owners) == (
-        "tensorflow",
-        "2.16.2",
-    )
+    assert bootstrap.installed_tensorflow(versions(tensorflow="2.16.2"), owners) == ("tensorflow", "2.16.2")
 
 
 @pytest.mark.parametrize(
     ("version", "ok"),
-    [
-        ("2.16.0", True),
-        ("2.16.0rc0", True),
-        ("2.21.0", True),
-        ("3.0.0", True),
-        ("2.15.1", False),
-        ("1.15.5", False),
-    ],
+    [("2.16.0", True), ("2.16.0rc0", True), ("2.21.0", True), ("3.0.0", True), ("2.15.1", False), ("1.15.5", False)],
 )
 def test_tensorflow_older_than_the_oldest_is_refused_with_what_to_change(version: str, ok: bool) -> None:
     problem = bootstrap.image_problem(True, lambda: ("tensorflow", version), oldest=(2, 16))
@@ -161,15 +132,10 @@ def test_no_tensorflow_is_refused_and_unknown_metadata_is_given_its_chance() -> 
     assert bootstrap.image_problem(True, lambda: ("tensorflow", "unknown")) is None
 
 
-def test_bootstrap_on_a_python_without_tensorflow_exits_3_with_one_line(
-    injected: Path,
-) -> None:
+def test_bootstrap_on_a_python_without_tensorflow_exits_3_with_one_line(injected: Path) -> None:
     # -S: without site-packages this Python has no TensorFlow, as an image without it.
     result = subprocess.run(
-        [sys.executable, "-S", str(injected / inject.PROGRAM), "dispatcher"],
-        capture_output=True,
-        text=True,
-        timeout=30,
+        [sys.executable, "-S", str(injected / inject.PROGRAM), "dispatcher"], capture_output=True, text=True, timeout=30
     )
     assert result.returncode == serverconfig.EXIT_UNSUPPORTED_IMAGE, result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
