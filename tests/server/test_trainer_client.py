@@ -17,15 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import servers
+from servers import ServerProcess, ServerTensorFlow
 from support import Pages, free_port
 
 from tfdata_operator.client import servercheck
-from tfdata_operator.wire import serverinfo, tfrecords
+from tfdata_operator.wire import serverconfig, serverinfo, tfrecords
+from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
 
 HERE = Path(__file__).resolve().parent
 TRAINER_TIMEOUT = 180.0
 # `make venv-oldest`: TensorFlow 2.16 with tensorflow_text and nothing of ours, as a user's trainer image.
-TEXT_PYTHON = HERE.parents[1] / ".venv-tf2.16" / "bin" / "python"
+TEXT_PYTHON = servers.OLDEST_PYTHON
 
 
 class Cluster:
@@ -281,17 +284,43 @@ def test_servers_are_checked_before_any_element_is_requested(dynamic: Cluster, s
     assert served.requests.count("/real" + serverinfo.INFO_PATH) == 1, served.requests
 
 
-def test_a_tensorflow_text_pipeline_is_refused_by_servers_without_it(dynamic: Cluster, served: Pages) -> None:
-    """A trainer with tensorflow_text (TensorFlow 2.16) and servers on TensorFlow 2.21 without it, as measured."""
-    if not TEXT_PYTHON.exists():
-        pytest.skip(f"no {TEXT_PYTHON}: make venv-oldest")
-    refused = run_trainer(
-        python=TEXT_PYTHON, address=dynamic.address, policy="DYNAMIC", pipeline="tftext",
-        server_info_url=served.url("/real" + serverinfo.INFO_PATH),
+@pytest.fixture(scope="module")
+def program(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The server program itself: a tfdata-server dispatcher and worker on this TensorFlow, nothing preloaded."""
+    launched = servers.launcher(tmp_path_factory, ServerTensorFlow(servers.CURRENT_PYTHON))
+    launch = next(launched)
+    port, worker_port = free_port(), free_port()
+    dispatcher = launch(DispatcherServerConfig(port=port, health_port=free_port()))
+    worker = launch(
+        WorkerServerConfig(port=worker_port, health_port=free_port(), dispatcher_address=f"127.0.0.1:{port}",
+                           worker_address_format=f"{serverconfig.POD_NAME_PLACEHOLDER}:{worker_port}",
+                           heartbeat_interval_ms=1000),
+        pod_name="127.0.0.1",
     )  # fmt: skip
+    for process in (dispatcher, worker):
+        process.wait_probe("/readyz", 200)
+    yield dispatcher
+    next(launched, None)  # kills what it started
+
+
+def test_the_server_programs_info_passes_a_pipeline_it_runs_and_refuses_tensorflow_text(
+    program: ServerProcess,
+) -> None:
+    """Servers without tensorflow_text, read from their own /serverinfo; a trainer on TensorFlow 2.16 that has it."""
+    if not TEXT_PYTHON.exists():
+        pytest.fail(f"no {TEXT_PYTHON}: make venv-oldest")
+    base = {
+        "address": f"grpc://127.0.0.1:{program.config.port}",
+        "policy": "OFF",
+        "server_info_url": f"http://127.0.0.1:{program.config.health_port}{serverinfo.INFO_PATH}",
+    }
+    text = start_trainer(python=TEXT_PYTHON, pipeline="tftext", **base)
+    plain = start_trainer(pipeline="double", n=10, **base)
+    refused, read = result_of(text), result_of(plain)
     assert refused["error"] == "MissingOpError", refused
     assert (
         "lack 1 op this pipeline uses: TFText>WhitespaceTokenizeWithOffsetsV2 (registered by tensorflow_text)"
         in (refused["message"])
     )
     assert "add tensorflow_text to spec.preload.modules of the TFDataService at grpc://" in refused["message"]
+    assert sorted(read["elements"]) == [x * 2 for x in range(10)] and read["warning_types"] == [], read
