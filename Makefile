@@ -166,7 +166,7 @@ kind-down: ## Delete the kind cluster and its kubeconfig.
 	kind/cluster.sh down
 
 .PHONY: test-kind
-test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, journal claim bound and surviving a dispatcher deletion, NetworkPolicy enforced, held rescale, suspend, a trainer pod, CPU and TFData autoscaling, image-pull and crash-loop failures explained; last, no unexpected pod restart or logged error.
+test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, journal claim bound and surviving a dispatcher deletion, NetworkPolicy enforced, held rescale, suspend, a trainer pod, CPU and TFData autoscaling, image-pull and crash-loop failures explained, a service and a trainer on a user's TensorFlow 2.16 image (built here) and the stock image refusing its pipeline; last, no unexpected pod restart or logged error.
 	TFDATA_TEST_KUBECONFIG=$(ROOT)/.local/kind-kubeconfig $(PYTEST) -q -m kind tests/kind
 
 .PHONY: test-e2e-kind

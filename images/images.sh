@@ -18,6 +18,10 @@
 #      downloads stay in a wheelhouse in BuildKit's cache: a rebuild with no change takes
 #      a second, after a source change seconds, after a dependency change no re-download.
 #
+# `images/images.sh other DOCKERFILE TAG` builds another Dockerfile (its directory the context)
+# the same way, on the same base (passed as BASE_IMAGE) and with the same CA bundle secret,
+# and nothing else: an image of a user's the tests need (tests/kind/user-image/).
+#
 # Settings (environment): BASE_IMAGE, TFDATA_LOCAL_BASE=1 (always the local base),
 # TFDATA_CACHE (default ~/.cache/tfdata-operator), TFDATA_DEBIAN_MIRROR,
 # TFDATA_BUILD_CA_BUNDLE (a CA bundle pip trusts during the build; default $PIP_CERT,
@@ -33,6 +37,10 @@ SUITE="bookworm"
 log() { printf '[images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 elapsed() { local s=$(($(date +%s) - $1)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
+
+if [[ "${1:-}" == other ]] && ! [[ $# == 3 && -f "${2:-}" ]]; then
+  die "usage: $0 [other DOCKERFILE TAG]"
+fi
 
 VERSION="$(sed -nE 's/^version = "([^"]+)"$/\1/p' "$REPO/operator/pyproject.toml" | head -n 1)"
 [[ -n "$VERSION" ]] || die "no version in operator/pyproject.toml"
@@ -166,19 +174,41 @@ if [[ -n "$ca_bundle" && -s "$ca_bundle" ]]; then
   log "pip in the build trusts $ca_bundle (a build secret; not stored in the images)"
 fi
 
-build() {  # name
-  local name="$1" started
+build_image() {  # dockerfile tag context [docker build args...]
+  local file="$1" tag="$2" context="$3" started
+  shift 3
   started="$(date +%s)"
   "$DOCKER" build \
-    --file "$REPO/images/$name/Dockerfile" \
+    --file "$file" \
     --build-arg "BASE_IMAGE=$BASE" \
-    --build-arg "VERSION=$VERSION" \
     "${secret_args[@]}" \
+    "$@" \
     --progress=plain \
-    --tag "tfdata-$name:$VERSION" \
-    "$REPO"
-  log "built tfdata-$name:$VERSION in $(elapsed "$started")"
+    --tag "$tag" \
+    "$context"
+  log "built $tag in $(elapsed "$started")"
 }
+
+table() {  # image...
+  local image
+  echo
+  printf '%-40s %-20s %s\n' IMAGE ID SIZE
+  for image in "$@"; do
+    printf '%-40s %-20s %s\n' "$image" \
+      "$("$DOCKER" image inspect --format '{{.Id}}' "$image" | cut -c8-19)" \
+      "$("$DOCKER" image ls --format '{{.Size}}' "$image" | head -n 1)"
+  done
+}
+
+build() {  # name
+  build_image "$REPO/images/$1/Dockerfile" "tfdata-$1:$VERSION" "$REPO" --build-arg "VERSION=$VERSION"
+}
+
+if [[ "${1:-}" == other ]]; then
+  build_image "$2" "$3" "$(dirname "$2")"
+  table "$BASE" "$3"
+  exit 0
+fi
 
 log "building tfdata-operator:$VERSION"
 build operator
@@ -194,10 +224,4 @@ for name in operator server; do
   "$DOCKER" image prune --force --filter "label=org.opencontainers.image.title=tfdata-$name" >/dev/null
 done
 
-echo
-printf '%-40s %-20s %s\n' IMAGE ID SIZE
-for image in "$BASE" "tfdata-operator:$VERSION" "tfdata-server:$VERSION"; do
-  printf '%-40s %-20s %s\n' "$image" \
-    "$("$DOCKER" image inspect --format '{{.Id}}' "$image" | cut -c8-19)" \
-    "$("$DOCKER" image ls --format '{{.Size}}' "$image" | head -n 1)"
-done
+table "$BASE" "tfdata-operator:$VERSION" "tfdata-server:$VERSION"

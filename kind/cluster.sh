@@ -5,6 +5,8 @@
 #   kind/cluster.sh down   delete the cluster and its kubeconfig
 #   kind/cluster.sh env    print `export KUBECONFIG=... TFDATA_TEST_KUBECONFIG=...`
 #   kind/cluster.sh logs D `kind export logs` into directory D (node journal, pod logs)
+#   kind/cluster.sh load IMAGE...  `kind load docker-image` into the cluster's node (an image of a
+#                          user's a test builds; skipped when the node has it with the same ID)
 #
 # up:
 #   1. the node image (kind/node-image.sh: the published one where it can be
@@ -153,6 +155,15 @@ EOF
   fi
 }
 
+load() {  # image...
+  local started
+  started="$(date +%s)"
+  eval "$("$REPO/images/docker-daemon.sh" env)"
+  cluster_exists || die "no cluster $CLUSTER: run kind/cluster.sh up first"
+  kind_ load docker-image --name "$CLUSTER" "$@" >&2
+  log "loaded $* into $CLUSTER in $(elapsed "$started")"
+}
+
 down() {
   if cluster_exists; then
     log "deleting cluster $CLUSTER"
@@ -167,9 +178,14 @@ case "${1:-up}" in
   up) up ;;
   down) down ;;
   logs) kind_ export logs --name "$CLUSTER" "${2:?usage: $0 logs DIR}" >&2 ;;
+  load)
+    shift
+    (($#)) || die "usage: $0 load IMAGE..."
+    load "$@"
+    ;;
   env) printf 'export KUBECONFIG=%q TFDATA_TEST_KUBECONFIG=%q\n' "$KUBECONFIG_OUT" "$KUBECONFIG_OUT" ;;
   *)
-    echo "usage: $0 [up|down|env|logs DIR]" >&2
+    echo "usage: $0 [up|down|env|logs DIR|load IMAGE...]" >&2
     exit 2
     ;;
 esac

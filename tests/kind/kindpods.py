@@ -32,10 +32,18 @@ def tfdata_service(name: str) -> dict[str, Any]:
 
 
 def start_pod(
-    kubectl: Kubectl, namespace: str, name: str, labels: dict[str, str], script: str, *args: str, **container: Any
+    kubectl: Kubectl,
+    namespace: str,
+    name: str,
+    labels: dict[str, str],
+    script: str,
+    *args: str,
+    pod_spec: dict[str, Any] | None = None,
+    **container: Any,
 ) -> None:
     """A pod from our server image (it has Python, TensorFlow and our package) running ``script``;
-    ``container`` adds to its container (``envFrom=...``)."""
+    ``container`` adds to its container (``envFrom=...``, another ``image=...``), ``pod_spec`` to
+    its spec (``initContainers``, ``volumes``)."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -52,9 +60,21 @@ def start_pod(
                     **container,
                 }
             ],
+            **(pod_spec or {}),
         },
     }
     kubectl.apply(pod)
+
+
+def readiness(kubectl: Kubectl, namespace: str, name: str) -> dict[str, bool]:
+    """Whether each pod of the TFDataService ``name`` is Ready, by pod name."""
+    pods = kubectl.json("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={name}")["items"]
+    return {
+        p["metadata"]["name"]: any(
+            c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])
+        )
+        for p in pods
+    }
 
 
 def logs(kubectl: Kubectl, namespace: str, name: str) -> str:

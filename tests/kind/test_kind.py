@@ -17,6 +17,7 @@ from kindpods import (
     READY_TIMEOUT,
     connect_from_pod,
     logs,
+    readiness,
     start_pod,
     tfdata_service,
     wait_finished,
@@ -45,13 +46,8 @@ def test_dispatcher_and_workers_get_ready(kubectl: Kubectl, ready_service: str) 
     svc = kubectl.json("get", f"tfdata/{NAME}", "-n", ready_service)
     conditions = {c["type"]: c["status"] for c in svc["status"]["conditions"]}
     assert conditions == {"Ready": "True", "DispatcherReady": "True", "WorkersReady": "True"}, svc["status"]
-    pods = kubectl.json("get", "pods", "-n", ready_service, "-l", f"app.kubernetes.io/instance={NAME}")["items"]
-    ready = sorted(
-        p["metadata"]["name"]
-        for p in pods
-        if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-    )
-    assert ready == [f"{NAME}-dispatcher-0", f"{NAME}-worker-0", f"{NAME}-worker-1"], pods
+    ready = readiness(kubectl, ready_service, NAME)
+    assert ready == {f"{NAME}-dispatcher-0": True, f"{NAME}-worker-0": True, f"{NAME}-worker-1": True}, ready
 
 
 def test_journal_claim_is_bound_by_local_path_provisioner(kubectl: Kubectl, ready_service: str) -> None:
