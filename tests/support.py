@@ -351,12 +351,16 @@ def service_signals(reading: bool, idle_seconds: float = 0.0, reasons: tuple[str
 
 
 class Pages:
-    """A real HTTP server on 127.0.0.1 that answers GET ``path`` with ``pages[path]`` (JSON), and 404 otherwise."""
+    """A real HTTP server on 127.0.0.1 that answers GET ``path`` with ``pages[path]`` (JSON), and 404 otherwise.
 
-    def __init__(self, pages: dict[str, str]) -> None:
+    ``statuses[path]`` answers with that status (and an empty body) instead.
+    """
+
+    def __init__(self, pages: dict[str, str], statuses: dict[str, int] | None = None) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         self.pages = pages
+        self.statuses = statuses or {}
         self.requests: list[str] = []
         outer = self
 
@@ -364,8 +368,9 @@ class Pages:
             def do_GET(self) -> None:
                 outer.requests.append(self.path)
                 body = outer.pages.get(self.path)
-                self.send_response(200 if body is not None else 404)
-                data = (body or "").encode()
+                status = outer.statuses.get(self.path, 200 if body is not None else 404)
+                self.send_response(status)
+                data = (body or "").encode() if status == 200 else b""
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

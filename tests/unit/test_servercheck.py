@@ -111,11 +111,18 @@ def test_the_server_info_is_read_over_http() -> None:
 
 
 @pytest.mark.parametrize(
-    ("page", "why"),
-    [(None, "404: the servers' tfdata-server is older than this helper"), ("{}", "not a server info document")],
+    ("page", "status", "why"),
+    [
+        (None, None, "404: the servers' tfdata-server is older than this helper"),
+        ("{}", None, "not a server info document"),
+        (None, 503, "503: the servers' TensorFlow has not started yet"),
+    ],
+    ids=["older-server", "not-serverinfo", "not-started"],
 )
-def test_an_older_server_or_a_bad_document_skips_the_check_with_a_warning(page: str | None, why: str) -> None:
-    pages = Pages({serverinfo.INFO_PATH: page} if page else {})
+def test_an_older_server_or_a_bad_document_skips_the_check_with_a_warning(
+    page: str | None, status: int | None, why: str
+) -> None:
+    pages = Pages({serverinfo.INFO_PATH: page} if page else {}, {serverinfo.INFO_PATH: status} if status else {})
     try:
         url = pages.url(serverinfo.INFO_PATH)
         with pytest.warns(client.ServerCheckSkippedWarning) as caught:

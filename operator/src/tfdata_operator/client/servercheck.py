@@ -88,11 +88,10 @@ def fetch(url: str, timeout: float = SERVER_INFO_TIMEOUT_SECONDS) -> ServerInfo 
         with urllib.request.urlopen(url, timeout=timeout) as response:
             return serverinfo.from_json(response.read())
     except urllib.error.HTTPError as exc:
-        why = (
-            "404: the servers' tfdata-server is older than this helper and does not serve it"
-            if exc.code == 404
-            else f"HTTP {exc.code}"
-        )
+        why = {
+            404: "404: the servers' tfdata-server is older than this helper and does not serve it",
+            503: "503: the servers' TensorFlow has not started yet",
+        }.get(exc.code, f"HTTP {exc.code}")
     # Refused, timed out, cut off, a malformed URL, or not a ServerInfo (ServerInfoError is a ValueError).
     except (OSError, http.client.HTTPException, ValueError) as exc:
         why = str(getattr(exc, "reason", None) or exc)
