@@ -13,7 +13,7 @@ from setuptools.command.build_py import build_py
 TOP = "tfdata_operator"
 
 
-class TrainerModules(build_py):  # type: ignore[misc]
+class TrainerModules(build_py):
     def find_package_modules(self, package: str, package_dir: str) -> list[tuple[str, str, str]]:
         modules = super().find_package_modules(package, package_dir)
         return [m for m in modules if package != TOP or m[1] == "__init__"]
