@@ -9,7 +9,7 @@ from typing import Any
 
 from support import Kubectl, wait_for
 
-from tfdata_operator import cli
+from tfdata_operator import __version__, cli
 from tfdata_operator.api import spec
 from tfdata_operator.api.identity import API_VERSION, KIND
 from tfdata_operator.render.builders import BuildSettings
@@ -601,6 +601,11 @@ class Unready:
 
 
 KWOK = json.dumps(devcluster.KWOK_TOLERATION)
+# What the injected server program says in an image without TensorFlow (the kwok Stage's copy of it).
+NO_TENSORFLOW = (
+    "tfdata-server: this image has no TensorFlow (Python 3.11.2 at /opt/venv/bin/python3 finds no module named "
+    "tensorflow); the server program needs TensorFlow 2.16 or newer: use an image with TensorFlow as spec.image"
+)
 
 # The kubelet's two failures, one spec for both kinds of cluster. On the integration tier's node-less
 # cluster the dispatcher tolerates kwok's node and carries the label of the project's kwok Stage
@@ -641,6 +646,25 @@ KUBELET_FAILURES = [
             "back-off ",
             "restarting failed container=dispatcher pod=crashing-dispatcher-0_",
             "it last exited with code 1 (Error)",
+        ),
+    ),
+    # An image with Python and no TensorFlow (the operator's own) as a user's: the injected server
+    # program says so as it exits (its last log line becomes the termination message), and the
+    # condition is UnsupportedImage with that sentence, not a bare crash loop.
+    Unready(
+        "no-tensorflow",
+        f"shardingPolicy: DYNAMIC\nimage: tfdata-operator:{__version__}\nserverProgram: Injected\n"
+        "dispatcher:\n  faultTolerantMode: false\n  storage: {enabled: false}\n"
+        f"  tolerations: [{KWOK}]\n  labels: {{crash-loop-backoff.stage.tfdata.dev: 'true'}}\n"
+        "  annotations:\n    crash-loop-backoff.stage.tfdata.dev/exit-code: '3'\n"
+        f"    crash-loop-backoff.stage.tfdata.dev/message: {json.dumps(NO_TENSORFLOW)}\n"
+        "workers: {replicas: 1, nodeSelector: {tfdata.dev/test: none}}",
+        "DispatcherReady",
+        "UnsupportedImage",
+        (
+            "The dispatcher is not ready: Pod no-tensorflow-dispatcher-0: container dispatcher (image ",
+            "cannot serve: tfdata-server: this image has no TensorFlow (Python ",
+            "; the server program needs TensorFlow 2.16 or newer: use an image with TensorFlow as spec.image",
         ),
     ),
 ]

@@ -3,7 +3,8 @@
 The integration tier's KUBELET_FAILURES (tests/cases.py), whose kubelet states kwok writes there:
 here containerd really fails to pull from a registry that does not answer, and the dispatcher
 really exits at start (it cannot create its journal in workDir on its read-only root filesystem)
-while the kubelet backs off restarting it.
+while the kubelet backs off restarting it; and the server program, injected into an image without
+TensorFlow, says so as it exits, which the conditions quote as UnsupportedImage.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ TIMEOUT = 180
 
 @pytest.fixture(scope="module")
 def applied(kubectl: Kubectl, namespace: str, pod_health: PodHealth) -> Iterator[dict[str, Unready]]:
-    """Both cases at once (their waits overlap), deleted as soon as the module is done: a dispatcher
+    """Every case at once (their waits overlap), deleted as soon as the module is done: a dispatcher
     that crashes keeps starting TensorFlow on the shared node."""
     pod_health.expect(
         namespace,
@@ -31,11 +32,17 @@ def applied(kubectl: Kubectl, namespace: str, pod_health: PodHealth) -> Iterator
         restarts=True,
         errors=r"dispatcher failed to start: .*Read-only file system",
     )
+    pod_health.expect(
+        namespace,
+        "no-tensorflow-dispatcher-0",
+        "test_kubelet_failures.py runs the server program on an image without TensorFlow",
+        restarts=True,
+    )
     started = time.monotonic()
     for case in KUBELET_FAILURES:
         kubectl.run("apply", "-n", namespace, "-f", "-", input=manifest(case))
     yield {c.name: c for c in KUBELET_FAILURES}
-    print(f"\nkubelet failures: {time.monotonic() - started:.0f}s from apply to both explained")
+    print(f"\nkubelet failures: {time.monotonic() - started:.0f}s from apply to every case explained")
     names = [f"tfdata/{c.name}" for c in KUBELET_FAILURES]
     kubectl.run("delete", *names, "-n", namespace, "--wait=true", "--timeout=120s", timeout=130)
 

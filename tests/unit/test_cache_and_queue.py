@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -62,7 +63,8 @@ def test_a_trimmed_pod_keeps_what_the_scaling_decisions_read() -> None:
     trimmed = cache.trim_pod(pod)
     assert "spec" not in trimmed and "managedFields" not in trimmed["metadata"]
     assert trimmed["metadata"]["ownerReferences"] == [{"uid": "o"}]
-    assert trimmed["status"]["containerStatuses"] == [{"name": "server", "ready": True, "started": True}]
+    # The image a container runs stays: an image that cannot serve is named in the conditions.
+    assert trimmed["status"]["containerStatuses"] == [{"name": "server", "image": "x", "ready": True, "started": True}]
 
 
 def test_a_trimmed_pod_keeps_why_it_is_not_scheduled_or_not_running() -> None:
@@ -95,6 +97,19 @@ def test_a_trimmed_pod_keeps_why_it_is_not_scheduled_or_not_running() -> None:
     assert container["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}}
     terminated = container["lastState"]["terminated"]
     assert terminated.keys() == {"exitCode", "reason", "message"} and len(terminated["message"]) == 1024
+    assert "initContainerStatuses" not in trimmed["status"]
+
+
+def test_a_trimmed_pod_keeps_an_init_container_only_while_it_holds_the_pod_back() -> None:
+    def pod(state: dict[str, Any]) -> dict[str, Any]:
+        init = {"name": "inject-server-program", "image": "tfdata-operator:0.1.0", "ready": False, "state": state}
+        return {"kind": "Pod", "metadata": {"name": "x-0"}, "status": {"initContainerStatuses": [init]}}
+
+    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}
+    (kept,) = cache.trim_pod(pod(waiting))["status"]["initContainerStatuses"]
+    assert kept["state"] == waiting and kept["image"] == "tfdata-operator:0.1.0"
+    done = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+    assert "initContainerStatuses" not in cache.trim_pod(pod(done))["status"]
 
 
 def test_instance_of_reads_the_instance_label() -> None:

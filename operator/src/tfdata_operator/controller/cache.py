@@ -39,7 +39,7 @@ def trim(body: Mapping[str, Any]) -> Manifest:
 
 _POD_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",
              "creationTimestamp", "deletionTimestamp")  # fmt: skip
-_CONTAINER_STATUS = ("name", "ready", "started", "restartCount")
+_CONTAINER_STATUS = ("name", "image", "ready", "started", "restartCount")
 _CONDITION = ("type", "status", "reason", "message", "lastTransitionTime")
 _STATE = ("reason", "message", "exitCode", "startedAt")
 # Messages the kubelet or the scheduler write can be long (a whole stack's last words): the cache
@@ -64,14 +64,11 @@ def trim_pod(body: Mapping[str, Any]) -> Manifest:
     revision, readiness, why it is not scheduled or not running (not its spec)."""
     meta = body.get("metadata") or {}
     status = body.get("status") or {}
-    containers = []
-    for c in status.get("containerStatuses") or []:
-        container = {k: c[k] for k in _CONTAINER_STATUS if k in c}
-        if "state" in c:
-            container["state"] = _trimmed_state(c["state"])
-        if last := _trimmed_state(c.get("lastState")):
-            container["lastState"] = last
-        containers.append(container)
+    containers = _trimmed_containers(status.get("containerStatuses"))
+    # Init containers (the injected server program's) only while one keeps the pod from starting.
+    init_containers = _trimmed_containers(
+        c for c in status.get("initContainerStatuses") or [] if (c.get("state") or {}).get("terminated") is None
+    )
     conditions = []
     for cond in status.get("conditions") or []:
         kept = {k: cond[k] for k in _CONDITION if k in cond}
@@ -88,8 +85,21 @@ def trim_pod(body: Mapping[str, Any]) -> Manifest:
             "podIP": status.get("podIP"),
             "conditions": conditions,
             "containerStatuses": containers,
+            **({"initContainerStatuses": init_containers} if init_containers else {}),
         },
     }
+
+
+def _trimmed_containers(statuses: Iterable[Mapping[str, Any]] | None) -> list[Manifest]:
+    containers = []
+    for c in statuses or []:
+        container = {k: c[k] for k in _CONTAINER_STATUS if k in c}
+        if "state" in c:
+            container["state"] = _trimmed_state(c["state"])
+        if last := _trimmed_state(c.get("lastState")):
+            container["lastState"] = last
+        containers.append(container)
+    return containers
 
 
 _EVENT = ("type", "reason", "message", "lastTimestamp", "eventTime", "series")
