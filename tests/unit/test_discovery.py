@@ -96,3 +96,15 @@ def test_processing_modes_accept_tensorflow_spellings() -> None:
     assert discovery.normalize_mode("hint") == "HINT"
     with pytest.raises(discovery.DiscoveryError, match="unknown processing mode 'sometimes'"):
         discovery.normalize_mode("sometimes")
+
+
+def test_what_the_servers_reported_is_published_once_they_have(settings: BuildSettings) -> None:
+    svc = parse(shardingPolicy="DYNAMIC")
+    assert "TFDATA_SERVER_TENSORFLOW" not in builders.build_client_configmap(svc, settings)["data"]
+    reported = {"tensorflowVersion": "2.16.2", "graphDefVersion": 1766, "preloadedOps": ["TFText>A", "TFText>B"]}
+    data = builders.build_client_configmap(svc, settings, reported)["data"]
+    assert data["TFDATA_SERVER_TENSORFLOW"] == "2.16.2"
+    assert data["TFDATA_SERVER_GRAPH_DEF_VERSION"] == "1766"
+    assert data["TFDATA_SERVER_PRELOADED_OPS"] == "TFText>A,TFText>B"
+    read = discovery.from_data(data, "the ConfigMap")
+    assert (read.server_tensorflow, read.server_graph_def_version) == ("2.16.2", "1766")

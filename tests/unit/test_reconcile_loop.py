@@ -796,7 +796,13 @@ def test_what_the_ready_dispatcher_runs_is_read_once_per_pod_into_the_status() -
         "preloadedOps": ["TFText>WhitespaceTokenizeWithOffsetsV2"],
         "pod": "demo-dispatcher-0/uid-of-dispatcher-0",
     }
+    # The next reconcile publishes it to trainers in the client ConfigMap, once.
     api.take_calls()
+    again()
+    assert [c for c in api.take_calls() if c[0] == "apply"] == [("apply", "ConfigMap/demo-client")]
+    data = api.objects[("ConfigMap", "demo-client")]["data"]
+    assert (data["TFDATA_SERVER_TENSORFLOW"], data["TFDATA_SERVER_GRAPH_DEF_VERSION"]) == ("2.16.2", "1766")
+    assert data["TFDATA_SERVER_PRELOADED_OPS"] == "TFText>WhitespaceTokenizeWithOffsetsV2"
     for _ in range(5):
         clock.now += 400
         again()

@@ -215,7 +215,10 @@ def hold_changes(run: Run) -> bool:
 
 def plan_children(run: Run) -> bool:
     """What the children should be (``plan.desired``), and which of them differ from what runs."""
-    run.desired = plan.desired_children(hold.effective_spec(run.svc, run.decision), run.config.build, run.children)
+    reported = (run.body.get("status") or {}).get("server")
+    run.desired = plan.desired_children(
+        hold.effective_spec(run.svc, run.decision), run.config.build, run.children, reported
+    )
     owned = run.children.objects
     if taken := [k for m in run.desired.apply if (k := plan.key(m)) in run.observed.objects and k not in owned]:
         run.report.conflict(run.svc, taken)

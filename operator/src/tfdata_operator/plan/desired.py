@@ -6,6 +6,7 @@ reconcile loop (``reconcile.py``) feeds it what the watches observed.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,13 +57,17 @@ class Desired:
     waiting: str | None
 
 
-def desired_children(svc: spec.ServiceSpec, settings: BuildSettings, children: Children) -> Desired:
+def desired_children(
+    svc: spec.ServiceSpec, settings: BuildSettings, children: Children, server: Mapping[str, Any] | None = None
+) -> Desired:
     """The pure part of a reconcile: what the children should be now, given what they are.
 
     The counts are decided first (``decide_counts``), then every child kind's objects are
-    rendered once, in the order of ``children.CHILDREN``.
+    rendered once, in the order of ``children.CHILDREN``. ``server`` is what the servers reported
+    (status.server), which the client ConfigMap publishes.
     """
     counts, waiting = decide_counts(svc, settings, children)
+    counts = dataclasses.replace(counts, server=server)
     apply: list[Manifest] = []
     delete: list[tuple[str, str, str]] = []
     for kind, (name, manifest) in render_all(svc, settings, counts):

@@ -514,6 +514,8 @@ class Counts:
     dispatcher_workers: int
     worker_replicas: int
     journal: str | None = None
+    # What the servers reported (status.server), which the client ConfigMap publishes.
+    server: Mapping[str, Any] | None = None
 
 
 # A child by name: its manifest, or None when this spec wants no such object (it is deleted).
@@ -529,7 +531,7 @@ def render_services(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -
 
 
 def render_configmaps(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> list[Named]:
-    return [(client_configmap_name(svc), build_client_configmap(svc, settings))]
+    return [(client_configmap_name(svc), build_client_configmap(svc, settings, counts.server))]
 
 
 def render_statefulsets(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> list[Named]:
@@ -694,8 +696,13 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def client_settings(svc: ServiceSpec, settings: BuildSettings) -> discovery.ClientSettings:
-    """What a trainer needs to read from this service (see ``discovery``)."""
+def client_settings(
+    svc: ServiceSpec, settings: BuildSettings, server: Mapping[str, Any] | None = None
+) -> discovery.ClientSettings:
+    """What a trainer needs to read from this service (see ``discovery``); ``server`` is what the
+    servers reported (status.server), when they have."""
+    server = server or {}
+    graph_def = server.get("graphDefVersion")
     # The report goes to the dispatcher pod's health port through the dispatcher Service.
     report_url = dispatcher_health_url(svc, settings, signals.REPORT_PATH)
     return discovery.ClientSettings(
@@ -707,14 +714,19 @@ def client_settings(svc: ServiceSpec, settings: BuildSettings) -> discovery.Clie
         data_transfer_protocol=svc.workers.data_transfer_protocol,
         report_url=report_url,
         server_info_url=dispatcher_health_url(svc, settings, serverinfo.INFO_PATH),
+        server_tensorflow=server.get("tensorflowVersion") or None,
+        server_graph_def_version=str(graph_def) if graph_def is not None else None,
+        server_preloaded_ops=",".join(server.get("preloadedOps") or ()) or None,
     )
 
 
-def build_client_configmap(svc: ServiceSpec, settings: BuildSettings) -> Manifest:
+def build_client_configmap(
+    svc: ServiceSpec, settings: BuildSettings, server: Mapping[str, Any] | None = None
+) -> Manifest:
     """The ConfigMap trainers take with ``envFrom`` or mount: no Kubernetes credentials needed."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(svc, client_configmap_name(svc), "client"),
-        "data": discovery.to_data(client_settings(svc, settings)),
+        "data": discovery.to_data(client_settings(svc, settings, server)),
     }

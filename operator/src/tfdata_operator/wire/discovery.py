@@ -51,6 +51,12 @@ class ClientSettings:
     report_url: str | None = None
     # Where a trainer reads the servers' ServerInfo (serverinfo.INFO_PATH): their TensorFlow and ops.
     server_info_url: str | None = None
+    # What the servers reported there, once the dispatcher has (status.server): their TensorFlow,
+    # its GraphDef version and the ops the preloads registered (comma-separated). The whole op list
+    # stays at server_info_url, which is always the running servers' (these are read at pod start).
+    server_tensorflow: str | None = None
+    server_graph_def_version: str | None = None
+    server_preloaded_ops: str | None = None
 
     @property
     def is_static(self) -> bool:
@@ -82,6 +88,9 @@ KEYS: dict[str, str] = {
     "data_transfer_protocol": "TFDATA_DATA_TRANSFER_PROTOCOL",
     "report_url": "TFDATA_REPORT_URL",
     "server_info_url": "TFDATA_SERVER_INFO_URL",
+    "server_tensorflow": "TFDATA_SERVER_TENSORFLOW",
+    "server_graph_def_version": "TFDATA_SERVER_GRAPH_DEF_VERSION",
+    "server_preloaded_ops": "TFDATA_SERVER_PRELOADED_OPS",
 }
 assert set(KEYS) == {f.name for f in fields(ClientSettings)}
 
