@@ -105,3 +105,9 @@ def test_a_dynamic_service_serves_every_element_exactly_once(
     assert server["pod"].startswith("smoke-dispatcher-0/"), server
     wide = kubectl.run("get", "tfdata", "smoke", "-n", namespace, "-o", "wide").stdout
     assert "TENSORFLOW" in wide and tf_version() in wide, wide
+    # ... and the client ConfigMap, for trainers.
+    deadline, data = time.monotonic() + 60, {}
+    while time.monotonic() < deadline and "TFDATA_SERVER_TENSORFLOW" not in data:
+        data = kubectl.json("get", "configmap", "smoke-client", "-n", namespace).get("data") or {}
+        time.sleep(1)
+    assert data.get("TFDATA_SERVER_TENSORFLOW") == tf_version(), data
