@@ -78,8 +78,8 @@ binaries: ## Provide pinned etcd, kube-apiserver, controller-manager, scheduler,
 
 .PHONY: fmt
 fmt: venv ## Format the Python code.
-	$(VENV)/bin/ruff format $(PYTHON_DIRS)
-	$(VENV)/bin/ruff check --fix $(PYTHON_DIRS)
+	$(VENV)/bin/ruff format --config operator/pyproject.toml $(PYTHON_DIRS)
+	$(VENV)/bin/ruff check --config operator/pyproject.toml --fix $(PYTHON_DIRS)
 
 .PHONY: lint
 lint: venv helm-lint ## Lint: ruff (lint and format check), mypy, the package's layers (import-linter: operator/.importlinter), the Helm chart, and a `Golden: <reason>` line in each commit that changes tests/unit/golden/.
