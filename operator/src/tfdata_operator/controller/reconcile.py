@@ -473,9 +473,9 @@ def _server_info(run: Run) -> dict[str, Any]:
 
 
 def _ready(pod: Manifest) -> bool:
+    """A pod that can be asked: Ready, with an address, not going away."""
     status = pod.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    return ready and bool(status.get("podIP")) and pod["metadata"].get("deletionTimestamp") is None
+    return scaling.pod_ready(pod) and bool(status.get("podIP")) and pod["metadata"].get("deletionTimestamp") is None
 
 
 def _sooner(a: float | None, b: float | None) -> float | None:

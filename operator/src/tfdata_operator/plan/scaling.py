@@ -88,7 +88,7 @@ def started_on_current_revision(sts: Manifest | None, pods: list[Manifest]) -> b
             return False
         containers = (pod.get("status") or {}).get("containerStatuses") or []
         started = any(c.get("started") or "running" in (c.get("state") or {}) for c in containers)
-        return started or _pod_ready(pod)
+        return started or pod_ready(pod)
     return False
 
 
@@ -132,7 +132,8 @@ def step(
     return ScaleStep(desired, desired)
 
 
-def _pod_ready(pod: Manifest) -> bool:
+def pod_ready(pod: Manifest) -> bool:
+    """Whether the pod's Ready condition is True."""
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
@@ -162,7 +163,7 @@ def stuck_pods(sts: Manifest | None, pods: list[Manifest]) -> list[Manifest]:
         and p["metadata"]["name"][len(prefix) :].isdigit()
         and p["metadata"].get("labels", {}).get("controller-revision-hash") not in (None, update)
         and not p["metadata"].get("deletionTimestamp")
-        and not _pod_ready(p)
+        and not pod_ready(p)
     ]
 
 
