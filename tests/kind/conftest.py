@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from podhealth import OPERATOR_NAMESPACE, PodHealth
+from podhealth import PodHealth
 from support import Kubectl
 
 from fixtures.cluster import create_namespace
@@ -44,14 +44,6 @@ def pod_health(request: pytest.FixtureRequest, kubectl: Kubectl) -> PodHealth:
     if POD_HEALTH not in stash:
         health = PodHealth(Path(kubectl.env["KUBECONFIG"]))
         health.start()
-        health.expect(
-            OPERATOR_NAMESPACE,
-            r"tfdata-operator-[a-z0-9]+-[a-z0-9]+",
-            "kind/cluster.sh installs the CRD and the operator at once: the operator's first list of "
-            "TFDataServices can find their storage still initialising, a 429 kopf retries and logs at ERROR",
-            errors=r"Request attempt #\d+/\d+ failed; will retry: GET \S+/tfdataservices -> "
-            r"APITooManyRequestsError\('storage is \(re\)initializing'",
-        )
         request.config.add_cleanup(health.stop)
         stash[POD_HEALTH] = health
     return stash[POD_HEALTH]
