@@ -41,6 +41,18 @@ def test_trim_drops_managed_fields_and_kubectls_copy_but_keeps_the_rest() -> Non
     assert "managedFields" in body["metadata"]  # the watch's own body is not changed
 
 
+def test_a_packed_body_unpacks_to_the_same_body_each_time_a_fresh_copy() -> None:
+    body = cache.trim(sts("demo-worker", "5"))
+    body["spec"]["template"] = {"spec": {"containers": [{"name": "server", "args": ["--port", "5050"]}]}}
+    body["status"] = {"readyReplicas": 2, "ratio": 0.5, "paused": False, "note": None, "text": "añ ✓"}
+    packed = cache.pack(body)
+    first = packed.unpack()
+    assert first == body and list(first) == list(body)  # same content, same key order
+    first["spec"]["replicas"] = 9  # a reconcile that changes what it was given changes nothing kept
+    assert packed.unpack() == body
+    assert len(packed.data) < len(repr(body))
+
+
 def test_a_trimmed_pod_keeps_what_the_scaling_decisions_read() -> None:
     pod = {
         "kind": "Pod",

@@ -93,7 +93,7 @@ async def stop(memo: OperatorState, **_: Any) -> None:
 
 @kopf.index(API_GROUP, VERSION, PLURAL, id=SERVICES_INDEX)
 async def index_service(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[Any, Any]:
-    return {(namespace or "", name): cache.trim(body)}
+    return {(namespace or "", name): cache.pack(cache.trim(body))}
 
 
 @kopf.on.event(API_GROUP, VERSION, PLURAL)
@@ -109,7 +109,7 @@ def _watch(kind: children.Kind) -> None:
     async def index_child(body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
         full = {**body, "apiVersion": kind.api_version, "kind": kind.kind}
         key = cache.instance_of(full)
-        return {key: trim(full)} if key else None
+        return {key: cache.pack(trim(full))} if key else None
 
     async def child_event(body: kopf.Body, memo: OperatorState, **_: Any) -> None:
         memo.indexed.set()
@@ -137,7 +137,7 @@ async def _resync_forever(memo: OperatorState) -> None:
     while True:
         await asyncio.sleep(config.resync_seconds)
         services = memo.indices[SERVICES_INDEX]
-        metrics.count_services(body for key in list(services) for body in services.get(key, ()))
+        metrics.count_services(packed.unpack() for key in list(services) for packed in services.get(key, ()))
         for key in list(services):
             memo.queue.add(key)
 
@@ -148,11 +148,11 @@ async def _resync_forever(memo: OperatorState) -> None:
 def snapshot(memo: OperatorState, key: cache.InstanceKey) -> tuple[dict[str, Any] | None, reconcile.Observed]:
     """The service's body and objects as the cache has them (on the event loop: kopf updates the indexes there)."""
     indices = memo.indices
-    bodies = [b for b in indices[SERVICES_INDEX].get(key, ())]
+    bodies = [packed.unpack() for packed in indices[SERVICES_INDEX].get(key, ())]
     objects: dict[cache.ObjectKey, dict[str, Any]] = {}
     for kind in children.CHILDREN:
-        objects.update(cache.by_key(indices[kind.index].get(key, ())))
-    pods = cache.by_key(indices[children.POD.index].get(key, ()))
+        objects.update(cache.by_key(packed.unpack() for packed in indices[kind.index].get(key, ())))
+    pods = cache.by_key(packed.unpack() for packed in indices[children.POD.index].get(key, ()))
     service = cache.by_key(bodies)
     merged = memo.overlay.merge(key, {**objects, **pods, **service})
     body = merged.get((children.TFDATASERVICE.kind, key[1]))
