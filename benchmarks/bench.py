@@ -12,7 +12,8 @@ cluster does. ``--kwok-nodes 0`` measures node-less, as before: pods stay Pendin
   service has all its children and its first status, as services/s and as a ratio to the ceiling;
   apply -> children latency per service (p50/p99) during the burst;
 - single applies into an idle operator: apply -> children p50/p99;
-- the operator's RSS idle, at 200 and at 1,000 services;
+- the operator's RSS idle, at 200 and at 1,000 services, its peak, and what it holds beyond idle per
+  1,000 of the services' pods;
 - the operator's own API requests over an idle minute at 1,000 services, from the API server's audit
   log (user agents tfdata-operator/... for the reconcile loop, kopf/... for the watches): by verb,
   resource and subresource, the objects asked most, and the fields that differ between consecutive
@@ -297,11 +298,20 @@ def wait_settled(api: Api, timeout: float) -> Settling:
     return settling
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """The process's resident memory now (VmRSS), or the most it has had (VmHWM), in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return round(int(line.split()[1]) / 1024, 1)
     return 0.0
+
+
+PODS_PER_SERVICE = 1 + SPEC["workers"]["replicas"]
+
+
+def per_thousand_pods(rss: float, idle: float, services: int) -> float:
+    """What the operator holds beyond its idle RSS, per 1,000 of the services' pods (MB)."""
+    return round((rss - idle) * 1000 / (services * PODS_PER_SERVICE), 1)
 
 
 # The operator's writes with their bodies (which fields a repeated PATCH changes); everything else by metadata.
@@ -483,7 +493,10 @@ def main() -> int:
                 )
             total += n
             time.sleep(5)
-            results["rss_mb"][f"{total} services"] = rss_mb(operator.pid)
+            results["rss_mb"][f"{total} services"] = rss = rss_mb(operator.pid)
+            results.setdefault("rss_mb_per_1000_pods", {})[f"{total} services"] = per_thousand_pods(
+                rss, results["rss_mb"]["idle"], total
+            )
         print(f"waiting up to {args.settle_seconds:.0f} s for the cluster to settle and the operator to send "
               f"nothing for {QUIET:.0f} s ...", flush=True)  # fmt: skip
         settling = wait_settled(api, args.settle_seconds)
@@ -511,7 +524,9 @@ def main() -> int:
         time.sleep(3)  # the audit log is written in batches
         breakdown = audit_breakdown(audit_files(state / "logs"), since, until, seconds)
         results[label] = {"services": total, **breakdown}
-        results["rss_mb"]["idle at the end"] = rss_mb(operator.pid)
+        results["rss_mb"]["idle at the end"] = rss = rss_mb(operator.pid)
+        results["rss_mb"]["peak"] = rss_mb(operator.pid, "VmHWM")
+        results["rss_mb_per_1000_pods"]["idle at the end"] = per_thousand_pods(rss, results["rss_mb"]["idle"], total)
         results["pods_ready_at_the_end"] = ready_pods(api)
     finally:
         if operator is not None:
