@@ -136,7 +136,7 @@ def run(
 
     import kopf
 
-    from tfdata_operator.controller import handlers, logs
+    from tfdata_operator.controller import handlers, logs, memory
 
     watched = [n for item in namespaces for n in item.split() if n]
     config = OperatorConfig(
@@ -159,6 +159,7 @@ def run(
     )
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
     logs.install()
+    memory.limit_malloc_arenas()
     if not verbose:
         # kopf logs every handler run; the operator logs what it changed.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
