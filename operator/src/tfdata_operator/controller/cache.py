@@ -5,7 +5,7 @@ kopf's indexes (one per kind in ``children.OBSERVED``, and one of TFDataServices
 trimmed body of every object the operator manages, keyed by (namespace, instance), so
 observing a service costs no request. Each body is kept ``Packed`` (compressed JSON) and
 unpacked when a reconcile looks: a body parsed from a watch event is a tree of dicts and
-strings of its own, about 20 KB for a StatefulSet, and a packed one about 1.4 KB. A write's
+strings of its own, about 20 KB for a StatefulSet, and a packed one about 0.45 KB. A write's
 response is newer than what the watch has delivered so far: ``Overlay`` keeps it until the
 watch catches up, so the next reconcile does not redo the write it just made. What is read
 without a watch (the Events that say why a child is not ready, a server's ``/readyz``)
@@ -24,7 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from tfdata_operator.api.identity import INSTANCE_LABEL
+from tfdata_operator.api import spec
+from tfdata_operator.api.identity import API_VERSION, INSTANCE_LABEL, KIND
+from tfdata_operator.plan.desired import Children, desired_children
+from tfdata_operator.render.builders import BuildSettings
 
 Manifest = dict[str, Any]
 InstanceKey = tuple[str, str]  # namespace, TFDataService name
@@ -121,6 +124,29 @@ def trim_event(body: Mapping[str, Any]) -> Manifest:
     return event
 
 
+def _compact(body: Mapping[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _shared_text() -> bytes:
+    """What the cached bodies have in common, as zlib's preset dictionary: the children of a
+    default TFDataService as the operator renders them, and a pod as the cache keeps it. A body
+    packed with it stores mostly what differs (a StatefulSet: 1.4 KB without, 0.45 KB with)."""
+    meta = {"name": "shared", "namespace": "default", "uid": "00000000-0000-0000-0000-000000000000"}
+    body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": {"shardingPolicy": "DYNAMIC"}}
+    svc = spec.parse(body, "tfdata-server")
+    children = desired_children(svc, BuildSettings(), Children(svc.name)).apply
+    condition = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    container = {"name": "server", "image": svc.image, "ready": True, "started": True, "restartCount": 0,
+                 "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}  # fmt: skip
+    pod = {**children[-1], "kind": "Pod", "status": {"phase": "Running", "podIP": "10.0.0.1",
+           "conditions": [condition], "containerStatuses": [container]}}  # fmt: skip
+    return b"".join(_compact(m) for m in (*children, pod))[-32768:]  # zlib reads at most 32 KB of it
+
+
+_SHARED = _shared_text()
+
+
 @dataclass(frozen=True, slots=True)
 class Packed:
     """A body as the cache keeps it: compact JSON, compressed (``pack``); ``unpack`` gives a fresh copy."""
@@ -128,13 +154,15 @@ class Packed:
     data: bytes
 
     def unpack(self) -> Manifest:
-        body: Manifest = json.loads(zlib.decompress(self.data))
+        inflate = zlib.decompressobj(zdict=_SHARED)
+        body: Manifest = json.loads(inflate.decompress(self.data) + inflate.flush())
         return body
 
 
 def pack(body: Mapping[str, Any]) -> Packed:
     # Level 1: nearly the size of the default level at half its time (a watch event packs one body).
-    return Packed(zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 1))
+    deflate = zlib.compressobj(1, zdict=_SHARED)
+    return Packed(deflate.compress(_compact(body)) + deflate.flush())
 
 
 def instance_of(body: Mapping[str, Any]) -> InstanceKey | None:
