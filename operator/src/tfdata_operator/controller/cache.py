@@ -321,6 +321,11 @@ class Background(Generic[T]):
         with self._lock:
             return key in self._reading
 
+    def answered(self, key: Hashable) -> bool:
+        """Whether an answer for ``key`` is kept (``get`` returns it)."""
+        with self._lock:
+            return key in self._answers
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._answers)

@@ -466,7 +466,9 @@ def _server_info(run: Run) -> dict[str, Any]:
         uid, lambda: readers.read_server_info(url), readers.clock(), SERVER_INFO_RETRY_SECONDS
     )
     if info is None:
-        if readers.server_info.reading(uid):
+        # Under way, or answered since ``get`` returned (a read faster than this reconcile): come
+        # back for the answer. In this order, one of the two holds for a read that will answer.
+        if readers.server_info.reading(uid) or readers.server_info.answered(uid):
             run.outcome.requeue_after = _sooner(run.outcome.requeue_after, 2.0)
         return {}
     return {"server_info": info, "server_pod": key}
