@@ -10,8 +10,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +26,7 @@ from servers import ServerProcess, ServerTensorFlow
 from support import Pages, free_port
 
 from tfdata_operator.client import servercheck
-from tfdata_operator.wire import serverconfig, serverinfo, tfrecords
+from tfdata_operator.wire import serverconfig, serverinfo, signals, tfrecords
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
 
 HERE = Path(__file__).resolve().parent
@@ -69,12 +73,14 @@ def file_sharded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     cluster.stop()
 
 
-def start_trainer(python: Path = Path(sys.executable), **args: Any) -> subprocess.Popen[str]:
+def start_trainer(
+    python: Path = Path(sys.executable), script: str = "client_trainer.py", **args: Any
+) -> subprocess.Popen[str]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     if python != Path(sys.executable):  # the helper as a plain copy on another TensorFlow
         env["PYTHONPATH"] = str(HERE.parents[1] / "operator" / "src")
     return subprocess.Popen(
-        [str(python), str(HERE / "client_trainer.py"), json.dumps(args)],
+        [str(python), str(HERE / script), json.dumps(args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -324,3 +330,68 @@ def test_the_server_programs_info_passes_a_pipeline_it_runs_and_refuses_tensorfl
     )
     assert "add tensorflow_text to spec.preload.modules of the TFDataService at grpc://" in refused["message"]
     assert sorted(read["elements"]) == [x * 2 for x in range(10)] and read["warning_types"] == [], read
+
+
+def read_signals(program: ServerProcess) -> signals.ServiceSignals:
+    url = f"http://127.0.0.1:{program.config.health_port}{signals.SIGNALS_PATH}"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return signals.ServiceSignals.from_json(response.read())
+
+
+def start_fit(program: ServerProcess, slow: str, report_url: str | None = None) -> subprocess.Popen[str]:
+    health = f"http://127.0.0.1:{program.config.health_port}"
+    return start_trainer(
+        script="fit_trainer.py", address=f"grpc://127.0.0.1:{program.config.port}", policy="OFF",
+        server_info_url=health + serverinfo.INFO_PATH, report_url=report_url or health + signals.REPORT_PATH,
+        slow=slow,
+    )  # fmt: skip
+
+
+def fit_and_sample(program: ServerProcess, slow: str) -> tuple[dict[str, Any], list[signals.ServiceSignals]]:
+    """A Keras trainer's ``model.fit`` through the server program, with the dispatcher's signals read every 0.25 s."""
+    trainer = start_fit(program, slow)
+    samples: list[signals.ServiceSignals] = []
+
+    def sample() -> None:
+        while trainer.poll() is None:
+            samples.append(read_signals(program))
+            time.sleep(0.25)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    result = result_of(trainer)
+    sampler.join(10)
+    return result, samples
+
+
+def test_a_keras_fit_reports_its_data_stall_with_one_callback(program: ServerProcess) -> None:
+    """``model.fit(dataset, callbacks=[StallCallback()])`` on a ``distribute()`` dataset: the dispatcher counts it
+    as a reporting client while it fits, with a stall near 1 when the workers are slow and near 0 when the step
+    is, and forgets it at once when the fit ends (``done``)."""
+    seen: dict[str, list[float]] = {}
+    for slow in ("data", "step"):  # one after the other: the dispatcher's figures are over all its clients
+        result, samples = fit_and_sample(program, slow)
+        reporting = [s for s in samples if s.reporting_clients >= 1]
+        assert reporting, f"slow {slow}: no signal showed a reporting client during the fit: {samples[-3:]}"
+        assert all(s.reporting_clients == 1 for s in reporting), [s.reporting_clients for s in samples]
+        assert result["elements"] >= 300, result  # one element per step, each timed by distribute()'s stage
+        # The callback sends done before fit returns, and the trainer prints after that.
+        assert read_signals(program).reporting_clients == 0, "done was sent at the end of fit"
+        seen[slow] = [s.client_stall_fraction_mean or 0.0 for s in reporting]
+        print(
+            f"\nslow {slow}: {len(reporting)} of {len(samples)} signals with a reporting client, stall "
+            f"{statistics.median(seen[slow]):.2f} (median; {min(seen[slow]):.2f}..{max(seen[slow]):.2f}), "
+            f"measured in the trainer {result['stall_fraction']:.2f}, {result['steps_per_second']:.0f} steps/s"
+        )
+    slow_data, slow_step = statistics.median(seen["data"]), statistics.median(seen["step"])
+    assert slow_data >= 0.8, f"workers 30 ms a batch, a step of under 1 ms: the fit waits, yet reported {slow_data}"
+    assert slow_step <= 0.2, f"a step of 30 ms, the data at hand: the fit hardly waits, yet reported {slow_step}"
+
+
+def test_a_keras_fit_trains_on_when_the_dispatcher_pod_does_not_answer(program: ServerProcess) -> None:
+    unreachable = f"http://127.0.0.1:{free_port()}{signals.REPORT_PATH}"  # nothing listens there
+    trainer = start_fit(program, "none", report_url=unreachable)
+    result = result_of(trainer)
+    assert result["elements"] >= 300, result
+    said = [line for line in result["logged"] if "cannot send the data-stall report" in line]
+    assert len(said) == 1, result["logged"]

@@ -1,4 +1,4 @@
-"""The client helper's pure parts: processing-mode advice, settings, the stall meter and its reports."""
+"""The client helper's pure parts: processing-mode advice, settings, the stall meter, a fit's reporter and reports."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 
 from tfdata_operator import client
 from tfdata_operator.client import fingerprint as fp
-from tfdata_operator.client.stall import StallMeter
+from tfdata_operator.client import fit
+from tfdata_operator.client.stall import StallMeter, StallReporter
 from tfdata_operator.wire import discovery, signals
 
 from fixtures.fakes import Clock
@@ -185,3 +186,55 @@ def test_failed_reports_never_break_training(caplog: pytest.LogCaptureFixture) -
         assert next(meter) == 0
     assert "cannot send the data-stall report" in caplog.text
     assert json.loads(signals.ClientReport("a", 0.0, 0.0, 0).to_json())["done"] is False
+
+
+def test_a_fits_reporter_counts_the_stages_waits_only_while_the_fit_runs() -> None:
+    """What ``distribute()``'s stage hands over (``fit.record``) while a ``StallCallback`` fit runs."""
+    clock = Clock(100.0)
+    sent: list[signals.ClientReport] = []
+    reporter = StallReporter("http://x/", "train", interval=3600, send=lambda url, r: sent.append(r), clock=clock,
+                             quiet_until_first=True)  # fmt: skip
+    fit.record(0.5)  # before the fit: another loop's element
+    fit.start(reporter)
+    try:
+        for waited in (0.3, 0.1, -0.002):  # negative: the element was there before the step asked
+            fit.record(waited)
+            clock.now += 1.0
+        window = reporter.take_report()
+    finally:
+        fit.stop(reporter)
+    fit.record(0.5)  # after it
+    assert (window.elements, window.window_seconds) == (3, pytest.approx(3.0))
+    assert window.stall_fraction == pytest.approx(0.4 / 3.0)
+    clock.now += 2.0
+    reporter.close()
+    (final,) = sent
+    assert final.done and final.elements == 0 and final.window_seconds == pytest.approx(2.0)
+    assert reporter.total_elements == 3 and reporter.total_waited == pytest.approx(0.4)
+
+
+def test_a_fits_reporter_sends_nothing_before_its_first_element_but_done() -> None:
+    """Measured nothing yet (the fit has not started reading, or its dataset is not from distribute()): a stall
+    fraction of 0 would tell the autoscaler the data keeps up."""
+    sent: list[signals.ClientReport] = []
+    reporter = StallReporter("http://x/", None, interval=0.01, send=lambda url, r: sent.append(r),
+                             quiet_until_first=True)  # fmt: skip
+    threading.Event().wait(0.1)
+    assert sent == []
+    reporter.add(0.01, 1)
+    for _ in range(100):
+        if sent:
+            break
+        threading.Event().wait(0.02)
+    reporter.close()
+    assert sent and sent[0].elements == 1 and not sent[0].done, sent
+    assert [r.done for r in sent].count(True) == 1 and sent[-1].done
+
+
+def test_stall_reports_go_where_iterate_sends_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client, "_last", {})
+    environ = {"TFDATA_SERVICE_ADDRESS": "grpc://d:5050", "TFDATA_SHARDING_POLICY": "DYNAMIC",
+               "TFDATA_SERVICE_NAME": "imagenet", "TFDATA_REPORT_URL": "http://d:8080/v1/client-report"}  # fmt: skip
+    assert client.report_target("imagenet", None, "run-1", environ) == ("http://d:8080/v1/client-report", "run-1")
+    assert client.report_target(None, "http://elsewhere/", None, environ) == ("http://elsewhere/", None)
+    assert client.report_target("imagenet", None, None, {}, "/nonexistent") == (None, None)

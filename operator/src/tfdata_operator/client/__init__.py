@@ -20,7 +20,9 @@ What it adds to ``tf.data.experimental.service.distribute``:
   the servers cannot run is refused before any element is requested, naming the missing op and
   the module to preload;
 - ``iterate(dataset)``: the training loop's iterator, which measures data stalls and reports
-  them to the dispatcher pod, and names the file behind a worker's bare ``DataLossError``.
+  them to the dispatcher pod, and names the file behind a worker's bare ``DataLossError``;
+- ``StallCallback()``: the same report for Keras, ``model.fit(dataset, callbacks=[StallCallback()])``
+  (``distribute`` ends the pipeline with the stage it measures with; see ``fit``).
 
 TensorFlow is imported only when these functions are called: the operator never imports
 this package. Importing it needs nothing beyond the standard library (google-crc32c only once a
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tfdata_operator.client import fingerprint as fp
-from tfdata_operator.client import servercheck
+from tfdata_operator.client import fit, servercheck
 from tfdata_operator.client.servercheck import (
     IncompatibleTensorFlowError,
     MissingOpError,
@@ -47,7 +49,7 @@ from tfdata_operator.client.servercheck import (
     ServerCheckSkippedWarning,
     TensorFlowVersionWarning,
 )
-from tfdata_operator.client.stall import StallMeter
+from tfdata_operator.client.stall import INTERVAL_SECONDS, StallMeter
 from tfdata_operator.wire import discovery
 from tfdata_operator.wire.discovery import ClientSettings, DiscoveryError
 
@@ -329,7 +331,7 @@ def distribute(
         if element_spec is not None:
             check_element_spec(element_spec, dataset.element_spec, f"job {job!r}" if job else "the pipeline")
         _last.update(settings=settings, job_name=job)
-        return dataset.apply(
+        read = dataset.apply(
             tf.data.experimental.service.distribute(
                 processing_mode=tf.data.experimental.service.ShardingPolicy[mode],
                 service=settings.address,
@@ -339,6 +341,7 @@ def distribute(
                 **distribute_kwargs,
             )
         )
+        return fit.stamp_waits(read)  # what StallCallback measures a Keras fit with
 
     return apply
 
@@ -377,7 +380,7 @@ def iterate(
     *,
     report_url: str | None = None,
     job_name: str | None = None,
-    interval: float = 10.0,
+    interval: float = INTERVAL_SECONDS,
     environ: Mapping[str, str] | None = None,
     directory: str | None = None,
 ) -> StallMeter[Any]:
@@ -386,7 +389,20 @@ def iterate(
     Measures how long each ``next()`` waits and reports it to the dispatcher pod (the report URL
     of the service last distributed to, or the one published for ``name``); never fails because
     of a report. A worker's ``DataLossError`` is raised as ``CorruptRecordError`` naming the file.
+    For Keras ``model.fit``, use ``StallCallback`` instead.
     """
+    url, job = report_target(name, report_url, job_name, environ, directory)
+    return StallMeter(dataset, url, job, interval, translate=name_corrupt_file)
+
+
+def report_target(
+    name: str | None,
+    report_url: str | None,
+    job_name: str | None,
+    environ: Mapping[str, str] | None = None,
+    directory: str | None = None,
+) -> tuple[str | None, str | None]:
+    """Where stall reports go and the job they name: as given, else the service last distributed to or ``name``'s."""
     settings: ClientSettings | None = _last.get("settings")
     if report_url is None and (settings is None or (name and settings.service_name != name)):
         try:
@@ -394,7 +410,7 @@ def iterate(
         except DiscoveryError:
             settings = None
     url = report_url or (settings.report_url if settings else None)
-    return StallMeter(dataset, url, job_name or _last.get("job_name"), interval, translate=name_corrupt_file)
+    return url, job_name or _last.get("job_name")
 
 
 def name_corrupt_file(exc: Exception) -> Exception | None:
@@ -443,6 +459,8 @@ def corrupt_record_error() -> type[Exception]:
 def __getattr__(attr: str) -> Any:
     if attr == "CorruptRecordError":
         return corrupt_record_error()
+    if attr == "StallCallback":
+        return fit.stall_callback_class()
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 

@@ -1,10 +1,12 @@
-"""How long the training loop waits for data: an iterator wrapper that measures and reports it.
+"""How long the training loop waits for data: measured, added up and reported to the dispatcher pod.
 
-The fraction of wall time spent inside ``next()`` is the data-stall signal (Cachew, ATC'22):
-near 0 when the input pipeline keeps up, near 1 when the trainer mostly waits. The wrapper
-sends it as a ``signals.ClientReport`` to the dispatcher pod every ``interval`` seconds from
-a background thread, and once with ``done: true`` when the loop ends. Reporting never breaks
-or slows training: a failed report is logged once and dropped. Standard library only.
+The fraction of wall time spent waiting for the next element is the data-stall signal
+(Cachew, ATC'22): near 0 when the input pipeline keeps up, near 1 when the trainer mostly
+waits. ``StallReporter`` adds up the waits and sends them as a ``signals.ClientReport`` to the
+dispatcher pod every ``interval`` seconds from a background thread, and once with ``done:
+true`` when the loop ends. ``StallMeter`` is the iterator wrapper that times each ``next()``
+(``iterate``); ``client.fit`` measures a Keras fit with the same reporter. Reporting never
+breaks or slows training: a failed report is logged once and dropped. Standard library only.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from tfdata_operator.wire import signals
 T = TypeVar("T")
 log = logging.getLogger("tfdata_operator.client")
 REPORT_TIMEOUT_SECONDS = 2.0
+# How often a reporter sends (``iterate``'s documented 10 s); under the dispatcher's default 15 s for forgetting one.
+INTERVAL_SECONDS = 10.0
 
 
 def new_client_id() -> str:
@@ -41,31 +45,32 @@ def post_report(url: str, report: signals.ClientReport, timeout: float = REPORT_
         response.read()
 
 
-class StallMeter(Generic[T]):
-    """Iterates ``iterable``, timing each ``next()``; reports to ``report_url`` if one is given.
+class StallReporter:
+    """Adds up waits over windows and reports them to ``report_url`` (if given) every ``interval`` seconds.
 
-    Use it as the training loop's iterator (``for batch in meter``), or as a context manager
-    so that an early ``break`` still sends the final report.
+    What waits is measured elsewhere and handed to ``add``: by ``StallMeter`` around each
+    ``next()``, or by the stage ``distribute()`` appends (``client.fit``) while a Keras fit runs.
+    ``close()`` sends the final report (``done: true``). With ``quiet_until_first``, no periodic
+    report goes out before the first element: a meter that has seen nothing has measured nothing,
+    and a stall fraction of 0 would tell the autoscaler the data keeps up.
     """
 
     def __init__(
         self,
-        iterable: Iterable[T],
         report_url: str | None,
         job_name: str | None = None,
-        interval: float = 10.0,
+        interval: float = INTERVAL_SECONDS,
         client_id: str | None = None,
-        translate: Callable[[Exception], Exception | None] | None = None,
         send: Callable[[str, signals.ClientReport], None] = post_report,
         clock: Callable[[], float] = time.monotonic,
+        quiet_until_first: bool = False,
     ) -> None:
-        self._it: Iterator[T] = iter(iterable)
         self.report_url = report_url
         self.job_name = job_name
         self.client_id = client_id or new_client_id()
-        self._translate = translate
         self._send = send
         self._clock = clock
+        self._quiet_until_first = quiet_until_first
         self._lock = threading.Lock()
         self._window_start = clock()
         self._waited = 0.0
@@ -83,29 +88,8 @@ class StallMeter(Generic[T]):
             )
             self._thread.start()
 
-    def __iter__(self) -> StallMeter[T]:
-        return self
-
-    def __next__(self) -> T:
-        began = self._clock()
-        try:
-            item = next(self._it)
-        except StopIteration:
-            self._count(began, 0)
-            self.close()
-            raise
-        except Exception as exc:
-            self._count(began, 0)
-            self.close()
-            better = self._translate(exc) if self._translate else None
-            if better is not None:
-                raise better from exc
-            raise
-        self._count(began, 1)
-        return item
-
-    def _count(self, began: float, elements: int) -> None:
-        waited = self._clock() - began
+    def add(self, waited: float, elements: int) -> None:
+        """``elements`` arrived after the loop waited ``waited`` seconds for them."""
         with self._lock:
             self._waited += waited
             self._elements += elements
@@ -138,6 +122,8 @@ class StallMeter(Generic[T]):
     def _report(self, done: bool) -> None:
         if not self.report_url:
             return
+        if self._quiet_until_first and not done and not self.total_elements:
+            return
         report = self.take_report(done)
         try:
             self._send(self.report_url, report)
@@ -160,6 +146,50 @@ class StallMeter(Generic[T]):
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=REPORT_TIMEOUT_SECONDS + 1)
         self._report(done=True)
+
+
+class StallMeter(StallReporter, Generic[T]):
+    """Iterates ``iterable``, timing each ``next()``; reports to ``report_url`` if one is given.
+
+    Use it as the training loop's iterator (``for batch in meter``), or as a context manager
+    so that an early ``break`` still sends the final report.
+    """
+
+    def __init__(
+        self,
+        iterable: Iterable[T],
+        report_url: str | None,
+        job_name: str | None = None,
+        interval: float = INTERVAL_SECONDS,
+        client_id: str | None = None,
+        translate: Callable[[Exception], Exception | None] | None = None,
+        send: Callable[[str, signals.ClientReport], None] = post_report,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._it: Iterator[T] = iter(iterable)
+        self._translate = translate
+        super().__init__(report_url, job_name, interval, client_id, send, clock)
+
+    def __iter__(self) -> StallMeter[T]:
+        return self
+
+    def __next__(self) -> T:
+        began = self._clock()
+        try:
+            item = next(self._it)
+        except StopIteration:
+            self.add(self._clock() - began, 0)
+            self.close()
+            raise
+        except Exception as exc:
+            self.add(self._clock() - began, 0)
+            self.close()
+            better = self._translate(exc) if self._translate else None
+            if better is not None:
+                raise better from exc
+            raise
+        self.add(self._clock() - began, 1)
+        return item
 
     def __enter__(self) -> StallMeter[T]:
         return self
