@@ -38,6 +38,7 @@ STALLED_SIGNALS = ServiceSignals(
     client_stall_fraction_mean=0.381,
     client_stall_fraction_max=0.381,
     age_seconds=0.4,
+    client_elements_per_second=61.234,
 )
 
 

@@ -691,6 +691,62 @@ def test_tfdata_autoscaling_adds_workers_under_load_and_returns_to_one(
     services.delete(name)
 
 
+def test_tfdata_autoscaling_adds_workers_to_an_io_bound_read_that_gets_faster(
+    services: Services, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    """An I/O-bound pipeline (each element waits 40 ms in the worker, as a read from a bucket does, and
+    costs almost no CPU) read by a trainer that reports its data stalls through the client helper's
+    ``iterate()``: the workers stay far below the CPU target, the trainer waits on data all the time, and
+    the autoscaler still adds workers, keeping each step because the trainer's element rate rose. It reaches
+    at least 3 workers, the trainer reads at least 2.5 times as fast as with one, every element exactly once."""
+    name = "auto-io"
+    autoscaling = yaml.safe_load((ROOT / "examples" / "autoscaling.yaml").read_text())["spec"]["autoscaling"]
+    address = services.create(name, "DYNAMIC", autoscaling=autoscaling, workers={"replicas": 1})
+    published = kubectl.json("get", "configmap", f"{name}-client", "-n", services.ns)["data"]
+    report = published["TFDATA_REPORT_URL"]
+    stop = tmp_path / "stop"
+    started = time.monotonic()
+    extra = ("--sleep-ms=40", f"--report={report}", f"--until-file={stop}", "--timeout=600")
+    with WorkerCounts(services, name) as counts, services.reader(address, "DYNAMIC", "many", *extra) as reader:
+        wait_for(
+            lambda: counts.most_ready() >= 3 or reader.proc.poll() is not None,
+            420,
+            "3 ready workers while the I/O-bound client reads",
+            interval=2,
+            show=lambda: f"{services.get(name).get('status', {}).get('autoscaling')}\n{reader.read.describe()}",
+        )
+        assert reader.proc.poll() is None, f"the client ended (seen: {counts.seen}): {reader.read.describe()}"
+        reached = time.monotonic() - started
+        block = services.get(name)["status"]["autoscaling"]
+        wait_for(lambda: time.monotonic() - started >= reached + 20 or reader.proc.poll() is not None, 30, "20 s")
+        stop.touch()
+        read = reader.finish(120)
+        phases = counts.phases(read.times)
+    assert read.returncode == 0, read.describe()
+    for i, (a, b) in enumerate(itertools.pairwise([0, *read.ends])):
+        missing, twice = Counter(ALL) - Counter(read.elements[a:b]), Counter(read.elements[a:b]) - Counter(ALL)
+        assert not missing and not twice, f"read {i + 1} of {len(read.ends)} lost {missing} and repeated {twice}"
+    # The fault landed: the trainer reported, and the workers were nowhere near their CPU target.
+    signals = block["signals"]
+    assert signals["reportingClients"] >= 1 and signals["dataStallPercent"] >= 50, block
+    assert signals["workerCPUPercent"] < autoscaling["targetCPUUtilizationPercentage"] / 2, block
+    assert signals["elementsPerSecond"] > 0, block
+    print(f"\nI/O-bound autoscaling: {counts.most_ready()} ready workers {reached:.0f}s after the client started")
+    for ready, seconds, elements in phases:
+        print(f"  {ready} ready workers: {seconds:5.1f}s, {elements:5d} elements, {elements / seconds:6.1f} elements/s")
+    alone = [(s, e) for ready, s, e in phases if ready == 1]
+    many = [(s, e) for ready, s, e in phases if ready >= 3]
+    assert alone and many, f"no time read at 1 and at 3 or more workers: {phases}"
+    ratio = (sum(e for _, e in many) / sum(s for s, _ in many)) / (sum(e for _, e in alone) / sum(s for s, _ in alone))
+    print(f"  throughput with 3 or more workers / with 1: {ratio:.2f}")
+    assert ratio >= 2.5, f"the client did not read 2.5 times as fast with 3 or more workers: {phases}"
+    events = kubectl.run("describe", "tfdata", name, "-n", services.ns).stdout
+    assert "waiting on input, not CPU; trying 2" in events, events
+    assert "more workers did not help" not in events, events
+    print(events[events.index("Events:") :])
+    services.delete(name)
+
+
 def test_every_server_pod_ran_without_tracebacks(services: Services) -> None:
     logs = services.state_dir / "logs" / "pods"
     found = sorted(logs.glob(f"{services.ns}_*/*.log"))
