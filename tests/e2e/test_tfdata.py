@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -605,6 +605,57 @@ class WorkerCounts:
         return [(ready, b - a, sum(1 for t in times if a <= t < b)) for ready, a, b in spans]
 
 
+@dataclass
+class Scaled:
+    """What a read that the autoscaler scaled for showed."""
+
+    reached: float  # seconds from the client's start to 3 ready workers
+    ratio: float  # the client's rate with 3 or more ready workers over its rate with 1
+
+
+def read_until_three_workers(
+    services: Services, name: str, address: str, *extra: str, landed: Callable[[], None], stop: Path, timeout: float
+) -> Scaled:
+    """Reads the whole dataset again and again (each time as a new job) until the autoscaler has
+    3 workers Ready and 20 s more, checks each read for exactly once, and prints the client's rate
+    at each count. ``landed`` asserts, once 3 are Ready, that the test's fault really happened."""
+    started = time.monotonic()
+    args = (*extra, f"--until-file={stop}", "--timeout=600")
+    with WorkerCounts(services, name) as counts, services.reader(address, "DYNAMIC", "many", *args) as reader:
+        wait_for(
+            lambda: counts.most_ready() >= 3 or reader.proc.poll() is not None,
+            timeout,
+            "3 ready workers while the client reads",
+            interval=2,
+            show=lambda: f"{services.get(name).get('status', {}).get('autoscaling')}\n{reader.read.describe()}",
+        )
+        assert reader.proc.poll() is None, f"the client ended (seen: {counts.seen}): {reader.read.describe()}"
+        reached = time.monotonic() - started
+        landed()
+        # Long enough at 3 or more workers to measure the client's throughput there.
+        wait_for(lambda: time.monotonic() - started >= reached + 20 or reader.proc.poll() is not None, 30, "20 s")
+        stop.touch()
+        read = reader.finish(120)
+        phases = counts.phases(read.times)
+    assert read.returncode == 0, read.describe()
+    assert read.ends and read.ends[-1] == len(read.elements), f"reads ended at {read.ends}: {read.describe()}"
+    for i, (a, b) in enumerate(itertools.pairwise([0, *read.ends])):
+        missing, twice = Counter(ALL) - Counter(read.elements[a:b]), Counter(read.elements[a:b]) - Counter(ALL)
+        assert not missing and not twice, f"read {i + 1} of {len(read.ends)} lost {missing} and repeated {twice}"
+    print(
+        f"\n{name}: {counts.most_ready()} ready workers {reached:.0f}s after the client started; "
+        f"{len(read.ends)} reads of the {len(ALL)} elements in {read.times[-1] - read.times[0]:.0f}s, each exactly once"
+    )
+    for ready, seconds, elements in phases:
+        print(f"  {ready} ready workers: {seconds:5.1f}s, {elements:5d} elements, {elements / seconds:6.1f} elements/s")
+    alone = [(s, e) for ready, s, e in phases if ready == 1]
+    many = [(s, e) for ready, s, e in phases if ready >= 3]
+    assert alone and many, f"no time read at 1 and at 3 or more workers: {phases}"
+    ratio = (sum(e for _, e in many) / sum(s for s, _ in many)) / (sum(e for _, e in alone) / sum(s for s, _ in alone))
+    print(f"  throughput with 3 or more workers / with 1: {ratio:.2f}")
+    return Scaled(reached, ratio)
+
+
 def test_tfdata_autoscaling_adds_workers_under_load_and_returns_to_one(
     services: Services, kubectl: Kubectl, tmp_path: Path
 ) -> None:
@@ -625,53 +676,18 @@ def test_tfdata_autoscaling_adds_workers_under_load_and_returns_to_one(
     worker = services.pod(f"{name}-worker-0")
     cgroup = nodeagent.Layout(services.state_dir).cpu_cgroup / f"pod{worker['metadata']['uid']}" / "worker"
     assert (cgroup / "cpu.cfs_quota_us").read_text().strip() == "25000", f"the dev node did not limit {cgroup}"
-    # The client reads the dataset again and again, each time as a new job, until told to stop: the
-    # load lasts as long as the scaling takes, and each read is checked for exactly once on its own.
-    stop = tmp_path / "stop"
-    started = time.monotonic()
-    with (
-        WorkerCounts(services, name) as counts,
-        services.reader(address, "DYNAMIC", "many", "--burn=60", f"--until-file={stop}", "--timeout=600") as reader,
-    ):
-        wait_for(
-            lambda: counts.most_ready() >= 3 or reader.proc.poll() is not None,
-            360,
-            "3 ready workers while the client reads",
-            interval=2,
-            show=lambda: f"{services.get(name).get('status', {}).get('autoscaling')}\n{reader.read.describe()}",
-        )
-        assert reader.proc.poll() is None, f"the client ended (seen: {counts.seen}): {reader.read.describe()}"
-        reached = time.monotonic() - started
+
+    def throttled() -> None:
         # The fault landed: the first worker was held to its limit while it read alone.
-        throttled = dict(line.split() for line in (cgroup / "cpu.stat").read_text().splitlines())
-        assert int(throttled["nr_throttled"]) > 0, f"{cgroup} was never throttled: {throttled}"
-        # Long enough at 3 or more workers to measure the client's throughput there.
-        wait_for(lambda: time.monotonic() - started >= reached + 20 or reader.proc.poll() is not None, 30, "20 s")
-        stop.touch()
-        read = reader.finish(120)
-        phases = counts.phases(read.times)
-    assert read.returncode == 0, read.describe()
-    assert read.ends and read.ends[-1] == len(read.elements), f"reads ended at {read.ends}: {read.describe()}"
-    for i, (a, b) in enumerate(itertools.pairwise([0, *read.ends])):
-        missing, twice = Counter(ALL) - Counter(read.elements[a:b]), Counter(read.elements[a:b]) - Counter(ALL)
-        assert not missing and not twice, f"read {i + 1} of {len(read.ends)} lost {missing} and repeated {twice}"
-    print(
-        f"\nautoscaling: {counts.most_ready()} ready workers {reached:.0f}s after the client started; "
-        f"{len(read.ends)} reads of the {len(ALL)} elements in {read.times[-1] - read.times[0]:.0f}s, each exactly once"
+        stat = dict(line.split() for line in (cgroup / "cpu.stat").read_text().splitlines())
+        assert int(stat["nr_throttled"]) > 0, f"{cgroup} was never throttled: {stat}"
+
+    started = time.monotonic()
+    scaled = read_until_three_workers(
+        services, name, address, "--burn=60", landed=throttled, stop=tmp_path / "stop", timeout=360
     )
-    for ready, seconds, elements in phases:
-        print(f"  {ready} ready workers: {seconds:5.1f}s, {elements:5d} elements, {elements / seconds:6.1f} elements/s")
-    rates: dict[int, list[tuple[float, int]]] = {}
-    for ready, seconds, elements in phases:
-        rates.setdefault(ready, []).append((seconds, elements))
-    rate = {ready: sum(e for _, e in ps) / sum(s for s, _ in ps) for ready, ps in rates.items()}
-    alone = rate.get(1)
-    many = [(s, e) for ready, ps in rates.items() if ready >= 3 for s, e in ps]
-    assert alone and many, f"no time read at 1 and at 3 or more workers: {phases}"
-    scaled = sum(e for _, e in many) / sum(s for s, _ in many)
-    print(f"  throughput with 3 or more workers / with 1: {scaled / alone:.2f}")
     # Three workers at their limit give three times one; half of that is a rise no noise makes.
-    assert scaled / alone >= 1.5, f"the client read no faster with 3 or more workers: {phases}"
+    assert scaled.ratio >= 1.5, "the client read no faster with 3 or more workers"
 
     status = services.get(name)["status"]["autoscaling"]
     assert status["lastScale"]["toReplicas"] >= 3, status
@@ -702,44 +718,20 @@ def test_tfdata_autoscaling_adds_workers_to_an_io_bound_read_that_gets_faster(
     name = "auto-io"
     autoscaling = yaml.safe_load((ROOT / "examples" / "autoscaling.yaml").read_text())["spec"]["autoscaling"]
     address = services.create(name, "DYNAMIC", autoscaling=autoscaling, workers={"replicas": 1})
-    published = kubectl.json("get", "configmap", f"{name}-client", "-n", services.ns)["data"]
-    report = published["TFDATA_REPORT_URL"]
-    stop = tmp_path / "stop"
-    started = time.monotonic()
-    extra = ("--sleep-ms=40", f"--report={report}", f"--until-file={stop}", "--timeout=600")
-    with WorkerCounts(services, name) as counts, services.reader(address, "DYNAMIC", "many", *extra) as reader:
-        wait_for(
-            lambda: counts.most_ready() >= 3 or reader.proc.poll() is not None,
-            420,
-            "3 ready workers while the I/O-bound client reads",
-            interval=2,
-            show=lambda: f"{services.get(name).get('status', {}).get('autoscaling')}\n{reader.read.describe()}",
-        )
-        assert reader.proc.poll() is None, f"the client ended (seen: {counts.seen}): {reader.read.describe()}"
-        reached = time.monotonic() - started
-        block = services.get(name)["status"]["autoscaling"]
-        wait_for(lambda: time.monotonic() - started >= reached + 20 or reader.proc.poll() is not None, 30, "20 s")
-        stop.touch()
-        read = reader.finish(120)
-        phases = counts.phases(read.times)
-    assert read.returncode == 0, read.describe()
-    for i, (a, b) in enumerate(itertools.pairwise([0, *read.ends])):
-        missing, twice = Counter(ALL) - Counter(read.elements[a:b]), Counter(read.elements[a:b]) - Counter(ALL)
-        assert not missing and not twice, f"read {i + 1} of {len(read.ends)} lost {missing} and repeated {twice}"
-    # The fault landed: the trainer reported, and the workers were nowhere near their CPU target.
-    signals = block["signals"]
-    assert signals["reportingClients"] >= 1 and signals["dataStallPercent"] >= 50, block
-    assert signals["workerCPUPercent"] < autoscaling["targetCPUUtilizationPercentage"] / 2, block
-    assert signals["elementsPerSecond"] > 0, block
-    print(f"\nI/O-bound autoscaling: {counts.most_ready()} ready workers {reached:.0f}s after the client started")
-    for ready, seconds, elements in phases:
-        print(f"  {ready} ready workers: {seconds:5.1f}s, {elements:5d} elements, {elements / seconds:6.1f} elements/s")
-    alone = [(s, e) for ready, s, e in phases if ready == 1]
-    many = [(s, e) for ready, s, e in phases if ready >= 3]
-    assert alone and many, f"no time read at 1 and at 3 or more workers: {phases}"
-    ratio = (sum(e for _, e in many) / sum(s for s, _ in many)) / (sum(e for _, e in alone) / sum(s for s, _ in alone))
-    print(f"  throughput with 3 or more workers / with 1: {ratio:.2f}")
-    assert ratio >= 2.5, f"the client did not read 2.5 times as fast with 3 or more workers: {phases}"
+    report = kubectl.json("get", "configmap", f"{name}-client", "-n", services.ns)["data"]["TFDATA_REPORT_URL"]
+
+    def stalled_on_idle_workers() -> None:
+        # The fault landed: the trainer reported, waiting on data, and the workers were far below their target.
+        signals = services.get(name)["status"]["autoscaling"]["signals"]
+        assert signals["reportingClients"] >= 1 and signals["dataStallPercent"] >= 50, signals
+        assert signals["workerCPUPercent"] < autoscaling["targetCPUUtilizationPercentage"] / 2, signals
+        assert signals["elementsPerSecond"] > 0, signals
+
+    scaled = read_until_three_workers(
+        services, name, address, "--sleep-ms=40", f"--report={report}",
+        landed=stalled_on_idle_workers, stop=tmp_path / "stop", timeout=420,
+    )  # fmt: skip
+    assert scaled.ratio >= 2.5, "the client did not read 2.5 times as fast with 3 or more workers"
     events = kubectl.run("describe", "tfdata", name, "-n", services.ns).stdout
     assert "waiting on input, not CPU; trying 2" in events, events
     assert "more workers did not help" not in events, events
