@@ -57,6 +57,7 @@ class Read:
     error: str | None = None
     returncode: int | None = None
     stderr: str = ""
+    iterating: float | None = None  # when the client was about to call its first next() (monotonic)
 
     def counts(self) -> Counter[str]:
         return Counter(self.elements)
@@ -102,6 +103,8 @@ class Reader:
                 self.read.ends.append(len(self.read.elements))
             elif kind == "error":
                 self.read.error = value
+            elif kind == "iterating":
+                self.read.iterating = time.monotonic()
 
     def _stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -736,6 +739,46 @@ def test_tfdata_autoscaling_adds_workers_to_an_io_bound_read_that_gets_faster(
     assert "waiting on input, not CPU; trying 2" in events, events
     assert "more workers did not help" not in events, events
     print(events[events.index("Events:") :])
+    services.delete(name)
+
+
+def test_scale_to_zero_and_back_for_a_reader_that_gets_every_element(services: Services, kubectl: Kubectl) -> None:
+    """``minReplicas: 0``: with nobody reading, the workers go to zero and the service stays Ready
+    (reason ScaledToZero); a trainer that starts then just waits, the operator brings a worker at once
+    (the dispatcher's journal names the waiting client), and the trainer reads every element exactly
+    once. Prints the time from the trainer's first ``next()`` to its first element."""
+    name = "zero"
+    autoscaling = {"minReplicas": 0, "maxReplicas": 2, "scaleDownStabilizationWindowSeconds": 20}
+    address = services.create(name, "DYNAMIC", replicas=1, autoscaling=autoscaling)
+    started = time.monotonic()
+
+    def scaled_to_zero() -> bool:
+        svc = services.get(name)
+        ready = [c for c in svc.get("status", {}).get("conditions", []) if c["type"] == "Ready"]
+        pods = kubectl.json("get", "pods", "-n", services.ns, "-l", f"app.kubernetes.io/instance={name}")["items"]
+        workers = [p for p in pods if "-worker-" in p["metadata"]["name"]]
+        return (
+            svc["spec"]["workers"]["replicas"] == 0
+            and not workers
+            and bool(ready)
+            and ((ready[0]["status"], ready[0]["reason"]) == ("True", "ScaledToZero"))
+        )
+
+    wait_for(scaled_to_zero, 180, "the workers to go to zero, the service Ready (ScaledToZero)", interval=2,
+             show=lambda: services.describe(name))  # fmt: skip
+    print(f"\nscale to zero: no worker {time.monotonic() - started:.0f}s after the service was Ready")
+    table = kubectl.run("get", "tfdata", name, "-n", services.ns).stdout
+    assert "ScaledToZero" in table and "0/0" in table, table
+    read = services.read(address, "DYNAMIC", timeout=240)
+    assert read.returncode == 0, read.describe()
+    assert read.counts() == Counter(ALL), read.describe()
+    assert read.iterating is not None and read.times
+    waited = read.times[0] - read.iterating
+    print(f"scale to zero: the first element {waited:.1f}s after the first next(), from zero workers")
+    events = kubectl.run("describe", "tfdata", name, "-n", services.ns).stdout
+    assert "Scaled workers from 0 to 1: a client is reading and no worker runs (scaled to zero)" in events, events
+    wait_for(lambda: services.get(name)["spec"]["workers"]["replicas"] == 0, 180, "back to zero after the read",
+             interval=2, show=lambda: services.get(name).get("status", {}).get("autoscaling"))  # fmt: skip
     services.delete(name)
 
 

@@ -481,6 +481,24 @@ def test_an_io_bound_load_capped_elsewhere_tries_once_per_plateau() -> None:
     )
 
 
+def test_scale_to_zero_and_back_at_the_first_client() -> None:
+    zero = replace(WHEN_IDLE, min_replicas=0)
+    # Nobody reads for the window: every worker goes.
+    gone = autoscaler.decide(zero, 2, steady(reading=False, idle=70, cpu=0.0), settled(2), NOW)
+    assert (gone.replicas, gone.reason) == (0, "no client has read for 70s")
+    # At zero, the dispatcher is read often, so that the first client waits little.
+    waiting = autoscaler.decide(zero, 0, steady(reading=False, idle=900, cpu=None, answering=0), gone.history, NOW)
+    assert (waiting.replicas, waiting.reason) == (0, "no client reads; scaled to zero")
+    assert waiting.next_check_seconds == autoscaler.CHECK_SECONDS
+    # One reading that says a client reads (its journal names it; no worker, so no CPU) is enough.
+    attached = [*steady(reading=False, idle=900, cpu=None, answering=0), reading(NOW + 5, cpu=None, answering=0)]
+    back = autoscaler.decide(zero, 0, attached, waiting.history, NOW + 5)
+    assert back.replicas == 1 and back.reason == "a client is reading and no worker runs (scaled to zero)"
+    # From one worker on, the evidence decides as always.
+    loaded = steady(60, until=NOW + 60, stall=0.5, cpu=0.9, answering=1)
+    assert autoscaler.decide(zero, 1, loaded, back.history, NOW + 60).replicas == 2
+
+
 def test_the_policy_comes_from_the_spec() -> None:
     svc = parse(
         shardingPolicy="DYNAMIC",

@@ -8,9 +8,10 @@ client helper (`tfdata_operator.client.distribute("x")`: no address, the mode is
 
     python read_dataset.py --discover x --files '/data/*.tfrecord' [--map upper] [--job-name j]
 
-Prints one line per element as it arrives ("element <value>"), one when a read of the whole
-dataset ends ("read <n>"; --until-file reads it again, each time as a new job, until that file
-exists), then a JSON summary line ("summary {...}"), or "error <type>: <message>" (exit code 2).
+Prints "iterating" just before its first next(), one line per element as it arrives ("element
+<value>"), one when a read of the whole dataset ends ("read <n>"; --until-file reads it again, each
+time as a new job, until that file exists), then a JSON summary line ("summary {...}"), or
+"error <type>: <message>" (exit code 2).
 With --discover it first prints the TFDATA_* variables it was given ("settings {...}") and its pipeline's fingerprint
 ("fingerprint <digest>"), then "ready" once it has joined the job. A watchdog ends the process
 with exit code 3 if the whole read takes longer than --timeout, so a test never hangs on a
@@ -119,6 +120,7 @@ def main() -> int:
 
             # One meter over every pass: one reporting client for the whole run, as a trainer's epochs.
             stream = client.iterate(stream, report_url=args.report, interval=5.0)
+        print("iterating", flush=True)  # the first next() follows
         for element in stream:
             if element is None:
                 reads += 1

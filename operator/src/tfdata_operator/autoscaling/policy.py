@@ -38,6 +38,10 @@ down):
   (otherwise every removal would stall the trainers and bring the trial back).
 - A count set outside the autoscaler (``kubectl scale``) is the new starting point: it is kept
   until the readings after it say otherwise. A count outside min/max is clamped at once.
+- Scale to zero (``minReplicas: 0``): once nobody reads for the window, the workers go to 0 like to
+  any minReplicas; at zero the dispatcher is read every ``CHECK_SECONDS``, and the first reading
+  that says a client reads (its journal names an attached client) brings one worker at once,
+  without evidence windows: that client waits for it.
 """
 
 from __future__ import annotations
@@ -278,6 +282,9 @@ class _Deciding:
         latest = samples[-1]
         if not latest.reading:
             return self.idle(latest)
+        if current == 0:
+            # Scaled to zero and a client attached: it waits for a worker, so no evidence is needed.
+            return self.scale(1, "a client is reading and no worker runs (scaled to zero)", load_driven=False)
 
         since = _settled_since(last, current, samples, now)
         if since is None:
@@ -300,6 +307,9 @@ class _Deciding:
         """No client reads: the count does not matter now, so the workers go once the quiet lasts."""
         p = self.p
         quiet = History(self.history.last)  # the next reader may bring another load: forget the plateau
+        if self.current == 0:
+            # The first client to attach waits for a worker: look often (a read of the dispatcher pod).
+            return self.hold("no client reads; scaled to zero", CHECK_SECONDS, quiet)
         if self.current <= p.min_replicas:
             return self.hold("no client reads", QUIET_CHECK_SECONDS, quiet)
         if latest.idle_seconds >= p.window_seconds:
