@@ -97,7 +97,11 @@ def main() -> int:
         options.threading.max_intra_op_parallelism = 1
         dataset = dataset.with_options(options)
     if args.sleep_ms:
-        dataset = dataset.apply(tf.data.experimental.sleep(args.sleep_ms * 1000))
+        # TensorFlow's own SleepDataset (not exported as tf.data.experimental.sleep): a graph op, so it
+        # runs in the workers, where a py_function cannot.
+        from tensorflow.python.data.experimental.ops import testing
+
+        dataset = dataset.apply(testing.sleep(args.sleep_ms * 1000))
     if args.map:
         dataset = dataset.map(
             {"upper": tf.strings.upper, "suffix": lambda r: r + "!", "length": tf.strings.length}[args.map]
