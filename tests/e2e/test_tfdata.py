@@ -713,8 +713,9 @@ def test_tfdata_autoscaling_adds_workers_under_load_and_returns_to_one(
 def test_tfdata_autoscaling_adds_workers_to_an_io_bound_read_that_gets_faster(
     services: Services, kubectl: Kubectl, tmp_path: Path
 ) -> None:
-    """An I/O-bound pipeline (each element waits 40 ms in the worker, as a read from a bucket does, and
-    costs almost no CPU) read by a trainer that reports its data stalls through the client helper's
+    """An I/O-bound pipeline (each element waits 100 ms in the worker, as a read from a bucket does, and
+    costs almost no CPU; long enough that the workers, not the client's per-element calls on this loaded
+    2-core machine, limit the rate) read by a trainer that reports its data stalls through the client helper's
     ``iterate()``: the workers stay far below the CPU target, the trainer waits on data all the time, and
     the autoscaler still adds workers, keeping each step because the trainer's element rate rose. It reaches
     at least 3 workers, the trainer reads at least 2.5 times as fast as with one, every element exactly once."""
@@ -731,7 +732,7 @@ def test_tfdata_autoscaling_adds_workers_to_an_io_bound_read_that_gets_faster(
         assert signals["elementsPerSecond"] > 0, signals
 
     scaled = read_until_three_workers(
-        services, name, address, "--sleep-ms=40", f"--report={report}",
+        services, name, address, "--sleep-ms=100", f"--report={report}",
         landed=stalled_on_idle_workers, stop=tmp_path / "stop", timeout=420,
     )  # fmt: skip
     assert scaled.ratio >= 2.5, "the client did not read 2.5 times as fast with 3 or more workers"
@@ -767,7 +768,7 @@ def test_scale_to_zero_and_back_for_a_reader_that_gets_every_element(services: S
     wait_for(scaled_to_zero, 180, "the workers to go to zero, the service Ready (ScaledToZero)", interval=2,
              show=lambda: services.describe(name))  # fmt: skip
     print(f"\nscale to zero: no worker {time.monotonic() - started:.0f}s after the service was Ready")
-    table = kubectl.run("get", "tfdata", name, "-n", services.ns).stdout
+    table = kubectl.run("get", "tfdata", name, "-n", services.ns, "-o", "wide").stdout
     assert "ScaledToZero" in table and "0/0" in table, table
     read = services.read(address, "DYNAMIC", timeout=240)
     assert read.returncode == 0, read.describe()
