@@ -617,13 +617,21 @@ class Scaled:
 
 
 def read_until_three_workers(
-    services: Services, name: str, address: str, *extra: str, landed: Callable[[], None], stop: Path, timeout: float
+    services: Services,
+    name: str,
+    address: str,
+    *extra: str,
+    landed: Callable[[], None],
+    stop: Path,
+    timeout: float,
+    repeat: int = 1,
 ) -> Scaled:
-    """Reads the whole dataset again and again (each time as a new job) until the autoscaler has
-    3 workers Ready and 20 s more, checks each read for exactly once, and prints the client's rate
-    at each count. ``landed`` asserts, once 3 are Ready, that the test's fault really happened."""
+    """Reads the whole dataset (``repeat`` times in one job) again and again, each time as a new job,
+    until the autoscaler has 3 workers Ready and 20 s more, checks each read for exactly once, and
+    prints the client's rate at each count. ``landed`` asserts, once 3 are Ready, that the test's
+    fault really happened."""
     started = time.monotonic()
-    args = (*extra, f"--until-file={stop}", "--timeout=600")
+    args = (*extra, f"--repeat={repeat}", f"--until-file={stop}", "--timeout=600")
     with WorkerCounts(services, name) as counts, services.reader(address, "DYNAMIC", "many", *args) as reader:
         wait_for(
             lambda: counts.most_ready() >= 3 or reader.proc.poll() is not None,
@@ -642,12 +650,14 @@ def read_until_three_workers(
         phases = counts.phases(read.times)
     assert read.returncode == 0, read.describe()
     assert read.ends and read.ends[-1] == len(read.elements), f"reads ended at {read.ends}: {read.describe()}"
+    every = Counter({element: repeat for element in ALL})
     for i, (a, b) in enumerate(itertools.pairwise([0, *read.ends])):
-        missing, twice = Counter(ALL) - Counter(read.elements[a:b]), Counter(read.elements[a:b]) - Counter(ALL)
+        missing, twice = every - Counter(read.elements[a:b]), Counter(read.elements[a:b]) - every
         assert not missing and not twice, f"read {i + 1} of {len(read.ends)} lost {missing} and repeated {twice}"
     print(
         f"\n{name}: {counts.most_ready()} ready workers {reached:.0f}s after the client started; "
-        f"{len(read.ends)} reads of the {len(ALL)} elements in {read.times[-1] - read.times[0]:.0f}s, each exactly once"
+        f"{len(read.ends)} reads of the {len(ALL)} elements x{repeat} in {read.times[-1] - read.times[0]:.0f}s, "
+        "each exactly once"
     )
     for ready, seconds, elements in phases:
         print(f"  {ready} ready workers: {seconds:5.1f}s, {elements:5d} elements, {elements / seconds:6.1f} elements/s")
@@ -715,10 +725,11 @@ def test_tfdata_autoscaling_adds_workers_to_an_io_bound_read_that_gets_faster(
 ) -> None:
     """An I/O-bound pipeline (each element waits 100 ms in the worker, as a read from a bucket does, and
     costs almost no CPU; long enough that the workers, not the client's per-element calls on this loaded
-    2-core machine, limit the rate) read by a trainer that reports its data stalls through the client helper's
-    ``iterate()``: the workers stay far below the CPU target, the trainer waits on data all the time, and
-    the autoscaler still adds workers, keeping each step because the trainer's element rate rose. It reaches
-    at least 3 workers, the trainer reads at least 2.5 times as fast as with one, every element exactly once."""
+    2-core machine, limit the rate; each job reads the files 3 times, so that starting jobs costs little)
+    read by a trainer that reports its data stalls through the client helper's ``iterate()``: the workers
+    stay far below the CPU target, the trainer waits on data all the time, and the autoscaler still adds
+    workers, keeping each step because the trainer's element rate rose. It reaches at least 3 workers, the
+    trainer reads at least 2.5 times as fast as with one, every element exactly once."""
     name = "auto-io"
     autoscaling = yaml.safe_load((ROOT / "examples" / "autoscaling.yaml").read_text())["spec"]["autoscaling"]
     address = services.create(name, "DYNAMIC", autoscaling=autoscaling, workers={"replicas": 1})
@@ -733,7 +744,7 @@ def test_tfdata_autoscaling_adds_workers_to_an_io_bound_read_that_gets_faster(
 
     scaled = read_until_three_workers(
         services, name, address, "--sleep-ms=100", f"--report={report}",
-        landed=stalled_on_idle_workers, stop=tmp_path / "stop", timeout=420,
+        landed=stalled_on_idle_workers, stop=tmp_path / "stop", timeout=420, repeat=3,
     )  # fmt: skip
     assert scaled.ratio >= 2.5, "the client did not read 2.5 times as fast with 3 or more workers"
     events = kubectl.run("describe", "tfdata", name, "-n", services.ns).stdout
