@@ -258,3 +258,7 @@ bench: venv binaries ## Benchmarks (figures, not tests; ~25 min): the operator a
 bench-autoscaling: images venv ## Benchmark (figures, not a test; ~20 min): one reading workload under TFData, CPU (HPA + metrics-server) and TFData with scaleDown Always on `make kind-up`'s cluster (created if missing): time to the needed workers, throughput, worker-seconds, elements lost (JSON: .local/bench/autoscaling-last.json).
 	kind/cluster.sh up
 	PYTHONPATH=$(ROOT) $(PY) benchmarks/bench_autoscaling.py --kubectl "$$(devcluster/k8s-binaries.sh | tail -n 1)/kubectl" $(BENCH_AUTOSCALING_ARGS)
+
+.PHONY: bench-dataplane
+bench-dataplane: venv ## Benchmark (figures, not a test; ~11 min, QUICK=1: ~4): tf.data's data plane, real dispatchers and workers on 127.0.0.1 (no Kubernetes), the trainer on CPU 0 and the servers on CPU 1: through one worker vs in process (100 B, 10 KB, 1 MB), scale-out over 1-8 workers (curve: docs/img/dataplane-scaleout.png), compression AUTO vs None (JSON: .local/bench/dataplane-last.json).
+	PYTHONPATH=$(ROOT) nice -n 10 $(PY) benchmarks/bench_dataplane.py $(if $(QUICK),--quick) $(BENCH_DATAPLANE_ARGS)

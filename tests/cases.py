@@ -38,6 +38,7 @@ STALLED_SIGNALS = ServiceSignals(
     client_stall_fraction_mean=0.381,
     client_stall_fraction_max=0.381,
     age_seconds=0.4,
+    client_elements_per_second=61.234,
 )
 
 
@@ -88,8 +89,28 @@ BAD_SPECS = [
     BadSpec("unknown-server-program", "serverProgram: Mine", 'Unsupported value: "Mine"', "must be one of"),
     BadSpec("unknown-policy", "shardingPolicy: RANDOM", 'Unsupported value: "RANDOM"', "must be one of"),
     BadSpec("bare-OFF", "shardingPolicy: OFF", "must be of type string", 'write "OFF" in quotes'),
-    BadSpec("zero-replicas", "workers: {replicas: 0}", "greater than or equal to 1", "between 1 and 1000, got 0"),
-    BadSpec("negative-replicas", "workers: {replicas: -3}", "greater than or equal to 1", "got -3"),
+    BadSpec(
+        "zero-replicas",
+        "workers: {replicas: 0}",
+        "spec.workers.replicas 0 is allowed only with spec.autoscaling.minReplicas 0",
+        "spec.workers.replicas 0 is allowed only with spec.autoscaling.minReplicas 0 (scale to zero): set 1 or more, "
+        "or set spec.suspend: true",
+    ),
+    BadSpec("negative-replicas", "workers: {replicas: -3}", "greater than or equal to 0", "got -3"),
+    BadSpec(
+        "scale-to-zero-with-cpu",
+        "shardingPolicy: DYNAMIC\nworkers: {resources: {requests: {cpu: 100m}}}\n"
+        "autoscaling: {metric: CPU, minReplicas: 0, maxReplicas: 4}",
+        "minReplicas 0 (scale to zero) needs metric TFData",
+        "minReplicas 0 (scale to zero) needs metric TFData",
+    ),
+    BadSpec(
+        "scale-to-zero-without-journal",
+        "shardingPolicy: DYNAMIC\ndispatcher: {faultTolerantMode: false}\n"
+        "autoscaling: {minReplicas: 0, maxReplicas: 4}",
+        "minReplicas 0 (scale to zero) needs spec.dispatcher.faultTolerantMode true",
+        "minReplicas 0 (scale to zero) needs spec.dispatcher.faultTolerantMode true",
+    ),
     BadSpec("replicas-as-string", 'workers: {replicas: "3"}', "must be of type integer", "must be an integer"),
     BadSpec(
         "autoscaling-with-FILE",

@@ -98,6 +98,19 @@ def on_kwok_nodes(*parts: str) -> str:
     return json.dumps({"spec": {part: {"tolerations": [devcluster.KWOK_TOLERATION]} for part in parts}})
 
 
+def to_run(*parts: str, priority_class: str | None) -> str:
+    """A merge patch for a TFDataService after which the pods of `parts` run. On the node-less
+    cluster they tolerate kwok's taint (on_kwok_nodes). On a cluster with kubelets (kind) the
+    services a test module applies ask for more CPU than one small node has, so some of their pods
+    stay Pending; with `priority_class` (fixtures.cluster's `run_first`) the scheduler places the
+    pods of `parts` before those, preempting them when the node is full."""
+    patch = json.loads(on_kwok_nodes(*parts))
+    if priority_class is not None:
+        for part in parts:
+            patch["spec"][part]["priorityClassName"] = priority_class
+    return json.dumps(patch)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -51,10 +51,14 @@ CASES = [
             "didn't match Pod's node affinity/selector",
         ),
     ),
+    # Its worker is left unscheduled, as crashing's (tests/cases.py): it would only wait for that dispatcher,
+    # and on kind two default workers (250m of CPU each) running beside the other cases' dispatchers fill the
+    # node, and leave a dispatcher there unschedulable.
     Unready(
         "no-class",
         "shardingPolicy: DYNAMIC\ndispatcher:\n  faultTolerantMode: true\n"
-        f"  storage: {{storageClassName: does-not-exist}}\n  tolerations: [{KWOK}]",
+        f"  storage: {{storageClassName: does-not-exist}}\n  tolerations: [{KWOK}]\n"
+        "workers: {replicas: 1, nodeSelector: {tfdata.dev/test: none}}",
         "DispatcherReady",
         "ProvisioningFailed",
         (

@@ -114,7 +114,9 @@ def held_probe(cluster: devcluster.Cluster, kubectl: Kubectl, tmp_path: Path) ->
     set_probe_status(kubectl, {"conditions": None})
     assert kubectl.json("get", PROBE)["status"] == {"conditions": None}
     yield
-    kubectl.run("delete", "crd", PROBE.split("/")[0], "--ignore-not-found", "--wait=false")
+    # Gone before the next test's install: applied to a CRD still being deleted (its objects first), that
+    # install would see it go ("not Established after 60s; last seen: ... NotFound", on a busy kind node).
+    kubectl.run("delete", "crd", PROBE.split("/")[0], "--ignore-not-found", "--wait=true", "--timeout=60s", timeout=70)
 
 
 @pytest.mark.parametrize(

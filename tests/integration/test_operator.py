@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support import Kubectl, OperatorProcess, Watch, holds_for, kubelet_nodes, on_kwok_nodes, wait_for
+from support import Kubectl, OperatorProcess, Watch, holds_for, kubelet_nodes, to_run, wait_for
 
 from tfdata_operator.controller import faults
 from tfdata_operator.plan import children
@@ -34,11 +34,12 @@ DEFAULT_CHILDREN = 8
 class Cluster:
     """What the tests read and do in their namespace."""
 
-    def __init__(self, kubectl: Kubectl, namespace: str) -> None:
+    def __init__(self, kubectl: Kubectl, namespace: str, run_first: str | None) -> None:
         self.kubectl = kubectl
         self.ns = namespace
         # On a cluster with nodes (kind, through TFDATA_TEST_KUBECONFIG) kubelets run the pods.
         self.has_nodes = bool(kubelet_nodes(kubectl.json("get", "nodes")))
+        self.run_first = run_first
 
     def run(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
         return self.kubectl.run(*args, "-n", self.ns, **kwargs)
@@ -76,10 +77,12 @@ class Cluster:
         sts = self.get("statefulset", sts_name)
         return sts["spec"]["replicas"] if sts else None
 
-    def run_on_kwok(self, name: str, *parts: str) -> None:
-        """Moves the pods of `parts` ("dispatcher", "workers") of TFDataService `name` to the kwok
-        node, where they turn Running and Ready (the operator replaces the Pending ones)."""
-        self.run("patch", "tfdata", name, "--type=merge", "-p", on_kwok_nodes(*parts))
+    def run_pods(self, name: str, *parts: str) -> None:
+        """Makes the pods of `parts` ("dispatcher", "workers") of TFDataService `name` run (the
+        operator replaces the Pending ones): on the dev cluster they move to the kwok node, where
+        they turn Running and Ready; on kind they are placed before the pods of the other services
+        this module applies, which do not all fit on the node (support.to_run)."""
+        self.run("patch", "tfdata", name, "--type=merge", "-p", to_run(*parts, priority_class=self.run_first))
 
     def resource_versions(self, instance: str) -> dict[str, str]:
         versions = {
@@ -90,8 +93,8 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def k8s(kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> Cluster:
-    return Cluster(kubectl, namespace)
+def k8s(kubectl: Kubectl, namespace: str, operator: OperatorProcess, run_first: str | None) -> Cluster:
+    return Cluster(kubectl, namespace, run_first)
 
 
 def example_names() -> list[str]:
@@ -186,7 +189,7 @@ def test_kubectl_wait_works_on_the_conditions(k8s: Cluster) -> None:
     k8s.run("wait", "--for=condition=DispatcherReady=False", "tfdata/waited", "--timeout=30s")
     assert k8s.condition("waited", "Ready")["status"] == "False"
     wait_for(lambda: k8s.get("pod", "waited-dispatcher-0"), 30, "the dispatcher pod")
-    k8s.run_on_kwok("waited", "dispatcher")
+    k8s.run_pods("waited", "dispatcher")
     k8s.run("wait", "--for=condition=DispatcherReady", "tfdata/waited", "--timeout=60s", timeout=70)
     k8s.run("wait", "--for=condition=Ready", "tfdata/waited", "--timeout=60s", timeout=70)
     assert k8s.service("waited")["status"]["workers"] == {
@@ -325,8 +328,9 @@ def test_static_scale_up_changes_the_dispatcher_list_before_any_new_worker(k8s: 
         )
 
         wait_for(new_dispatcher_pod, 30, "a dispatcher pod with the new configuration")
-        # Once a dispatcher pod with the 3-worker list has started (on the kwok node), the third worker follows.
-        k8s.run_on_kwok("shards", "dispatcher")
+        # Once a dispatcher pod with the 3-worker list has started (on the kwok node; on kind, placed
+        # first on the full node), the third worker follows.
+        k8s.run_pods("shards", "dispatcher")
         wait_for(
             lambda: k8s.replicas("shards-worker") == 3,
             60,
@@ -347,20 +351,21 @@ def test_static_scale_down_waits_for_readers_then_removes_workers_before_shorten
     try:
         wait_for(lambda: len(watch.events) >= 2, 20, "the watch to list the StatefulSets")
         k8s.run("scale", "tfdata/shards", "--replicas=1")
-        if not k8s.has_nodes:
-            # The dispatcher pod runs (marked above) but nothing answers on it: whether a client
-            # reads is unknown, which counts as reading, so rescalePolicy WhenIdle holds the change.
-            status = wait_for(lambda: k8s.service("shards").get("status") or {}, 30, "the change to be held",
-                              until=lambda st: (st.get("held") or {}).get("change") == "workers 3→1")  # fmt: skip
-            assert "unknown" in status["held"]["message"] and "rescalePolicy: Immediate" in status["held"]["message"]
-            assert (status["workers"]["desired"], status["workers"]["current"]) == (1, 3), status["workers"]
-            assert k8s.condition("shards", "WorkersReady")["reason"] == "RescaleHeld"
-            shown = k8s.run("get", "tfdata", "shards").stdout
-            assert "workers 3→1" in shown, shown
-            holds_for(lambda: (k8s.replicas("shards-worker"), len(k8s.worker_list("shards") or [])), HOLD_SECONDS,
-                      "3 workers and the 3-worker list while held", ok=lambda seen: seen == (3, 3))  # fmt: skip
-            policy = {"spec": {"workers": {"rescalePolicy": "Immediate"}}}
-            k8s.run("patch", "tfdata", "shards", "--type=merge", "-p", json.dumps(policy))
+        # The dispatcher pod runs (kwok marks it so; on kind it runs for real) but this operator, a
+        # process outside the cluster, cannot ask it (nothing listens for a kwok pod; a kind pod's IP is
+        # not routed from the host): whether a client reads is unknown, which counts as reading, so
+        # rescalePolicy WhenIdle holds the change.
+        status = wait_for(lambda: k8s.service("shards").get("status") or {}, 30, "the change to be held",
+                          until=lambda st: (st.get("held") or {}).get("change") == "workers 3→1")  # fmt: skip
+        assert "unknown" in status["held"]["message"] and "rescalePolicy: Immediate" in status["held"]["message"]
+        assert (status["workers"]["desired"], status["workers"]["current"]) == (1, 3), status["workers"]
+        assert k8s.condition("shards", "WorkersReady")["reason"] == "RescaleHeld"
+        shown = k8s.run("get", "tfdata", "shards").stdout
+        assert "workers 3→1" in shown, shown
+        holds_for(lambda: (k8s.replicas("shards-worker"), len(k8s.worker_list("shards") or [])), HOLD_SECONDS,
+                  "3 workers and the 3-worker list while held", ok=lambda seen: seen == (3, 3))  # fmt: skip
+        policy = {"spec": {"workers": {"rescalePolicy": "Immediate"}}}
+        k8s.run("patch", "tfdata", "shards", "--type=merge", "-p", json.dumps(policy))
         wait_for(lambda: len(k8s.worker_list("shards") or []) == 1, 60, "the dispatcher's 1-worker list")
         watch.wait_for_state("shards", (1, 1))
     finally:

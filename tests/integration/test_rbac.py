@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support import ROOT, Kubectl, OperatorProcess, log_message, on_kwok_nodes, wait_for
+from support import ROOT, Kubectl, OperatorProcess, log_message, to_run, wait_for
 
 from tfdata_operator.plan import children
 
@@ -204,10 +204,10 @@ class Namespace:
             show=lambda: sorted(self.children(instance)),
         )
 
-    def wait_replicas(self, statefulset: str, replicas: int) -> None:
+    def wait_replicas(self, statefulset: str, replicas: int, timeout: float = 30) -> None:
         wait_for(
             lambda: self.get("statefulset", statefulset)["spec"]["replicas"] == replicas,
-            30,
+            timeout,
             f"{statefulset} to have {replicas} replicas",
             show=lambda: self.get("statefulset", statefulset)["spec"]["replicas"],
         )
@@ -219,8 +219,9 @@ def first_example(ns: Namespace) -> str:
     return name
 
 
-def exercise_the_operator(ns: Namespace) -> None:
-    """Every kind of call the operator makes, each checked by the change a user would see."""
+def exercise_the_operator(ns: Namespace, run_first: str | None) -> None:
+    """Every kind of call the operator makes, each checked by the change a user would see.
+    ``run_first``: the PriorityClass that gets the dispatcher below placed on a full kind node."""
     for path in EXAMPLES:
         ns.run("apply", "-f", str(path))
     for path in EXAMPLES:
@@ -250,9 +251,10 @@ def exercise_the_operator(ns: Namespace) -> None:
         )
 
     wait_for(dispatcher_replaced, 30, "the operator to replace the dispatcher pod")
-    # On the kwok node the new dispatcher pod starts (kwok reports it as a kubelet would); then the workers follow.
-    ns.run("patch", "tfdata/shards", "--type=merge", "-p", on_kwok_nodes("dispatcher"))
-    ns.wait_replicas("shards-worker", 3)
+    # On the kwok node the new dispatcher pod starts (kwok reports it as a kubelet would; on kind it is placed
+    # first, before the pods of the other examples, which do not all fit); then the workers follow.
+    ns.run("patch", "tfdata/shards", "--type=merge", "-p", to_run("dispatcher", priority_class=run_first))
+    ns.wait_replicas("shards-worker", 3, timeout=60)  # on kind it starts TensorFlow first, on a busy node
 
     # Optional children are deleted when the spec stops asking for them.
     ns.run("patch", "tfdata/elastic-cpu", "--type=json", "-p", '[{"op": "remove", "path": "/spec/autoscaling"}]')
@@ -333,13 +335,19 @@ def assert_permissions(
 
 
 def test_every_namespace_with_a_cluster_role(
-    crd: None, kubectl: Kubectl, kube_env: dict[str, str], namespace: str, namespaces: list[str], tmp_path: Path
+    crd: None,
+    kubectl: Kubectl,
+    kube_env: dict[str, str],
+    namespace: str,
+    namespaces: list[str],
+    run_first: str | None,
+    tmp_path: Path,
 ) -> None:
     with chart_identity(kubectl, kube_env, namespace, [], tmp_path) as identity:
         assert identity.operator_env["TFDATA_NAMESPACES"] == ""
         assert identity.operator_env["TFDATA_LEADER_ELECTION"] == "true"
         with operator_as(identity, kube_env, tmp_path / "operator.log") as operator:
-            exercise_the_operator(Namespace(kubectl, namespaces[0]))
+            exercise_the_operator(Namespace(kubectl, namespaces[0]), run_first)
             other = Namespace(kubectl, namespaces[1])
             other.wait_reconciled(first_example(other))
         assert "Leading: took the Lease" in operator.log(), "the operator reconciled without electing itself"
@@ -351,14 +359,20 @@ def test_every_namespace_with_a_cluster_role(
 
 
 def test_listed_namespaces_with_a_role_each(
-    crd: None, kubectl: Kubectl, kube_env: dict[str, str], namespace: str, namespaces: list[str], tmp_path: Path
+    crd: None,
+    kubectl: Kubectl,
+    kube_env: dict[str, str],
+    namespace: str,
+    namespaces: list[str],
+    run_first: str | None,
+    tmp_path: Path,
 ) -> None:
     watched, elsewhere = namespaces[:2], Namespace(kubectl, namespaces[2])
     with chart_identity(kubectl, kube_env, namespace, watched, tmp_path) as identity:
         assert identity.operator_env["TFDATA_NAMESPACES"] == " ".join(watched)
         with operator_as(identity, kube_env, tmp_path / "operator.log"):
             unwatched = first_example(elsewhere)
-            exercise_the_operator(Namespace(kubectl, watched[0]))
+            exercise_the_operator(Namespace(kubectl, watched[0]), run_first)
             second = Namespace(kubectl, watched[1])
             second.wait_reconciled(first_example(second))
             # Never touched, and never even tried: the log shows no refusal.

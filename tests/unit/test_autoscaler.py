@@ -28,6 +28,7 @@ def reading(
     reading: bool = True,
     idle: float = 0.0,
     answering: int = 2,
+    rate: float | None = None,
 ) -> Sample:
     return Sample(
         at=at,
@@ -37,6 +38,7 @@ def reading(
         cpu_mean=cpu,
         stall_mean=stall,
         reporting_clients=0 if stall is None else 1,
+        rate=rate,
     )
 
 
@@ -64,9 +66,17 @@ CASES = [
         says="trainers waited on data 38% of the time, workers at 95% CPU",
     ),
     Case(
-        "stalled but the workers idle: do not add",
+        "stalled but the workers idle (waiting on storage): a trial step",
         steady(stall=0.40, cpu=0.20),
-        says="more workers would not help",
+        replicas=4,  # 2 / (1 - 0.4) = 3.3
+        says="trainers waited on data 40% of the time, workers at 20% CPU: waiting on input, not CPU; trying 4",
+    ),
+    Case(
+        "an I/O-bound trainer that only waits: a trial step of a doubling",
+        steady(stall=1.0, cpu=0.05),
+        current=1,
+        replicas=2,
+        says="trying 2 (kept if the trainers read faster)",
     ),
     Case("saturated but the trainers are fed: do not add", steady(stall=0.02, cpu=0.95), says="the trainers are fed"),
     Case(
@@ -268,6 +278,81 @@ def test_kubectl_scale_is_the_new_starting_point() -> None:
     assert autoscaler.decide(ALWAYS, 7, later, first.history, NOW + 90).replicas == 4
 
 
+# --- I/O-bound trainers: steps taken while the workers' CPU is low are trials ------------------------
+
+
+def trial_history(frm: int = 2, to: int = 4, floor: int | None = 4) -> History:
+    return History(LastScale(NOW - 100, frm, to, trial=True), floor=floor)
+
+
+def test_a_trial_that_made_the_trainers_faster_goes_on() -> None:
+    # The trainers wait all the time before and after (1 - stall compares nothing); their rate doubled.
+    samples = after_scale_up({"stall": 1.0, "cpu": 0.1, "rate": 50.0}, {"stall": 1.0, "cpu": 0.1, "rate": 99.0})
+    decision = autoscaler.decide(ALWAYS, 4, samples, trial_history(), NOW)
+    assert decision.replicas == 8, decision.reason
+    assert decision.history.last == LastScale(NOW, 4, 8, trial=True)
+    assert decision.history.floor == 8
+
+
+@pytest.mark.parametrize("rate", [50.0, None], ids=["rate flat", "no rate, stall stuck at 100%"])
+def test_a_trial_that_did_not_help_is_undone_under_always_and_not_retried(rate: float | None) -> None:
+    samples = after_scale_up({"stall": 1.0, "cpu": 0.1, "rate": 50.0}, {"stall": 1.0, "cpu": 0.05, "rate": rate})
+    undone = autoscaler.decide(ALWAYS, 4, samples, trial_history(floor=4), NOW)
+    assert undone.replicas == 2, undone.reason
+    found = (
+        "the trainers read 50.0 then 50.0 elements/s"
+        if rate
+        else "the trainers' wait went from 100% to 100% of the time"
+    )
+    assert f"more workers did not help: from 2 to 4 workers, {found}; back to 2" in undone.reason
+    assert undone.history.plateau is not None and undone.history.plateau.replicas == 2
+    assert undone.history.floor == 2
+    # The same load at 2 holds: the trial is not repeated ...
+    later = steady(60, until=NOW + 60, stall=1.0, cpu=0.12, rate=50.0)
+    again = autoscaler.decide(ALWAYS, 2, later, undone.history, NOW + 60)
+    assert again.replicas == 2 and "adding workers stopped helping at 2" in again.reason
+    # ... not even when the workers' low CPU wobbles by more than a quarter ...
+    busier = steady(60, until=NOW + 60, stall=1.0, cpu=0.3, rate=50.0)
+    assert autoscaler.decide(ALWAYS, 2, busier, undone.history, NOW + 60).replicas == 2
+    # ... until another trainer reports, or the plateau ages out.
+    two = [replace(s, reporting_clients=2) for s in later]
+    assert autoscaler.decide(ALWAYS, 2, two, undone.history, NOW + 60).replicas == 4
+
+
+def test_a_trial_that_did_not_help_stays_under_when_idle_until_nobody_reads() -> None:
+    samples = after_scale_up({"stall": 1.0, "cpu": 0.1, "rate": 50.0}, {"stall": 1.0, "cpu": 0.05, "rate": 51.0})
+    kept = autoscaler.decide(WHEN_IDLE, 4, samples, trial_history(), NOW)
+    assert kept.replicas == 4 and "scaleDown WhenIdle keeps them until no client reads" in kept.reason
+    assert kept.history.plateau is not None and kept.history.plateau.replicas == 4
+
+
+def test_the_trainers_rate_judges_a_step_before_their_stall() -> None:
+    # Stall fell from 40% to 20% (a 33% speedup) but the elements read per second did not move:
+    # another trainer's reports, not the step, changed the mean stall.
+    samples = after_scale_up({"stall": 0.4, "cpu": 0.95, "rate": 80.0}, {"stall": 0.2, "cpu": 0.95, "rate": 80.5})
+    decision = autoscaler.decide(WHEN_IDLE, 4, samples, SCALED_UP, NOW)
+    assert decision.replicas == 4 and "the trainers read 80.0 then 80.5 elements/s" in decision.reason
+
+
+def test_always_keeps_the_workers_a_trial_brought_while_clients_read() -> None:
+    # After the trial the trainers are fed and the workers idle: SPARE for the whole window. The
+    # workers' CPU would size 4 -> 2, which stalls the trainers and brings the trial back.
+    fed = steady(stall=0.01, cpu=0.05, answering=4, rate=99.0)
+    kept = autoscaler.decide(ALWAYS, 4, fed, settled_with_floor(4, 4), NOW)
+    assert kept.replicas == 4 and "keeping the 4 workers that made the trainers read faster" in kept.reason
+    # Above the floor the usual rule applies, down to the floor at most.
+    fed_8 = steady(stall=0.01, cpu=0.05, answering=8)
+    assert autoscaler.decide(ALWAYS, 8, fed_8, settled_with_floor(8, 3), NOW).replicas == 4
+    assert autoscaler.decide(ALWAYS, 8, fed_8, settled_with_floor(8, 6), NOW).replicas == 6
+    # Once nobody reads, the floor is forgotten: the workers go after the window, as always.
+    idle = autoscaler.decide(ALWAYS, 4, steady(reading=False, idle=70, cpu=0.0), settled_with_floor(4, 4), NOW)
+    assert idle.replicas == 1 and idle.history.floor is None
+
+
+def settled_with_floor(replicas: int, floor: int) -> History:
+    return replace(settled(replicas), floor=floor)
+
+
 # --- Closed loops: a toy service that answers the decisions ---------------------------------------
 
 
@@ -284,6 +369,10 @@ class ToyService:
     workers: int = 1
     added_at: float = -1e9
     idle_since: float | None = None
+    # I/O-bound: a worker's unit of data costs this share of its CPU, and the service gives at most
+    # ``cap`` units whatever the count (a network or storage limit). Elements/s = 25 per unit.
+    cpu_per_unit: float = 1.0
+    cap: float = float("inf")
 
     def read(self, at: float) -> Sample:
         demand = self.demand(at)
@@ -292,9 +381,11 @@ class ToyService:
             self.idle_since = at if self.idle_since is None else self.idle_since
             return reading(at, cpu=0.0, reading=False, idle=at - self.idle_since, answering=answering)
         self.idle_since = None
-        cpu = min(1.0, demand / answering)
-        stall = max(0.02, 1 - answering / demand) if self.reports else None
-        return reading(at, cpu=cpu, stall=stall, answering=answering)
+        served = min(demand, answering, self.cap)
+        cpu = min(1.0, served / answering * self.cpu_per_unit)
+        stall = max(0.02, 1 - served / demand) if self.reports else None
+        rate = 25 * served if self.reports else None
+        return reading(at, cpu=cpu, stall=stall, answering=answering, rate=rate)
 
 
 def run(service: ToyService, policy: Policy, seconds: float, log: list[float] | None = None) -> list[ScaleDecision]:
@@ -362,6 +453,50 @@ def test_a_slowly_changing_load_changes_direction_once() -> None:
     steps = directions(decisions)
     assert steps[0] == 1 and steps[-1] == -1
     assert sum(1 for a, b in itertools.pairwise(steps) if a != b) == 1
+
+
+@pytest.mark.parametrize("policy", [WHEN_IDLE, ALWAYS], ids=["WhenIdle", "Always"])
+def test_an_io_bound_load_is_met_and_kept_without_oscillating(policy: Policy) -> None:
+    # Workers at 5% CPU per unit of data: the CPU never asks for more, the trainers' stall does.
+    service = ToyService(lambda t: 3.5 if t < 900 else 0.0, cpu_per_unit=0.05)
+    decisions = run(service, policy, 1200)
+    assert [d.replicas for d in decisions if d.scales][:2] == [2, 4]
+    assert directions(decisions) == [1, 1, -1], [d.reason for d in decisions if d.scales]
+    assert service.workers == 1
+
+
+def test_an_io_bound_load_capped_elsewhere_tries_once_per_plateau() -> None:
+    # The storage gives one worker's worth whatever the count: each trial is undone.
+    service = ToyService(lambda t: 3.5, cpu_per_unit=0.05, cap=1.0)
+    times: list[float] = []
+    decisions = run(service, ALWAYS, autoscaler.PLATEAU_SECONDS * 2 + 60, times)
+    assert directions(decisions) == [1, -1] * 2, [d.reason for d in decisions if d.scales]
+    assert service.workers == 1
+    # A trial is undone within a minute, and the next one waits for the plateau to age out.
+    ups, downs = times[::2], times[1::2]
+    assert all(down - up < 60 for up, down in zip(ups, downs, strict=True))
+    assert all(up - down >= autoscaler.PLATEAU_SECONDS for down, up in itertools.pairwise(times[1:]) if up in ups)
+    assert "more workers did not help: from 1 to 2 workers, the trainers read 25.0 then 25.0 elements/s" in (
+        next(d.reason for d in decisions if d.scales and d.replicas < d.current)
+    )
+
+
+def test_scale_to_zero_and_back_at_the_first_client() -> None:
+    zero = replace(WHEN_IDLE, min_replicas=0)
+    # Nobody reads for the window: every worker goes.
+    gone = autoscaler.decide(zero, 2, steady(reading=False, idle=70, cpu=0.0), settled(2), NOW)
+    assert (gone.replicas, gone.reason) == (0, "no client has read for 70s")
+    # At zero, the dispatcher is read often, so that the first client waits little.
+    waiting = autoscaler.decide(zero, 0, steady(reading=False, idle=900, cpu=None, answering=0), gone.history, NOW)
+    assert (waiting.replicas, waiting.reason) == (0, "no client reads; scaled to zero")
+    assert waiting.next_check_seconds == autoscaler.CHECK_SECONDS
+    # One reading that says a client reads (its journal names it; no worker, so no CPU) is enough.
+    attached = [*steady(reading=False, idle=900, cpu=None, answering=0), reading(NOW + 5, cpu=None, answering=0)]
+    back = autoscaler.decide(zero, 0, attached, waiting.history, NOW + 5)
+    assert back.replicas == 1 and back.reason == "a client is reading and no worker runs (scaled to zero)"
+    # From one worker on, the evidence decides as always.
+    loaded = steady(60, until=NOW + 60, stall=0.5, cpu=0.9, answering=1)
+    assert autoscaler.decide(zero, 1, loaded, back.history, NOW + 60).replicas == 2
 
 
 def test_the_policy_comes_from_the_spec() -> None:

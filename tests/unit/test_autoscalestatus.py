@@ -42,6 +42,7 @@ def test_a_scale_is_an_event_and_the_status_says_why() -> None:
             "dataStallPercent": 38,
             "workerCPUPercent": 95,
             "reportingClients": 1,
+            "elementsPerSecond": 61.2,
             "workersAnswering": 2,
             "error": None,
         },
@@ -51,8 +52,10 @@ def test_a_scale_is_an_event_and_the_status_says_why() -> None:
 
 def test_plain_trainers_and_a_failed_read_leave_no_stale_values() -> None:
     plain = replace(SIGNALS, reporting_clients=0, client_stall_fraction_mean=None, client_stall_fraction_max=None)
+    assert plain.client_elements_per_second is not None  # a stale rate is not shown either
     block = autoscalestatus.build(None, HOLD, window(plain, "GET x failed: timed out"), T0)
     assert block["signals"]["dataStallPercent"] is None  # a merge patch removes it
+    assert block["signals"]["elementsPerSecond"] is None
     assert block["signals"]["error"] == "GET x failed: timed out"
     assert block["lastScale"] is None
     unknown = autoscalestatus.build(None, HOLD, window(None, "GET x answered 503 Service Unavailable"), T0)

@@ -126,6 +126,8 @@ def refusal(group: str, name: str, value: int) -> str | None:
     fields: dict[str, Any] = {"shardingPolicy": "DYNAMIC", "autoscaling": {"maxReplicas": 1000}}
     if (group, name) == ("workers", "rescaleMaxWaitSeconds"):
         fields = {"shardingPolicy": "FILE"}
+    if (group, name) == ("workers", "replicas"):  # 0 only for a service that scales to zero
+        fields["autoscaling"]["minReplicas"] = 0
     fields.setdefault(group, {})[name] = value
     try:
         spec.parse(body("ranges", "ml", **fields), IMAGE)

@@ -57,6 +57,13 @@ def test_service_signals_round_trip_and_refuse_what_the_operator_cannot_use() ->
     broken = seen.to_json().replace('"reading": true', '"reading": "yes"')
     with pytest.raises(signals.SignalsError, match="reading must be true or false"):
         signals.ServiceSignals.from_json(broken)
+    # A dispatcher from before the clients' element rate: read as unknown, not refused.
+    older = seen.to_json().replace('"client_elements_per_second": null, ', "")
+    assert "client_elements_per_second" not in older
+    assert signals.ServiceSignals.from_json(older).client_elements_per_second is None
+    negative = seen.to_json().replace('"client_elements_per_second": null', '"client_elements_per_second": -1')
+    with pytest.raises(signals.SignalsError, match="client_elements_per_second must be a number of at least 0"):
+        signals.ServiceSignals.from_json(negative)
 
 
 def journal_record(update: object) -> bytes:
@@ -139,6 +146,12 @@ def test_unknown_before_the_first_poll_and_idle_seconds_count_from_the_last_read
     assert agg.clients.receive(report("t", stall=0.5)).status == 204
     seen = agg.signals()
     assert seen.reading and seen.idle_seconds == 0 and seen.client_stall_fraction_mean == pytest.approx(0.5)
+    assert seen.client_elements_per_second == pytest.approx(2.0)  # 10 elements in a 5 s window
+    # The clients' rates add up; a report with no window yet gives no rate.
+    assert agg.clients.receive(signals.ClientReport("u", 0.1, 5.0, 40).to_json().encode()).status == 204
+    assert agg.signals().client_elements_per_second == pytest.approx(10.0)
+    assert agg.clients.receive(signals.ClientReport("v", 0.0, 0.0, 0).to_json().encode()).status == 204
+    assert agg.signals().client_elements_per_second == pytest.approx(10.0)
 
 
 def test_without_a_worker_health_port_the_answer_is_unknown() -> None:

@@ -69,7 +69,7 @@ def test_reads_the_signals(dispatcher: Callable[[Handler], str]) -> None:
 
 
 def test_a_newer_dispatcher_may_add_fields(dispatcher: Callable[[Handler], str]) -> None:
-    body = json.dumps({**asdict(SIGNALS), "client_elements_per_second": 12.5}).encode()
+    body = json.dumps({**asdict(SIGNALS), "worker_queue_depth": 12.5}).encode()
     assert probes.fetch(dispatcher(reply(200, body))) == SIGNALS
 
 

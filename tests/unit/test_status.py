@@ -48,6 +48,34 @@ def test_ready_when_dispatcher_and_all_workers_are_ready() -> None:
     assert st["observedGeneration"] == 1
 
 
+def test_scaled_to_zero_is_ready_and_says_so() -> None:
+    svc = parse(shardingPolicy="DYNAMIC", workers={"replicas": 0}, autoscaling={"minReplicas": 0, "maxReplicas": 4})
+    dispatcher = {**builders.build_dispatcher_statefulset(svc, SETTINGS, 0), "status": sts(1, 1)["status"]}
+    st = status.compute_status(svc, body(), status.Servers(dispatcher, sts(0, 0)), SETTINGS, "T1")
+    c = conditions(st)
+    assert (c["WorkersReady"]["status"], c["WorkersReady"]["reason"]) == ("True", reasons.SCALED_TO_ZERO)
+    assert (c["Ready"]["status"], c["Ready"]["reason"]) == ("True", reasons.SCALED_TO_ZERO)
+    assert c["Ready"]["message"] == (
+        "The dispatcher serves. No worker runs: no client has read for the autoscaler's window "
+        "(spec.autoscaling.minReplicas 0). The first client to read brings a worker and waits for it."
+    )
+    assert st["workers"]["summary"] == "0/0"
+    # On the way down (the StatefulSet still has a pod), and with a dispatcher that does not serve: not Ready.
+    assert (
+        conditions(status.compute_status(svc, body(), status.Servers(dispatcher, sts(1, 1)), SETTINGS, "T1"))["Ready"][
+            "status"
+        ]
+        == "False"
+    )
+    down = {**dispatcher, "status": sts(1, 0)["status"]}
+    assert (
+        conditions(status.compute_status(svc, body(), status.Servers(down, sts(0, 0)), SETTINGS, "T1"))["Ready"][
+            "reason"
+        ]
+        != reasons.SCALED_TO_ZERO
+    )
+
+
 def test_not_ready_says_which_part_is_missing() -> None:
     svc = parse()
     st = status.compute_status(svc, body(), status.Servers(sts(1, 1), sts(2, 1)), SETTINGS, "T1")

@@ -8,9 +8,10 @@ client helper (`tfdata_operator.client.distribute("x")`: no address, the mode is
 
     python read_dataset.py --discover x --files '/data/*.tfrecord' [--map upper] [--job-name j]
 
-Prints one line per element as it arrives ("element <value>"), one when a read of the whole
-dataset ends ("read <n>"; --until-file reads it again, each time as a new job, until that file
-exists), then a JSON summary line ("summary {...}"), or "error <type>: <message>" (exit code 2).
+Prints "iterating" just before its first next(), one line per element as it arrives ("element
+<value>"), one when a read of the whole dataset ends ("read <n>"; --until-file reads it again, each
+time as a new job, until that file exists), then a JSON summary line ("summary {...}"), or
+"error <type>: <message>" (exit code 2).
 With --discover it first prints the TFDATA_* variables it was given ("settings {...}") and its pipeline's fingerprint
 ("fingerprint <digest>"), then "ready" once it has joined the job. A watchdog ends the process
 with exit code 3 if the whole read takes longer than --timeout, so a test never hangs on a
@@ -25,7 +26,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 MODES = ("OFF", "DYNAMIC", "FILE", "DATA", "FILE_OR_DATA", "HINT")
@@ -47,6 +48,14 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=0.0, help="seconds to sleep per element (slow reader)")
     parser.add_argument("--repeat", type=int, default=1, help="read the files this many times (one job)")
     parser.add_argument("--burn", type=int, default=0, help="256x256 matmuls per element in the workers (CPU load)")
+    parser.add_argument(
+        "--sleep-ms", type=int, default=0,
+        help="each element waits this long in the workers, using no CPU (a read from a bucket or a network filesystem)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--report", metavar="URL", default=None,
+        help="with --service: read through the client helper's iterate(), reporting data stalls to URL",
+    )  # fmt: skip
     parser.add_argument(
         "--until-file", default=None,
         help="read everything again, each time as a new job, until this file exists; then end after the current read",
@@ -87,6 +96,12 @@ def main() -> int:
         options = tf.data.Options()
         options.threading.max_intra_op_parallelism = 1
         dataset = dataset.with_options(options)
+    if args.sleep_ms:
+        # TensorFlow's own SleepDataset (not exported as tf.data.experimental.sleep): a graph op, so it
+        # runs in the workers, where a py_function cannot.
+        from tensorflow.python.data.experimental.ops import testing
+
+        dataset = dataset.apply(testing.sleep(args.sleep_ms * 1000))
     if args.map:
         dataset = dataset.map(
             {"upper": tf.strings.upper, "suffix": lambda r: r + "!", "length": tf.strings.length}[args.map]
@@ -103,25 +118,42 @@ def main() -> int:
                     processing_mode=policy, service=args.service, job_name=args.job_name
                 )
             )
-        while True:
-            # Each pass over a distributed dataset is a job of its own (an anonymous one, or again
-            # --job-name's once the last ended), read in full.
-            for element in elements:
-                value = element.numpy()
-                print(f"element {value.decode() if isinstance(value, bytes) else value}", flush=True)
-                count += 1
-                if args.delay:
-                    time.sleep(args.delay)
-            reads += 1
-            print(f"read {reads}", flush=True)
-            if args.until_file is None or os.path.exists(args.until_file):
-                break
+        stream = passes(elements, args.until_file)
+        if args.report:
+            from tfdata_operator import client
+
+            # One meter over every pass: one reporting client for the whole run, as a trainer's epochs.
+            stream = client.iterate(stream, report_url=args.report, interval=5.0)
+        print("iterating", flush=True)  # the first next() follows
+        for element in stream:
+            if element is None:
+                reads += 1
+                print(f"read {reads}", flush=True)
+                continue
+            value = element.numpy()
+            print(f"element {value.decode() if isinstance(value, bytes) else value}", flush=True)
+            count += 1
+            if args.delay:
+                time.sleep(args.delay)
     except Exception as exc:  # the test asserts on this message
         print(f"error {type(exc).__name__}: {exc}".replace("\n", " "), flush=True)
         return 2
     seconds = time.monotonic() - start
     print("summary " + json.dumps({"elements": count, "reads": reads, "seconds": round(seconds, 3)}), flush=True)
     return 0
+
+
+def passes(elements: Iterable[Any], until_file: str | None) -> Iterator[Any]:
+    """Every element of one pass, then None; again while ``until_file`` does not exist.
+
+    Each pass over a distributed dataset is a job of its own (an anonymous one, or again
+    --job-name's once the last ended), read in full.
+    """
+    while True:
+        yield from elements
+        yield None
+        if until_file is None or os.path.exists(until_file):
+            return
 
 
 def through_client(args: argparse.Namespace, dataset: Any) -> Iterable[Any]:

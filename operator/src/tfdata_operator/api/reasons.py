@@ -24,6 +24,8 @@ DISPATCHER_RESTARTING = "DispatcherRestarting"
 WORKERS_MISSING = "WorkersMissing"
 WORKERS_SERVING = "WorkersReady"
 WORKERS_NOT_READY = "WorkersNotReady"
+# spec.autoscaling.minReplicas 0 and nobody reads: no worker runs, and the service is Ready.
+SCALED_TO_ZERO = "ScaledToZero"
 # Ready=False, and a Warning Event of the same reason, once: nothing is changed.
 INVALID_SPEC = "InvalidSpec"
 NAME_CONFLICT = "NameConflict"

@@ -384,6 +384,17 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
                 "spec.autoscaling.metric CPU scales on CPU utilization, which needs a CPU request: "
                 "set spec.workers.resources.requests.cpu, or use metric TFData (the default), which needs none"
             )
+        if autoscaling.min_replicas == 0 and not dispatcher.fault_tolerant_mode:
+            problems.append(
+                "spec.autoscaling.minReplicas 0 (scale to zero) needs spec.dispatcher.faultTolerantMode true: with "
+                "no worker running, the dispatcher's journal is how the operator sees a client waiting. Set "
+                "faultTolerantMode to true (its default), or minReplicas to 1 or more"
+            )
+    if workers.replicas == 0 and (autoscaling is None or autoscaling.min_replicas > 0):
+        problems.append(
+            "spec.workers.replicas 0 is allowed only with spec.autoscaling.minReplicas 0 (scale to zero): "
+            "set 1 or more, or set spec.suspend: true to stop every pod"
+        )
     if problems:
         raise SpecError(problems)
     assert policy is not None and image is not None
@@ -517,7 +528,8 @@ def _storage(r: _Reader) -> StorageSpec:
 
 def _workers(r: _Reader) -> WorkersSpec:
     d = WorkersSpec()
-    replicas = r.integer("replicas", d.replicas, 1, 1000)
+    # 0 only for a service scaled to zero (spec.autoscaling.minReplicas 0; parse checks).
+    replicas = r.integer("replicas", d.replicas, 0, 1000)
     port = r.integer("port", d.port, 1, 65535)
     health_port = r.integer("healthPort", d.health_port, 1, 65535)
     heartbeat = r.integer("heartbeatIntervalMs", None, 1, 3_600_000)
@@ -570,7 +582,7 @@ def _autoscaling(r: _Reader) -> AutoscalingSpec:
         r.problems.append("spec.autoscaling.maxReplicas is required")
     d = AutoscalingSpec(max_replicas=1)
     max_replicas = r.integer("maxReplicas", None, 1, 1000)
-    min_replicas = r.integer("minReplicas", d.min_replicas, 1, 1000)
+    min_replicas = r.integer("minReplicas", d.min_replicas, 0, 1000)
     metric = r.enum("metric", AUTOSCALING_METRICS, d.metric) or d.metric
     target = r.integer("targetCPUUtilizationPercentage", d.target_cpu_utilization_percentage, 1, 100)
     stall_set = r.has("targetDataStallPercentage")
@@ -586,6 +598,11 @@ def _autoscaling(r: _Reader) -> AutoscalingSpec:
         r.problems.append(
             "spec.autoscaling.scaleDown WhenIdle needs metric TFData: a CPU HorizontalPodAutoscaler removes "
             "workers while clients read. Remove scaleDown, set it to Always, or use metric TFData"
+        )
+    if metric == CPU_METRIC and min_replicas == 0:
+        r.problems.append(
+            "spec.autoscaling.minReplicas 0 (scale to zero) needs metric TFData: a HorizontalPodAutoscaler keeps "
+            "at least one worker. Set minReplicas to 1 or more, or use metric TFData"
         )
     if metric == CPU_METRIC and stall_set:
         r.problems.append(

@@ -10,10 +10,12 @@ The policy, in the spirit of Cachew (USENIX ATC'22: scale on what the trainers s
 helps) and of Flink's autoscaler (size the step from the measured load, stabilize before scaling
 down):
 
-- Every reading is classified: ADD (trainers stall and workers are saturated; with no trainer
-  reporting, saturated workers alone), SPARE (trainers fed and workers idle, both below half of
-  their targets), or a reason to hold. The gap between the targets and their halves is the
-  hysteresis.
+- Every reading is classified: ADD (trainers stall; with no trainer reporting, saturated workers
+  alone), SPARE (trainers fed and workers idle, both below half of their targets), or a reason to
+  hold. The gap between the targets and their halves is the hysteresis. Stalled trainers ask for
+  workers whatever the workers' CPU: a pipeline that waits on storage (an I/O-bound one) leaves
+  its workers idle and still reads faster from more of them. Such a step, taken while the workers
+  are below the CPU target, is a *trial*: it stays only if the trainers read faster.
 - Add workers when every reading of the last ``UP_WINDOW_SECONDS`` says ADD. The step is sized
   from the load (a trainer that waits a fraction s of the time needs 1/(1-s) times the data rate;
   saturated workers need their CPU over the target): at least one worker, at most double.
@@ -21,16 +23,25 @@ down):
   worker answers the dispatcher, plus ``SETTLE_SECONDS`` (the workers' CPU and the trainers'
   reports are averaged over 10 s).
 - Stop adding when adding stops helping: before adding again, compare the readings before the
-  last scale-up with those after it. Trainers' speed (1 - stall) must have risen by
-  ``MIN_SPEEDUP``, or, with no trainer reporting, the workers' total busy CPU (a throughput
-  proxy) by half of what the added workers could give. If not, hold at this count (a plateau)
-  until the load grows or ``PLATEAU_SECONDS`` pass.
+  last scale-up with those after it. The trainers' speed must have risen by ``MIN_SPEEDUP``:
+  the elements per second they read in all, or, from trainers that do not send it, 1 - stall
+  (which cannot move for an I/O-bound trainer that waits all the time, only faster); with no
+  trainer reporting, the workers' total busy CPU (a throughput proxy) by half of what the added
+  workers could give. If not, hold at this count (a plateau) until the load grows or
+  ``PLATEAU_SECONDS`` pass; a trial that did not help is undone, and the plateau is the count
+  before it.
 - Remove workers slowly: with ``scaleDown: WhenIdle`` only once no client has read for the
   stabilization window (then straight to minReplicas: nothing is read, so nothing is lost);
   with ``Always`` also while clients read, when every reading of the whole window says SPARE,
-  to what the busiest moment of the window needed, at most halving.
+  to what the busiest moment of the window needed, at most halving. The workers' CPU cannot say
+  how many an I/O-bound pipeline needs, so the count a trial reached stays while clients read
+  (otherwise every removal would stall the trainers and bring the trial back).
 - A count set outside the autoscaler (``kubectl scale``) is the new starting point: it is kept
   until the readings after it say otherwise. A count outside min/max is clamped at once.
+- Scale to zero (``minReplicas: 0``): once nobody reads for the window, the workers go to 0 like to
+  any minReplicas; at zero the dispatcher is read every ``CHECK_SECONDS``, and the first reading
+  that says a client reads (its journal names an attached client) brings one worker at once,
+  without evidence windows: that client waits for it.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any
 
 from tfdata_operator.api.spec import SCALE_DOWN_ALWAYS, AutoscalingSpec
 from tfdata_operator.wire.signals import ServiceSignals
@@ -88,6 +100,7 @@ class Sample:
     cpu_mean: float | None
     stall_mean: float | None  # None when no client reports
     reporting_clients: int
+    rate: float | None = None  # elements per second the reporting clients read in all; None: unknown
 
     @classmethod
     def of(cls, at: float, s: ServiceSignals) -> Sample:
@@ -99,6 +112,7 @@ class Sample:
             cpu_mean=s.worker_cpu_utilization_mean,
             stall_mean=s.client_stall_fraction_mean if s.reporting_clients else None,
             reporting_clients=s.reporting_clients,
+            rate=s.client_elements_per_second if s.reporting_clients else None,
         )
 
     @property
@@ -138,6 +152,9 @@ class LastScale:
     # False for a clamp to min/max and for a count set outside the autoscaler: only a scale-up
     # the load asked for is judged by whether it helped.
     load_driven: bool = True
+    # A scale-up asked for by stalled trainers while the workers were below the CPU target: undone
+    # if the trainers do not read faster.
+    trial: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,6 +165,8 @@ class Plateau:
     at: float
     stall: float | None
     busy: float | None
+    # Found by a trial: the workers' CPU says nothing of that load, more reporting trainers do.
+    clients: int | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +175,8 @@ class History:
 
     last: LastScale | None = None
     plateau: Plateau | None = None
+    # The count a trial reached: removing workers while clients read stops there.
+    floor: int | None = None
 
 
 @dataclass(frozen=True)
@@ -195,10 +216,8 @@ def assess(s: Sample, p: Policy) -> tuple[Verdict, str]:
     if s.stall_mean >= p.stalled:
         if saturated:
             return Verdict.ADD, f"{stall}, {cpu}"
-        return Verdict.HOLD, (
-            f"{stall} but {cpu}: more workers would not help (the bottleneck is elsewhere: the network, "
-            "the dispatcher or the trainers' own input)"
-        )
+        # The workers wait too (on storage, the network): only a step can tell whether more help.
+        return Verdict.ADD, f"{stall}, {cpu}: waiting on input, not CPU"
     if s.stall_mean < p.stalled / 2 and idle:
         return Verdict.SPARE, f"{stall}, {cpu}"
     return Verdict.HOLD, f"{stall}, {cpu}: the trainers are fed"
@@ -231,9 +250,13 @@ class _Deciding:
     def hold(self, reason: str, check: float = CHECK_SECONDS, history: History | None = None) -> ScaleDecision:
         return ScaleDecision(self.current, self.current, reason, check, self.history if history is None else history)
 
-    def scale(self, to: int, reason: str, load_driven: bool = True) -> ScaleDecision:
-        last = LastScale(self.now, self.current, to, load_driven)
-        return ScaleDecision(self.current, to, reason, CHECK_SECONDS, History(last))
+    def scale(self, to: int, reason: str, load_driven: bool = True, **kept: Any) -> ScaleDecision:
+        """A new count; ``kept`` may carry a ``trial``, a ``plateau`` and a ``floor``."""
+        trial = bool(kept.pop("trial", False))
+        floor = kept.pop("floor", self.history.floor)
+        last = LastScale(self.now, self.current, to, load_driven, trial)
+        history = History(last, floor=None if floor is None else min(floor, self.p.max_replicas), **kept)
+        return ScaleDecision(self.current, to, reason, CHECK_SECONDS, history)
 
     def decide(self) -> ScaleDecision:
         p, current, samples, now = self.p, self.current, self.samples, self.now
@@ -259,6 +282,9 @@ class _Deciding:
         latest = samples[-1]
         if not latest.reading:
             return self.idle(latest)
+        if current == 0:
+            # Scaled to zero and a client attached: it waits for a worker, so no evidence is needed.
+            return self.scale(1, "a client is reading and no worker runs (scaled to zero)", load_driven=False)
 
         since = _settled_since(last, current, samples, now)
         if since is None:
@@ -281,10 +307,13 @@ class _Deciding:
         """No client reads: the count does not matter now, so the workers go once the quiet lasts."""
         p = self.p
         quiet = History(self.history.last)  # the next reader may bring another load: forget the plateau
+        if self.current == 0:
+            # The first client to attach waits for a worker: look often (a read of the dispatcher pod).
+            return self.hold("no client reads; scaled to zero", CHECK_SECONDS, quiet)
         if self.current <= p.min_replicas:
             return self.hold("no client reads", QUIET_CHECK_SECONDS, quiet)
         if latest.idle_seconds >= p.window_seconds:
-            return self.scale(p.min_replicas, f"no client has read for {latest.idle_seconds:.0f}s")
+            return self.scale(p.min_replicas, f"no client has read for {latest.idle_seconds:.0f}s", floor=None)
         left = p.window_seconds - latest.idle_seconds
         why = f"no client has read for {latest.idle_seconds:.0f}s; removing workers after {p.window_seconds:.0f}s"
         return self.hold(why, max(1.0, min(QUIET_CHECK_SECONDS, left)), quiet)
@@ -298,20 +327,45 @@ class _Deciding:
         if current >= p.max_replicas:
             return self.hold(f"{why}; already at maxReplicas {p.max_replicas}")
         plateau = history.plateau
-        if plateau is not None and current >= plateau.replicas and not _load_grew(plateau, stall, busy, self.now):
+        if (
+            plateau is not None
+            and current >= plateau.replicas
+            and not _load_grew(plateau, recent[-1], stall, busy, self.now)
+        ):
             return self.hold(f"{why}; adding workers stopped helping at {plateau.replicas}")
         last = history.last
         # Judge the last scale-up only once: after the load grew past a plateau, the readings before
         # and after it no longer compare like with like.
         if plateau is None and last is not None and last.load_driven and last.to_replicas > last.from_replicas:
             before = [s for s in self.samples if last.at - UP_WINDOW_SECONDS <= s.at < last.at]
-            if found := _not_helped(last, before, stall, busy):
-                why = f"{why}; adding workers stopped helping: from {last.from_replicas} to {last.to_replicas} {found}"
-                return self.hold(why, history=replace(history, plateau=Plateau(current, self.now, stall, busy)))
+            if found := _not_helped(last, before, recent):
+                return self.not_helped(recent, f"from {last.from_replicas} to {last.to_replicas} {found}", why)
         wanted = math.ceil(current * cpu / p.saturated_cpu - 1e-9)
         if stall is not None:
             wanted = max(wanted, math.ceil(current / (1 - min(stall, _MAX_STALL_FOR_STEP)) - 1e-9))
-        return self.scale(min(max(wanted, current + 1), 2 * current, p.max_replicas), why)
+        to = min(max(wanted, current + 1), 2 * current, p.max_replicas)
+        if cpu < p.saturated_cpu:
+            why = f"{why}; trying {to} (kept if the trainers read faster)"
+            return self.scale(to, why, trial=True, floor=max(to, history.floor or 0))
+        return self.scale(to, why)
+
+    def not_helped(self, recent: list[Sample], tried: str, why: str) -> ScaleDecision:
+        """The last scale-up did not make the trainers faster: stop adding at this load."""
+        history, last, p = self.history, self.history.last, self.p
+        assert last is not None
+        stall, busy = _mean([s.stall_mean for s in recent]), _mean([s.busy for s in recent])
+        clients = recent[-1].reporting_clients if last.trial else None
+        if last.trial and p.scale_down_always:
+            # Undone: the workers it added only cost. The plateau is the count before it.
+            back = Plateau(last.from_replicas, self.now, stall, busy, clients)
+            floor = None if history.floor is None else min(history.floor, last.from_replicas)
+            why = f"{why}; more workers did not help: {tried}; back to {last.from_replicas}"
+            return self.scale(last.from_replicas, why, load_driven=False, plateau=back, floor=floor)
+        why = f"{why}; adding workers stopped helping: {tried}"
+        if last.trial:
+            why += " (scaleDown WhenIdle keeps them until no client reads)"
+        plateau = Plateau(self.current, self.now, stall, busy, clients)
+        return self.hold(why, history=replace(history, plateau=plateau))
 
     def remove_while_reading(self, fresh: list[Sample], why: str) -> ScaleDecision:
         p, current, now = self.p, self.current, self.now
@@ -320,24 +374,35 @@ class _Deciding:
         span = max(p.window_seconds, UP_WINDOW_SECONDS)
         window = [s for s in fresh if s.at >= now - span]
         # The readings must cover the whole window (give or take one check), all saying SPARE.
+        floor = self.history.floor
+        if floor is not None and current <= floor:
+            return self.hold(
+                f"{why}; keeping the {floor} workers that made the trainers read faster until no client reads "
+                "(their CPU cannot say how many the input needs)"
+            )
         if _covers(window, now, span - CHECK_SECONDS) and all(assess(s, p)[0] is Verdict.SPARE for s in window):
             busiest = max((s.busy or 0.0) for s in window)
             needed = math.ceil(busiest / (p.saturated_cpu * DOWN_TO_UTILIZATION))
-            to = max(needed, math.ceil(current / 2), p.min_replicas)
+            to = max(needed, math.ceil(current / 2), p.min_replicas, floor or 0)
             if to < current:
                 return self.scale(to, f"{why} for {span:.0f}s while clients read (scaleDown Always)")
         return self.hold(f"{why}; removing workers once that holds for {span:.0f}s")
 
 
-def _not_helped(last: LastScale, before: list[Sample], stall: float | None, busy: float | None) -> str | None:
+def _not_helped(last: LastScale, before: list[Sample], after: list[Sample]) -> str | None:
     """None when the last scale-up helped (or cannot be judged); else what the readings show."""
-    stall_before = _mean([s.stall_mean for s in before])
+    rate_before, rate = _mean([s.rate for s in before]), _mean([s.rate for s in after])
+    if rate is not None and rate_before:
+        if rate / rate_before - 1 >= MIN_SPEEDUP:
+            return None
+        return f"workers, the trainers read {rate_before:.1f} then {rate:.1f} elements/s"
+    stall_before, stall = _mean([s.stall_mean for s in before]), _mean([s.stall_mean for s in after])
     if stall is not None and stall_before is not None:
-        speedup = (1 - stall) / (1 - stall_before) - 1
-        if speedup >= MIN_SPEEDUP:
+        # A trainer that waited all the time before the step: 1 - stall compares nothing.
+        if stall_before < 1.0 and (1 - stall) / (1 - stall_before) - 1 >= MIN_SPEEDUP:
             return None
         return f"workers, the trainers' wait went from {_pct(stall_before)} to {_pct(stall)} of the time"
-    busy_before = _mean([s.busy for s in before])
+    busy, busy_before = _mean([s.busy for s in after]), _mean([s.busy for s in before])
     if busy is None or not busy_before:
         return None
     could = last.to_replicas / last.from_replicas - 1
@@ -346,11 +411,13 @@ def _not_helped(last: LastScale, before: list[Sample], stall: float | None, busy
     return f"workers, their busy CPU went from {busy_before:.2f} to only {busy:.2f} workers' worth"
 
 
-def _load_grew(plateau: Plateau, stall: float | None, busy: float | None, now: float) -> bool:
+def _load_grew(plateau: Plateau, latest: Sample, stall: float | None, busy: float | None, now: float) -> bool:
     if now - plateau.at >= PLATEAU_SECONDS:
         return True
     if stall is not None and plateau.stall is not None and stall >= plateau.stall + PLATEAU_STALL_RISE:
         return True
+    if plateau.clients is not None:
+        return latest.reporting_clients > plateau.clients
     return busy is not None and plateau.busy is not None and busy >= plateau.busy * PLATEAU_BUSY_RISE
 
 

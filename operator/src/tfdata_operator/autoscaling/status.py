@@ -80,9 +80,14 @@ def _signals(window: ServiceWindow) -> dict[str, Any]:
         "dataStallPercent": None if s is None or not s.reporting_clients else _percent(s.client_stall_fraction_mean),
         "workerCPUPercent": None if s is None else _percent(s.worker_cpu_utilization_mean),
         "reportingClients": None if s is None else s.reporting_clients,
+        "elementsPerSecond": None if s is None or not s.reporting_clients else _rate(s.client_elements_per_second),
         "workersAnswering": None if s is None else s.workers_answering,
         "error": window.last_error,
     }
+
+
+def _rate(per_second: float | None) -> float | None:
+    return None if per_second is None else round(per_second, 1)
 
 
 def _percent(fraction: float | None) -> int | None:

@@ -15,6 +15,7 @@ not read it again each time.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -128,6 +129,7 @@ def _compact(body: Mapping[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+@functools.cache
 def _shared_text() -> bytes:
     """What the cached bodies have in common, as zlib's preset dictionary: the children of a
     default TFDataService as the operator renders them, and a pod as the cache keeps it. A body
@@ -144,9 +146,6 @@ def _shared_text() -> bytes:
     return b"".join(_compact(m) for m in (*children, pod))[-32768:]  # zlib reads at most 32 KB of it
 
 
-_SHARED = _shared_text()
-
-
 @dataclass(frozen=True, slots=True)
 class Packed:
     """A body as the cache keeps it: compact JSON, compressed (``pack``); ``unpack`` gives a fresh copy."""
@@ -154,14 +153,14 @@ class Packed:
     data: bytes
 
     def unpack(self) -> Manifest:
-        inflate = zlib.decompressobj(zdict=_SHARED)
+        inflate = zlib.decompressobj(zdict=_shared_text())
         body: Manifest = json.loads(inflate.decompress(self.data) + inflate.flush())
         return body
 
 
 def pack(body: Mapping[str, Any]) -> Packed:
     # Level 1: nearly the size of the default level at half its time (a watch event packs one body).
-    deflate = zlib.compressobj(1, zdict=_SHARED)
+    deflate = zlib.compressobj(1, zdict=_shared_text())
     return Packed(deflate.compress(_compact(body)) + deflate.flush())
 
 
@@ -229,8 +228,10 @@ class Overlay:
             return sum(len(v) for v in self._items.values())
 
 
-def by_key(bodies: Iterable[Mapping[str, Any]]) -> dict[ObjectKey, Manifest]:
-    return {(b["kind"], b["metadata"]["name"]): dict(b) for b in bodies}
+def by_key(packed: Iterable[Packed]) -> dict[ObjectKey, Manifest]:
+    """Cached bodies unpacked (each a fresh copy), by (kind, name)."""
+    bodies = (p.unpack() for p in packed)
+    return {(b["kind"], b["metadata"]["name"]): b for b in bodies}
 
 
 T = TypeVar("T")

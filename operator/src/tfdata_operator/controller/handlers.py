@@ -148,12 +148,11 @@ async def _resync_forever(memo: OperatorState) -> None:
 def snapshot(memo: OperatorState, key: cache.InstanceKey) -> tuple[dict[str, Any] | None, reconcile.Observed]:
     """The service's body and objects as the cache has them (on the event loop: kopf updates the indexes there)."""
     indices = memo.indices
-    bodies = [packed.unpack() for packed in indices[SERVICES_INDEX].get(key, ())]
     objects: dict[cache.ObjectKey, dict[str, Any]] = {}
     for kind in children.CHILDREN:
-        objects.update(cache.by_key(packed.unpack() for packed in indices[kind.index].get(key, ())))
-    pods = cache.by_key(packed.unpack() for packed in indices[children.POD.index].get(key, ()))
-    service = cache.by_key(bodies)
+        objects.update(cache.by_key(indices[kind.index].get(key, ())))
+    pods = cache.by_key(indices[children.POD.index].get(key, ()))
+    service = cache.by_key(indices[SERVICES_INDEX].get(key, ()))
     merged = memo.overlay.merge(key, {**objects, **pods, **service})
     body = merged.get((children.TFDATASERVICE.kind, key[1]))
     pod_list = [v for (kind, _), v in merged.items() if kind == "Pod"]

@@ -83,6 +83,12 @@ def dispatcher_condition(observed: Servers) -> Condition:
     )
 
 
+_SCALED_TO_ZERO = (
+    "No worker runs: no client has read for the autoscaler's window (spec.autoscaling.minReplicas 0). "
+    "The first client to read brings a worker and waits for it."
+)
+
+
 def workers_condition(svc: ServiceSpec, observed: Servers, waiting: str | None) -> Condition:
     desired = svc.workers.replicas
     sts = observed.workers
@@ -92,6 +98,8 @@ def workers_condition(svc: ServiceSpec, observed: Servers, waiting: str | None) 
     if sts is None:
         return Condition(WORKERS_READY, False, reasons.WORKERS_MISSING, "The worker StatefulSet does not exist yet.")
     if sts.get("spec", {}).get("replicas") == desired and scaling.statefulset_settled(sts):
+        if desired == 0:
+            return Condition(WORKERS_READY, True, reasons.SCALED_TO_ZERO, _SCALED_TO_ZERO)
         return Condition(WORKERS_READY, True, reasons.WORKERS_SERVING, f"{ready}/{desired} workers are ready.")
     return Condition(
         WORKERS_READY, False, reasons.WORKERS_NOT_READY, f"{ready}/{desired} workers are ready and up to date."
@@ -117,6 +125,8 @@ def summary_condition(
 ) -> Condition:
     if invalid is not None:
         return Condition(READY, False, reason, invalid)
+    if dispatcher.status and workers.reason == reasons.SCALED_TO_ZERO:
+        return Condition(READY, True, reasons.SCALED_TO_ZERO, f"The dispatcher serves. {workers.message}")
     if dispatcher.status and workers.status:
         return Condition(READY, True, "Ready", "The tf.data service is ready: the dispatcher and all workers serve.")
     failing = dispatcher if not dispatcher.status else workers

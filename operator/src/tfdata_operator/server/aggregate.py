@@ -356,6 +356,7 @@ class Aggregator:
             idle = 0.0 if self._idle_since is None else now - self._idle_since
         utilizations = [w.cpu_utilization for w in answering if w.cpu_utilization is not None]
         stalls = [c.stall_fraction for c in clients]
+        timed = [c for c in clients if c.window_seconds > 0]
         return signals.ServiceSignals(
             reading=bool(why),
             reasons=tuple(why) if why else (IDLE_REASON,),
@@ -370,6 +371,7 @@ class Aggregator:
             client_stall_fraction_mean=statistics.fmean(stalls) if stalls else None,
             client_stall_fraction_max=max(stalls) if stalls else None,
             age_seconds=round(now - poll.at, 3) if poll is not None else 0.0,
+            client_elements_per_second=sum(c.elements / c.window_seconds for c in timed) if timed else None,
         )
 
     def signals_route(self) -> Reply:
@@ -414,6 +416,10 @@ class Aggregator:
         yield from gauge(
             "tfdata_dispatcher_client_stall_fraction_max", "Highest data-stall fraction of a reporting client",
             s.client_stall_fraction_max,
+        )  # fmt: skip
+        yield from gauge(
+            "tfdata_dispatcher_client_elements_per_second", "Elements per second the reporting clients read in all",
+            s.client_elements_per_second,
         )  # fmt: skip
         reports = CounterMetricFamily("tfdata_dispatcher_client_reports", "Client reports received", labels=["result"])
         reports.add_metric(["accepted"], self.clients.accepted)

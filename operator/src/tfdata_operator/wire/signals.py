@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 # POST, body: one ClientReport as JSON; answered 204, or 400 with what is wrong (413 when
@@ -108,7 +108,11 @@ class ServiceSignals:
     client reading?") gives the bounds for how soon it turns False.
 
     The rest are the autoscaler's inputs, ``None`` when unknown: worker CPU used over CPU given
-    (mean and max over the workers that answered) and the reporting clients' data-stall fraction.
+    (mean and max over the workers that answered), the reporting clients' data-stall fraction,
+    and the elements per second they read in all (over their last reports' windows), which says
+    whether more workers made them faster when the stall alone cannot (an I/O-bound pipeline:
+    the trainers wait all the time before and after a step, only faster). Fields with a default
+    came later: a document from an older dispatcher, without them, reads as ``None``.
     """
 
     reading: bool
@@ -125,6 +129,7 @@ class ServiceSignals:
     client_stall_fraction_max: float | None
     # Seconds since the dispatcher last read its workers (the signal is at most this old).
     age_seconds: float
+    client_elements_per_second: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -137,10 +142,11 @@ class ServiceSignals:
             raise SignalsError(f"signals must be a JSON object: {exc}") from exc
         if not isinstance(data, dict):
             raise SignalsError("signals must be a JSON object")
-        names = [f.name for f in fields(cls)]
-        if missing := sorted(set(names) - set(data)):
+        required = {f.name for f in fields(cls) if f.default is MISSING}
+        if missing := sorted(required - set(data)):
             raise SignalsError(f"missing fields in signals: {', '.join(missing)} (a dispatcher of another version?)")
-        values = {name: data[name] for name in names}  # newer dispatchers may add fields
+        # Newer dispatchers may add fields; older ones lack those with a default.
+        values = {f.name: data.get(f.name, f.default) for f in fields(cls)}
         for name in ("reading",):
             if not isinstance(values[name], bool):
                 raise SignalsError(f"{name} must be true or false, got {values[name]!r}")
@@ -159,6 +165,7 @@ class ServiceSignals:
             "worker_cpu_utilization_max",
             "client_stall_fraction_mean",
             "client_stall_fraction_max",
+            "client_elements_per_second",
         )
         for name in ("idle_seconds", "age_seconds", *optional):
             value = values[name]
