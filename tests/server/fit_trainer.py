@@ -1,11 +1,12 @@
 """A Keras trainer for tests/server/test_trainer_client.py: ``model.fit`` on a ``distribute()`` dataset.
 
 Argument: one JSON object (address, policy, server_info_url, report_url, slow: "data", "step"
-or "none", steps). With ``slow="data"`` the workers sleep before each batch, with ``slow="step"``
-the training step does (a callback that sleeps after each batch). The fit's only addition for
-reporting is ``callbacks=[client.StallCallback(...)]``. Prints ``fit started`` when the fit
-begins, then one JSON line: what the callback's reporter measured, the fit's steps/s, and what
-the helper logged.
+or "none", steps, or fits: the steps of each of several fits in a row). With ``slow="data"`` the
+workers sleep before each batch, with ``slow="step"`` the training step does (a callback that
+sleeps after each batch). The fit's only addition for reporting is
+``callbacks=[client.StallCallback(...)]``, one for each fit. Prints ``fit started`` when a fit
+begins, then one JSON line: what the last fit's reporter measured and its steps/s, each fit's
+figures (``fits``), and what the helper logged.
 """
 
 import json
@@ -48,20 +49,19 @@ class Progress(tf.keras.callbacks.Callback):
             time.sleep(SLOW_SECONDS)  # a training step that takes its time
 
 
-stall = client.StallCallback(report_url=args["report_url"], interval=args.get("interval", 1.0))
-began = time.monotonic()
-model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Progress(), stall])
-seconds = time.monotonic() - began
-reporter = stall.reporter
-print(
-    json.dumps(
+fits = []
+for fit_steps in args.get("fits", [steps]):  # fits in a row, each with a StallCallback of its own
+    stall = client.StallCallback(report_url=args["report_url"], interval=args.get("interval", 1.0))
+    began = time.monotonic()
+    model.fit(dataset, steps_per_epoch=fit_steps, epochs=1, verbose=0, callbacks=[Progress(), stall])
+    seconds = time.monotonic() - began
+    reporter = stall.reporter
+    fits.append(
         {
             "elements": reporter.total_elements,
             "stall_fraction": reporter.stall_fraction,
             "waited": reporter.total_waited,
-            "steps_per_second": steps / seconds,
-            "logged": logged,
+            "steps_per_second": fit_steps / seconds,
         }
-    ),
-    flush=True,
-)
+    )
+print(json.dumps({**fits[-1], "fits": fits, "logged": logged}), flush=True)

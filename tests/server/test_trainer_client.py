@@ -338,12 +338,12 @@ def read_signals(program: ServerProcess) -> signals.ServiceSignals:
         return signals.ServiceSignals.from_json(response.read())
 
 
-def start_fit(program: ServerProcess, slow: str, report_url: str | None = None) -> subprocess.Popen[str]:
+def start_fit(program: ServerProcess, slow: str, report_url: str | None = None, **more: Any) -> subprocess.Popen[str]:
     health = f"http://127.0.0.1:{program.config.health_port}"
     return start_trainer(
         script="fit_trainer.py", address=f"grpc://127.0.0.1:{program.config.port}", policy="OFF",
         server_info_url=health + serverinfo.INFO_PATH, report_url=report_url or health + signals.REPORT_PATH,
-        slow=slow,
+        slow=slow, **more,
     )  # fmt: skip
 
 
@@ -395,3 +395,19 @@ def test_a_keras_fit_trains_on_when_the_dispatcher_pod_does_not_answer(program: 
     assert result["elements"] >= 300, result
     said = [line for line in result["logged"] if "cannot send the data-stall report" in line]
     assert len(said) == 1, result["logged"]
+
+
+@pytest.mark.parametrize("python", [servers.CURRENT_PYTHON, servers.OLDEST_PYTHON], ids=["current", "tf2.16"])
+def test_two_keras_fits_in_a_row_each_report_their_own_elements(program: ServerProcess, python: Path) -> None:
+    """The stage's counters live as long as the process: a second fit's callback counts from where they were
+    when it began, not the first fit's elements too. On this TensorFlow and on the oldest supported (2.16)."""
+    if not python.exists():
+        pytest.fail(f"no {python}: make venv-oldest")
+    result = result_of(start_fit(program, "data", python=python, fits=[120, 40]))
+    first, second = result["fits"]
+    print(f"\ntwo fits in a row on {python}: {first}, {second}")
+    assert 120 <= first["elements"] < 160 and 40 <= second["elements"] < 80, result["fits"]
+    # Workers 30 ms a batch, a step of under 1 ms: each fit waited about 30 ms for each of its own elements (the
+    # second's with the first's would be 4x its own). Its fraction also counts the fit's start, slow when loaded.
+    for fit in (first, second):
+        assert 0.5 <= fit["waited"] / (0.03 * fit["elements"]) <= 1.5, result["fits"]

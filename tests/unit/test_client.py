@@ -14,7 +14,6 @@ import pytest
 
 from tfdata_operator import client
 from tfdata_operator.client import fingerprint as fp
-from tfdata_operator.client import fit
 from tfdata_operator.client.stall import StallMeter, StallReporter
 from tfdata_operator.wire import discovery, signals
 
@@ -188,22 +187,21 @@ def test_failed_reports_never_break_training(caplog: pytest.LogCaptureFixture) -
     assert json.loads(signals.ClientReport("a", 0.0, 0.0, 0).to_json())["done"] is False
 
 
-def test_a_fits_reporter_counts_the_stages_waits_only_while_the_fit_runs() -> None:
-    """What ``distribute()``'s stage hands over (``fit.record``) while a ``StallCallback`` fit runs."""
+def test_a_fits_reporter_counts_what_the_stages_counters_gained_while_the_fit_ran() -> None:
+    """The stage ``distribute()`` appends adds to two running totals (``fit.totals``); a fit's reporter reads
+    them when it reports, and counts only what they gained since it was made: not an earlier fit's elements,
+    nor another loop's before it began."""
     clock = Clock(100.0)
+    counters = [7.5, 40]  # seconds waited, elements: what earlier fits and loops left in them
     sent: list[signals.ClientReport] = []
     reporter = StallReporter("http://x/", "train", interval=3600, send=lambda url, r: sent.append(r), clock=clock,
-                             quiet_until_first=True)  # fmt: skip
-    fit.record(0.5)  # before the fit: another loop's element
-    fit.start(reporter)
-    try:
-        for waited in (0.3, 0.1, -0.002):  # negative: the element was there before the step asked
-            fit.record(waited)
-            clock.now += 1.0
-        window = reporter.take_report()
-    finally:
-        fit.stop(reporter)
-    fit.record(0.5)  # after it
+                             quiet_until_first=True, poll=lambda: (counters[0], int(counters[1])))  # fmt: skip
+    for waited in (0.3, 0.1, 0.0):
+        counters[0] += waited
+        counters[1] += 1
+        clock.now += 1.0
+    reporter.poll()
+    window = reporter.take_report()
     assert (window.elements, window.window_seconds) == (3, pytest.approx(3.0))
     assert window.stall_fraction == pytest.approx(0.4 / 3.0)
     clock.now += 2.0
@@ -211,6 +209,46 @@ def test_a_fits_reporter_counts_the_stages_waits_only_while_the_fit_runs() -> No
     (final,) = sent
     assert final.done and final.elements == 0 and final.window_seconds == pytest.approx(2.0)
     assert reporter.total_elements == 3 and reporter.total_waited == pytest.approx(0.4)
+
+
+def test_two_fits_in_a_row_report_their_own_windows() -> None:
+    """The counters live as long as the process; each fit's reporter starts from what they hold then."""
+    counters = [0.0, 0]
+    finals: list[signals.ClientReport] = []
+
+    def totals() -> tuple[float, int]:
+        return counters[0], int(counters[1])
+
+    for waited_each in (0.5, 0.01):  # a fit that waits on data, then one that hardly does
+        clock = Clock(0.0)
+        reporter = StallReporter("http://x/", "train", interval=3600, send=lambda url, r: finals.append(r),
+                                 clock=clock, quiet_until_first=True, poll=totals)  # fmt: skip
+        for _ in range(10):
+            counters[0] += waited_each
+            counters[1] += 1
+            clock.now += 1.0
+        reporter.close()
+    first, second = finals
+    assert (first.elements, second.elements) == (10, 10)
+    assert first.stall_fraction == pytest.approx(0.5) and second.stall_fraction == pytest.approx(0.01)
+
+
+def test_a_reporter_whose_counters_cannot_be_read_still_closes() -> None:
+    """Reading the counters fails (TensorFlow shutting down): the fit ends as if nothing was measured."""
+
+    calls: list[int] = []
+
+    def breaks_after_the_first_read() -> tuple[float, int]:
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("gone")
+        return 0.0, 0
+
+    sent: list[signals.ClientReport] = []
+    reporter = StallReporter("http://x/", None, interval=3600, send=lambda url, r: sent.append(r),
+                             poll=breaks_after_the_first_read)  # fmt: skip
+    reporter.close()
+    assert [r.done for r in sent] == [True] and sent[0].elements == 0
 
 
 def test_a_fits_reporter_sends_nothing_before_its_first_element_but_done() -> None:

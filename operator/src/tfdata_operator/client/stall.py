@@ -48,8 +48,10 @@ def post_report(url: str, report: signals.ClientReport, timeout: float = REPORT_
 class StallReporter:
     """Adds up waits over windows and reports them to ``report_url`` (if given) every ``interval`` seconds.
 
-    What waits is measured elsewhere and handed to ``add``: by ``StallMeter`` around each
-    ``next()``, or by the stage ``distribute()`` appends (``client.fit``) while a Keras fit runs.
+    What waits is measured elsewhere: handed to ``add`` by ``StallMeter`` around each ``next()``,
+    or read from ``poll``, running totals that the reporter reads when it reports (the counters
+    of the stage ``distribute()`` appends, ``client.fit``) and of which it counts what was added
+    since it was made.
     ``close()`` sends the final report (``done: true``). With ``quiet_until_first``, no periodic
     report goes out before the first element: a meter that has seen nothing has measured nothing,
     and a stall fraction of 0 would tell the autoscaler the data keeps up.
@@ -64,6 +66,7 @@ class StallReporter:
         send: Callable[[str, signals.ClientReport], None] = post_report,
         clock: Callable[[], float] = time.monotonic,
         quiet_until_first: bool = False,
+        poll: Callable[[], tuple[float, int]] | None = None,
     ) -> None:
         self.report_url = report_url
         self.job_name = job_name
@@ -80,6 +83,8 @@ class StallReporter:
         self._started = clock()
         self._closed = False
         self._warned = False
+        self._poll = poll
+        self._polled = poll() if poll else (0.0, 0)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if report_url:
@@ -95,6 +100,20 @@ class StallReporter:
             self._elements += elements
             self.total_waited += waited
             self.total_elements += elements
+
+    def poll(self) -> None:
+        """Adds what ``poll`` counted since it was last read (at once when made: earlier counts are not ours)."""
+        if self._poll is None:
+            return
+        try:
+            now = self._poll()
+        except Exception as exc:  # never let reporting break training (e.g. TensorFlow shutting down)
+            log.debug("cannot read the data-stall counters (%s)", exc)
+            return
+        with self._lock:
+            (waited, elements), (was_waited, was_elements) = now, self._polled
+            self._polled = now
+        self.add(waited - was_waited, elements - was_elements)
 
     @property
     def stall_fraction(self) -> float:
@@ -122,6 +141,7 @@ class StallReporter:
     def _report(self, done: bool) -> None:
         if not self.report_url:
             return
+        self.poll()
         if self._quiet_until_first and not done and not self.total_elements:
             return
         report = self.take_report(done)
@@ -145,6 +165,7 @@ class StallReporter:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=REPORT_TIMEOUT_SECONDS + 1)
+        self.poll()  # also without a report_url, for total_elements and stall_fraction
         self._report(done=True)
 
 
