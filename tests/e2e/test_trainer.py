@@ -5,7 +5,8 @@ Every trainer here is a Pod with the label ``tfdata.dev/client: <service>`` and 
 address or mode, so the settings it reads come from that environment alone (the dev node gives a
 container nothing of the host's environment). The trainer is tests/e2e/clients/read_dataset.py
 with ``--discover``, or examples/trainer.py run by the example Job. Two services, one DYNAMIC and
-one FILE, serve every case; each case uses a job name of its own.
+one FILE, serve every case; each case uses a job name of its own. The Keras case
+(tests/e2e/clients/fit_dataset.py) has an autoscaled service of its own.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -91,6 +93,10 @@ class Trainers:
         pattern = str(self.data / files / "*.tfrecord")
         command = ["python", str(CLIENTS / "read_dataset.py"), "--discover", service, "--files", pattern,
                    f"--timeout={POD_TIMEOUT - 20:.0f}", *args]  # fmt: skip
+        return self.start_pod(name, service, command)
+
+    def start_pod(self, name: str, service: str, command: list[str], env: dict[str, str] | None = None) -> str:
+        """A pod that runs ``command`` with ``envFrom`` the ``service``'s ConfigMap (and ``env``)."""
         self.kubectl.apply(
             {
                 "apiVersion": "v1",
@@ -105,6 +111,7 @@ class Trainers:
                             "image": "my-trainer:latest",  # the dev node runs the project's venv instead
                             "command": command,
                             "envFrom": [{"configMapRef": {"name": f"{service}-client"}}],
+                            "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
                         }
                     ],
                 },
@@ -276,3 +283,69 @@ def test_the_example_trainer_job_shares_one_pass(trainers: Trainers) -> None:
     assert len(done) == 2, logs()
     # Two trainers, one tf.data job: one pass between them (two separate jobs would read it twice).
     assert sum(int(line.split()[1]) for line in done) == len(ALL), logs()
+
+
+def test_a_keras_fit_with_stall_callback_is_autoscaled_on_an_io_bound_service(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess, node_state_dir: Path
+) -> None:
+    """Issue 24: ``model.fit(dataset, callbacks=[StallCallback()])`` in a trainer pod, on a DYNAMIC service
+    whose pipeline waits 100 ms a batch in the workers and costs them almost no CPU (a read from a bucket).
+    During the fit the dispatcher counts the trainer as a reporting client, and the TFData autoscaler,
+    seeing it wait on idle workers, adds the second worker. The pod runs this checkout's client helper."""
+    name = "tr-keras"
+    stop = ROOT / ".local" / f"e2e-keras-stop-{namespace}"  # under the repository: the pod sees it
+    stop.unlink(missing_ok=True)
+    autoscaling = {"metric": "TFData", "minReplicas": 1, "maxReplicas": 2}
+    kubectl.apply(
+        {
+            "apiVersion": "tfdata.dev/v1alpha1",
+            "kind": "TFDataService",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 1}, "autoscaling": autoscaling},
+        }
+    )
+    waited = kubectl.run("wait", "--for=condition=Ready", f"tfdata/{name}", "-n", namespace, "--timeout=120s",
+                         check=False, timeout=130)  # fmt: skip
+    assert waited.returncode == 0, f"{name} not Ready: {waited.stderr}"
+    pods = Trainers(kubectl, namespace, node_state_dir, stop.parent)
+    command = ["python", str(CLIENTS / "fit_dataset.py"), name, f"--stop-file={stop}", "--sleep-ms=100",
+               "--timeout=150"]  # fmt: skip
+    # The venv's editable install may point at another checkout than this one: run this one's helper.
+    pod = pods.start_pod("keras-fit", name, command, env={"PYTHONPATH": str(ROOT / "operator" / "src")})
+    started = time.monotonic()
+    seen: list[dict[str, Any]] = []
+
+    def signals() -> dict[str, Any]:
+        got = dict(kubectl.json("get", "tfdata", name, "-n", namespace).get("status", {}).get("autoscaling", {}))
+        seen.append(got.get("signals", {}))
+        return got
+
+    def events() -> str:
+        return str(kubectl.run("describe", "tfdata", name, "-n", namespace).stdout)
+
+    try:
+        wait_for(lambda: signals().get("signals", {}).get("reportingClients", 0) >= 1, 120,
+                 "the fit to count as a reporting client", interval=1,
+                 show=lambda: f"{seen[-3:]}\n{pods.log(pod)[-2000:]}")  # fmt: skip
+        reporting = time.monotonic() - started
+        during = seen[-1]
+        wait_for(lambda: "Scaled workers from 1 to 2" in events(), 120, "the autoscaler to scale 1 -> 2", interval=2,
+                 show=lambda: f"{signals()}\n{events()[-1500:]}\n{pods.log(pod)[-1500:]}")  # fmt: skip
+        scaled = time.monotonic() - started
+        assert pods.phase(pod) == "Running", f"the fit ended before the scale:\n{pods.log(pod)[-2000:]}"
+    finally:
+        stop.touch()
+    run = pods.finish(pod)
+    summary = next((line for line in run.log.splitlines() if line.startswith("summary ")), "")
+    assert run.phase == "Succeeded" and summary, run.describe()
+    result = json.loads(summary.split(" ", 1)[1])
+    assert result["helper"].startswith(str(ROOT)), f"the pod ran another checkout's helper: {result}"
+    print(
+        f"\n{name}: reportingClients {during['reportingClients']} {reporting:.0f}s after the pod was created "
+        f"(dataStallPercent {during.get('dataStallPercent')}, workerCPUPercent {during.get('workerCPUPercent')}); "
+        f"scaled 1 -> 2 at {scaled:.0f}s; the trainer: {result}"
+    )
+    text = events()
+    print(text[text.index("Events:") :])
+    stop.unlink(missing_ok=True)
+    kubectl.run("delete", "tfdata", name, "-n", namespace, "--wait=false", check=False)
