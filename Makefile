@@ -255,7 +255,7 @@ bench: venv binaries ## Benchmarks (figures, not tests; ~25 min): the operator a
 	PYTHONPATH=$(ROOT) $(PY) benchmarks/bench_node.py $(BENCH_NODE_ARGS)
 
 .PHONY: bench-autoscaling
-bench-autoscaling: images venv ## Benchmark (figures, not a test; ~20 min): one reading workload under TFData, CPU (HPA + metrics-server) and TFData with scaleDown Always on `make kind-up`'s cluster (created if missing): time to the needed workers, throughput, worker-seconds, elements lost (JSON: .local/bench/autoscaling-last.json).
+bench-autoscaling: images venv ## Benchmark (figures, not a test; ~45 min, BENCH_AUTOSCALING_ARGS=--quick ~10 min): a CPU-heavy and an I/O-bound read under TFData and CPU (HPA + metrics-server), the same worker requests, runs interleaved, 3 of each, on `make kind-up`'s cluster (created if missing; TFDATA_KIND_CLUSTER names another): time to the needed workers, throughput, worker-seconds, elements lost, medians with min/max (JSON: .local/bench/autoscaling-last.json).
 	kind/cluster.sh up
 	PYTHONPATH=$(ROOT) $(PY) benchmarks/bench_autoscaling.py --kubectl "$$(devcluster/k8s-binaries.sh | tail -n 1)/kubectl" $(BENCH_AUTOSCALING_ARGS)
 

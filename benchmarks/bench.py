@@ -540,15 +540,17 @@ def main() -> int:
     return 0
 
 
-def report(results: dict[str, Any], prefix: str = "") -> None:
-    """Prints ``results`` as a table beside the previous run's, and keeps them as ``<prefix>last.json``."""
+def report(results: dict[str, Any], prefix: str = "", hidden: tuple[str, ...] = ()) -> None:
+    """Prints ``results`` as a table beside the previous run's, and keeps them as ``<prefix>last.json``
+    (``hidden`` keys too, which the table leaves out: the details behind its figures)."""
     last, previous = OUT / f"{prefix}last.json", OUT / f"{prefix}previous.json"
     before = json.loads(last.read_text()) if last.exists() else None
     if last.exists():
         last.replace(previous)
     last.write_text(json.dumps(results, indent=2, default=str))
-    rows = _rows(results)
-    old = dict(_rows(before)) if before else {}
+    shown = {k: v for k, v in results.items() if k not in hidden}
+    rows = _rows(shown)
+    old = dict(_rows({k: v for k, v in before.items() if k not in hidden})) if before else {}
     width = max(len(k) for k, _ in rows)
     print(f"\n{'figure'.ljust(width)}  {'this run':>12}  {'previous':>12}")
     for key, value in rows:
