@@ -424,7 +424,7 @@ def _string_list(r: _Reader, key: str, max_length: int, pattern: re.Pattern[str]
         return ()
     items = []
     for i, item in enumerate(value):
-        if not isinstance(item, str) or not 0 < len(item) <= max_length or not pattern.fullmatch(item):
+        if not isinstance(item, str) or len(item) > max_length or not pattern.fullmatch(item):
             r.problems.append(f"{r.path}.{key}[{i}] must be {what} of at most {max_length} characters, got {item!r}")
             continue
         items.append(item)
