@@ -214,7 +214,6 @@ class ServiceSpec:
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
     # No pod runs: the Services, the journal claim and the address stay.
     suspend: bool = False
-    server_program: str = SERVER_PROGRAM_AUTO
     # spec.serverProgram resolved: the server program is copied into the pods.
     inject_server: bool = False
     preload: PreloadSpec = PreloadSpec()
@@ -401,7 +400,6 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
         autoscaling=autoscaling,
         network_policy=network_policy,
         suspend=suspend,
-        server_program=server_program or SERVER_PROGRAM_AUTO,
         inject_server=server_program == SERVER_PROGRAM_INJECTED
         or (server_program == SERVER_PROGRAM_AUTO and image != default_image),
         preload=preload,
