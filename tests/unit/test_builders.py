@@ -49,7 +49,7 @@ def test_names_labels_and_owner(settings: BuildSettings) -> None:
 def test_dispatcher_address_is_the_client_service(settings: BuildSettings) -> None:
     svc = parse(dispatcher={"port": 6000})
     assert builders.dispatcher_address(svc, settings) == "grpc://demo-dispatcher.ml.svc.cluster.local:6000"
-    service = builders.build_dispatcher_service(svc, settings)
+    service = builders.build_dispatcher_service(svc)
     assert service["spec"]["ports"][0]["port"] == 6000
     assert service["spec"]["selector"]["app.kubernetes.io/component"] == "dispatcher"
     assert service["spec"]["publishNotReadyAddresses"] is True  # workers register before it is ready
@@ -58,7 +58,7 @@ def test_dispatcher_address_is_the_client_service(settings: BuildSettings) -> No
 def test_workers_are_a_parallel_statefulset_behind_a_headless_service(settings: BuildSettings) -> None:
     svc = parse(workers={"replicas": 3})
     sts = builders.build_worker_statefulset(svc, settings, 3)
-    headless = builders.build_worker_service(svc, settings)
+    headless = builders.build_worker_service(svc)
     assert sts["spec"]["podManagementPolicy"] == "Parallel"
     assert sts["spec"]["replicas"] == 3
     assert sts["spec"]["serviceName"] == headless["metadata"]["name"]
@@ -283,12 +283,12 @@ def test_workers_spread_across_nodes_unless_the_user_says_how(settings: BuildSet
 def test_the_dispatcher_statefulset_is_governed_by_a_headless_service(settings: BuildSettings) -> None:
     svc = parse()
     sts = builders.build_dispatcher_statefulset(svc, settings, 2)
-    governing = builders.build_dispatcher_pods_service(svc, settings)
+    governing = builders.build_dispatcher_pods_service(svc)
     assert sts["spec"]["serviceName"] == governing["metadata"]["name"] == "demo-dispatcher-pods"
     assert governing["spec"]["clusterIP"] == "None"
     assert governing["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
     # Trainers keep the ClusterIP Service: its address survives a new dispatcher pod.
-    assert builders.build_dispatcher_service(svc, settings)["spec"]["type"] == "ClusterIP"
+    assert builders.build_dispatcher_service(svc)["spec"]["type"] == "ClusterIP"
 
 
 def test_hpa_targets_the_scale_subresource() -> None:

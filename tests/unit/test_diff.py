@@ -9,6 +9,8 @@ import pytest
 from tfdata_operator.api.diff import changes
 
 CONTAINER = {"name": "worker", "image": "img"}
+PORT = {"name": "grpc", "containerPort": 5051}
+SERVING = {**CONTAINER, "ports": [PORT]}
 # What the API server gives back: the same container with the defaults it filled in.
 DEFAULTED = {**CONTAINER, "imagePullPolicy": "IfNotPresent", "terminationMessagePath": "/dev/termination-log"}
 
@@ -25,12 +27,16 @@ DEFAULTED = {**CONTAINER, "imagePullPolicy": "IfNotPresent", "terminationMessage
         (None, {"a": 1}, True, True, True),
         ({"a": 1}, {}, False, False, True),
         ("text", {"a": 1}, True, True, True),
+        # Replacing a whole block replaces the maps in it too: a key gone from one counts at any depth.
+        ({"a": {"x": 1, "y": 2}}, {"a": {"x": 1}}, False, False, True),
         # Lists: a merge patch replaces them whole; an apply merges each item over the server's defaults.
         ({"c": [DEFAULTED]}, {"c": [CONTAINER]}, True, False, True),
         ({"c": [CONTAINER]}, {"c": [CONTAINER]}, False, False, False),
         ({"c": [CONTAINER, CONTAINER]}, {"c": [CONTAINER]}, True, True, True),
         ({"c": None}, {"c": [CONTAINER]}, True, True, True),
         ({"c": [{**DEFAULTED, "image": "old"}]}, {"c": [CONTAINER]}, True, True, True),
+        # ... and so on down: a container's ports get the server's defaults too.
+        ({"c": [{**DEFAULTED, "ports": [{**PORT, "protocol": "TCP"}]}]}, {"c": [SERVING]}, True, False, True),
     ],
 )
 def test_each_write_compares_by_its_own_rules(old: Any, new: Any, merge: bool, apply: bool, replace: bool) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from tfdata_operator.plan import desired as plan
@@ -64,7 +66,7 @@ def test_an_hpa_the_operator_does_not_own_is_left_alone() -> None:
 
 
 def test_needs_apply_ignores_what_the_server_adds() -> None:
-    desired = builders.build_worker_service(parse(), BuildSettings())
+    desired = builders.build_worker_service(parse())
     live = {
         **desired,
         "metadata": {**desired["metadata"], "uid": "u", "resourceVersion": "7"},
@@ -74,6 +76,17 @@ def test_needs_apply_ignores_what_the_server_adds() -> None:
     edited = {**live, "spec": {**live["spec"], "publishNotReadyAddresses": False}}
     assert plan.needs_apply(desired, edited)
     assert plan.needs_apply(desired, None)
+
+
+def test_needs_apply_ignores_what_the_server_adds_to_each_container() -> None:
+    desired = builders.build_worker_statefulset(parse(), BuildSettings(), 2)
+    live = copy.deepcopy(desired)
+    containers = live["spec"]["template"]["spec"]["containers"]
+    for container in containers:
+        container.update(terminationMessagePath="/dev/termination-log", imagePullPolicy="IfNotPresent")
+    assert not plan.needs_apply(desired, live)
+    containers[0]["image"] = "tensorflow/tensorflow:2.15.0"
+    assert plan.needs_apply(desired, live)
 
 
 # --- The Event of each change --------------------------------------------------------------------

@@ -166,6 +166,10 @@ def _refusal(text: str, kind: str) -> str:
         (dispatcher_json(prune_old_journals=True, work_dir="/j/x"), "dispatcher",
          "prune_old_journals needs a work_dir whose last component is a static journal name "
          "(<N>-workers-g<generation>), got '/j/x'"),
+        (worker_json(preload_modules=["tensorflow_text", "tensorflow-io"]), "worker",
+         "preload_modules: 'tensorflow-io' is not a Python module name (like tensorflow_text)"),
+        (dispatcher_json(preload_op_libraries=["/opt/ops/a.so", "ops/b.so"]), "dispatcher",
+         "preload_op_libraries: 'ops/b.so' must be an absolute path to a shared library"),
     ],
 )  # fmt: skip
 def test_each_refusal_is_one_whole_sentence(text: str, kind: str, message: str) -> None:

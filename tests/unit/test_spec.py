@@ -97,6 +97,10 @@ def test_python_defaults_equal_the_crd_defaults() -> None:
             if part == "shardingPolicy":
                 value = parse().sharding_policy
                 break
+            if part == "serverProgram":  # kept only resolved: unset, it resolves as Auto does
+                auto = (parse().inject_server, parse(image="python-tf:2.16").inject_server) == (False, True)
+                value = spec.SERVER_PROGRAM_AUTO if auto else None
+                break
             value = getattr(value, _snake(part))
         assert value == crd_default, f"spec.{'.'.join(path)}: operator default {value!r}, CRD default {crd_default!r}"
         checked += 1
@@ -263,3 +267,57 @@ def test_the_crd_reserves_what_the_operator_reserves(component: str, journal: bo
     assert "[" + ", ".join(f"'{e}'" for e in spec.RESERVED_ENV) + "]" in rules
     sources = re.findall(r"has\(self\.(\w+)\)", rules.split("].filter(")[0].rsplit("[", 1)[-1])
     assert sorted(sources) == [f for f in coretypes.fields(coretypes.VOLUME) if f != "name"]
+
+
+# --- Preloads -------------------------------------------------------------------------------------
+
+MODULE_LIMIT = "a Python module name such as tensorflow_text of at most 128 characters"
+LIBRARY_LIMIT = "an absolute path to a shared library (.so) of at most 1024 characters"
+
+
+def test_the_preload_lists_are_bounded_like_the_crd_says() -> None:
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    lists = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["preload"]
+    bounds = {k: (v["maxItems"], v["items"]["maxLength"]) for k, v in lists["properties"].items()}
+    assert bounds == {"modules": (spec.MAX_PRELOADS, 128), "opLibraries": (spec.MAX_PRELOADS, 1024)}
+    # The last value inside each limit, kept as written and in order.
+    modules = ["t", "m" * 128, *(f"ops{i}.text" for i in range(spec.MAX_PRELOADS - 2))]
+    libraries = ["/" + "o" * 1023, "/opt/ops/libmyops.so"]
+    svc = parse(preload={"modules": modules, "opLibraries": libraries})
+    assert svc.preload == spec.PreloadSpec(modules=tuple(modules), op_libraries=tuple(libraries))
+
+
+@pytest.mark.parametrize(
+    ("preload", "problems"),
+    [
+        ({"modules": "tensorflow_text"}, ["spec.preload.modules must be a list of at most 16 strings"]),
+        (
+            {"opLibraries": [f"/opt/ops/{i}.so" for i in range(17)]},
+            ["spec.preload.opLibraries must be a list of at most 16 strings"],
+        ),
+        # Every bad entry is named, with what to write instead.
+        (
+            {"modules": ["m" * 129, "tensorflow_text", 5]},
+            [
+                f"spec.preload.modules[0] must be {MODULE_LIMIT}, got '{'m' * 129}'",
+                f"spec.preload.modules[2] must be {MODULE_LIMIT}, got 5",
+            ],
+        ),
+        (
+            {"opLibraries": ["", "/" + "o" * 1024]},
+            [
+                f"spec.preload.opLibraries[0] must be {LIBRARY_LIMIT}, got ''",
+                f"spec.preload.opLibraries[1] must be {LIBRARY_LIMIT}, got '/{'o' * 1024}'",
+            ],
+        ),
+        # Each entry listed more than once is named once.
+        (
+            {"modules": ["b", "tensorflow_text", "a", "b", "a", "b"]},
+            ["spec.preload.modules lists an entry twice: ['a', 'b']"],
+        ),
+    ],
+)
+def test_a_bad_preload_list_is_refused_entry_by_entry(preload: dict[str, object], problems: list[str]) -> None:
+    with pytest.raises(spec.SpecError) as err:
+        parse(preload=preload)
+    assert err.value.problems == problems

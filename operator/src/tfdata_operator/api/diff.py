@@ -19,14 +19,18 @@ def changes(old: Any, new: Any, *, apply: bool = False, removes: bool = False) -
     ``apply``, item by item under the same rules, as a server-side apply merges each item over
     what the server added to it (a container's defaults, say).
     """
+
+    def differs(o: Any, n: Any) -> bool:  # the rules hold at every depth
+        return changes(o, n, apply=apply, removes=removes)
+
     if isinstance(new, Mapping):
         if not isinstance(old, Mapping):
             return True
-        if any(changes(old.get(k), v, apply=apply, removes=removes) for k, v in new.items()):
+        if any(differs(old.get(k), v) for k, v in new.items()):
             return True
         return removes and any(k not in new and v is not None for k, v in old.items())
     if apply and isinstance(new, list):
         if not isinstance(old, list) or len(old) != len(new):
             return True
-        return any(changes(o, n, apply=apply, removes=removes) for o, n in zip(old, new, strict=True))
+        return any(map(differs, old, new))  # pairs every item: the lengths are equal
     return bool(old != new)

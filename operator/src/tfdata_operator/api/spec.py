@@ -214,7 +214,6 @@ class ServiceSpec:
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
     # No pod runs: the Services, the journal claim and the address stay.
     suspend: bool = False
-    server_program: str = SERVER_PROGRAM_AUTO
     # spec.serverProgram resolved: the server program is copied into the pods.
     inject_server: bool = False
     preload: PreloadSpec = PreloadSpec()
@@ -412,7 +411,6 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
         autoscaling=autoscaling,
         network_policy=network_policy,
         suspend=suspend,
-        server_program=server_program or SERVER_PROGRAM_AUTO,
         inject_server=server_program == SERVER_PROGRAM_INJECTED
         or (server_program == SERVER_PROGRAM_AUTO and image != default_image),
         preload=preload,
@@ -435,7 +433,7 @@ def _string_list(r: _Reader, key: str, max_length: int, pattern: re.Pattern[str]
         return ()
     items = []
     for i, item in enumerate(value):
-        if not isinstance(item, str) or not 0 < len(item) <= max_length or not pattern.fullmatch(item):
+        if not isinstance(item, str) or len(item) > max_length or not pattern.fullmatch(item):
             r.problems.append(f"{r.path}.{key}[{i}] must be {what} of at most {max_length} characters, got {item!r}")
             continue
         items.append(item)

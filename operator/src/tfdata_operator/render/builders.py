@@ -312,7 +312,7 @@ def _service(svc: ServiceSpec, name: str, component: str, ports: dict[str, int],
     return {"apiVersion": "v1", "kind": "Service", "metadata": _metadata(svc, name, component), "spec": spec}
 
 
-def build_dispatcher_service(svc: ServiceSpec, settings: BuildSettings) -> Manifest:
+def build_dispatcher_service(svc: ServiceSpec) -> Manifest:
     """The ClusterIP Service trainers and workers connect to (status.dispatcherAddress): its
     address stays the same when the dispatcher pod is replaced. Its health port also takes the
     trainers' data-stall reports (``signals.REPORT_PATH``) and serves ``/v1/signals``."""
@@ -320,13 +320,13 @@ def build_dispatcher_service(svc: ServiceSpec, settings: BuildSettings) -> Manif
     return _service(svc, dispatcher_name(svc), DISPATCHER, ports, headless=False)
 
 
-def build_dispatcher_pods_service(svc: ServiceSpec, settings: BuildSettings) -> Manifest:
+def build_dispatcher_pods_service(svc: ServiceSpec) -> Manifest:
     """The headless Service that governs the dispatcher's StatefulSet (a StatefulSet's serviceName
     must name a headless Service): it gives the dispatcher pod its stable DNS name."""
     return _service(svc, dispatcher_pods_name(svc), DISPATCHER, {"grpc": svc.dispatcher.port}, headless=True)
 
 
-def build_worker_service(svc: ServiceSpec, settings: BuildSettings) -> Manifest:
+def build_worker_service(svc: ServiceSpec) -> Manifest:
     """The headless Service that gives every worker its stable DNS name."""
     return _service(svc, workers_name(svc), WORKER, _worker_ports(svc), headless=True)
 
@@ -524,9 +524,9 @@ Named = tuple[str, Manifest | None]
 
 def render_services(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> list[Named]:
     return [
-        (dispatcher_name(svc), build_dispatcher_service(svc, settings)),
-        (dispatcher_pods_name(svc), build_dispatcher_pods_service(svc, settings)),
-        (workers_name(svc), build_worker_service(svc, settings)),
+        (dispatcher_name(svc), build_dispatcher_service(svc)),
+        (dispatcher_pods_name(svc), build_dispatcher_pods_service(svc)),
+        (workers_name(svc), build_worker_service(svc)),
     ]
 
 
