@@ -321,3 +321,12 @@ def test_a_bad_preload_list_is_refused_entry_by_entry(preload: dict[str, object]
     with pytest.raises(spec.SpecError) as err:
         parse(preload=preload)
     assert err.value.problems == problems
+
+
+def test_zero_workers_only_for_a_service_that_scales_to_zero() -> None:
+    zero = parse(shardingPolicy="DYNAMIC", workers={"replicas": 0}, autoscaling={"minReplicas": 0, "maxReplicas": 4})
+    assert zero.workers.replicas == 0 and zero.autoscaling is not None and zero.autoscaling.min_replicas == 0
+    refused = "spec.workers.replicas 0 is allowed only with spec.autoscaling.minReplicas 0 (scale to zero)"
+    for fields in ({}, {"autoscaling": {"minReplicas": 1, "maxReplicas": 4}}):
+        with pytest.raises(spec.SpecError, match=re.escape(refused)):
+            parse(shardingPolicy="DYNAMIC", workers={"replicas": 0}, **fields)
