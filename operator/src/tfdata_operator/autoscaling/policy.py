@@ -50,7 +50,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any
 
 from tfdata_operator.api.spec import SCALE_DOWN_ALWAYS, AutoscalingSpec
 from tfdata_operator.wire.signals import ServiceSignals
@@ -239,6 +238,15 @@ def decide(p: Policy, current: int, samples: Sequence[Sample], history: History,
     return _Deciding(p, current, samples, history, now).decide()
 
 
+class _Keep(Enum):
+    """``_Deciding.scale``'s default floor: the one the history has."""
+
+    KEEP = "keep"
+
+
+_KEEP = _Keep.KEEP
+
+
 @dataclass(frozen=True)
 class _Deciding:
     p: Policy
@@ -250,12 +258,20 @@ class _Deciding:
     def hold(self, reason: str, check: float = CHECK_SECONDS, history: History | None = None) -> ScaleDecision:
         return ScaleDecision(self.current, self.current, reason, check, self.history if history is None else history)
 
-    def scale(self, to: int, reason: str, load_driven: bool = True, **kept: Any) -> ScaleDecision:
-        """A new count; ``kept`` may carry a ``trial``, a ``plateau`` and a ``floor``."""
-        trial = bool(kept.pop("trial", False))
-        floor = kept.pop("floor", self.history.floor)
+    def scale(
+        self,
+        to: int,
+        reason: str,
+        load_driven: bool = True,
+        *,
+        trial: bool = False,
+        plateau: Plateau | None = None,
+        floor: int | _Keep | None = _KEEP,
+    ) -> ScaleDecision:
+        """A new count; the floor stays what it was unless given (None forgets it)."""
+        kept = self.history.floor if isinstance(floor, _Keep) else floor
         last = LastScale(self.now, self.current, to, load_driven, trial)
-        history = History(last, floor=None if floor is None else min(floor, self.p.max_replicas), **kept)
+        history = History(last, plateau, None if kept is None else min(kept, self.p.max_replicas))
         return ScaleDecision(self.current, to, reason, CHECK_SECONDS, history)
 
     def decide(self) -> ScaleDecision:
