@@ -12,6 +12,9 @@ PYTHON_DIRS := operator tests devcluster benchmarks hack
 # The kind cluster `make test-e2e-kind` creates and deletes (not `make kind-up`'s "tfdata").
 KIND_TEST_CLUSTER ?= tfdata-test
 KIND_WITH_INTEGRATION ?= 1
+# kind clusters: a control plane and two worker nodes (the multi-node tests need 3; 1 also works).
+KIND_NODES ?= 3
+export KIND_NODES
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 ##@ General
@@ -158,7 +161,7 @@ kind-image: ## kind node image for Kubernetes v1.34.4: the published one where i
 	@kind/node-image.sh >/dev/null
 
 .PHONY: kind-up
-kind-up: images ## One-node kind cluster, our images loaded, CRD + operator installed by the chart (kubeconfig: .local/kind-kubeconfig).
+kind-up: images ## kind cluster of KIND_NODES nodes (default 3: a control plane and 2 workers; flannel between them), our images loaded, CRD + operator installed by the chart (kubeconfig: .local/kind-kubeconfig).
 	kind/cluster.sh up
 
 .PHONY: kind-down
@@ -166,7 +169,7 @@ kind-down: ## Delete the kind cluster and its kubeconfig.
 	kind/cluster.sh down
 
 .PHONY: test-kind
-test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, journal claim bound and surviving a dispatcher deletion, NetworkPolicy enforced, held rescale, suspend, a trainer pod, CPU and TFData autoscaling, image-pull and crash-loop failures explained, a service and a trainer on a user's TensorFlow 2.16 image (built here) and the stock image refusing its pipeline; last, no unexpected pod restart or logged error.
+test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, journal claim bound and surviving a dispatcher deletion, NetworkPolicy enforced, held rescale, suspend, a trainer pod, CPU and TFData autoscaling, image-pull and crash-loop failures explained, a service and a trainer on a user's TensorFlow 2.16 image (built here) and the stock image refusing its pipeline; over 3 nodes: workers spread, a trainer and the NetworkPolicy across nodes, drains (DYNAMIC, static), a lost worker node and a lost dispatcher node recovered; last, no unexpected pod restart or logged error.
 	TFDATA_TEST_KUBECONFIG=$(ROOT)/.local/kind-kubeconfig $(PYTEST) -q -m kind tests/kind
 
 .PHONY: test-e2e-kind

@@ -7,7 +7,7 @@
 #   kind/build-binaries.sh [name...]   default: all
 #
 # Names: kind kubernetes etcd coredns local-path-provisioner pause containerd runc
-# cni-plugins kube-network-policies.
+# cni-plugins kube-network-policies flannel.
 #
 # Go: the module and build caches are devcluster/k8s-binaries.sh's ($CACHE/go), so
 # Kubernetes' dependencies are downloaded and compiled once for both. Kubernetes and
@@ -154,12 +154,13 @@ build_local_path_provisioner() {
 }
 
 build_cni_plugins() {
-  local p absent=0
-  for p in host-local loopback ptp portmap; do [[ -x "$OUT/cni/$p" ]] || absent=1; done
-  ((absent)) || ! stamped cni-plugins "$CNI_PLUGINS_VERSION" || return 0
-  local dir="$WORK/cni-plugins-$CNI_PLUGINS_VERSION"
-  log "building CNI plugins $CNI_PLUGINS_VERSION (host-local loopback ptp portmap)"
+  local p absent=0 want="$CNI_PLUGINS_VERSION+flannel-$FLANNEL_CNI_PLUGIN_VERSION"
+  for p in host-local loopback ptp bridge portmap flannel; do [[ -x "$OUT/cni/$p" ]] || absent=1; done
+  ((absent)) || ! stamped cni-plugins "$want" || return 0
+  local dir="$WORK/cni-plugins-$CNI_PLUGINS_VERSION" fdir="$WORK/cni-plugins-$FLANNEL_CNI_PLUGIN_VERSION"
+  log "building CNI plugins $CNI_PLUGINS_VERSION (host-local loopback ptp bridge portmap) and flannel's ($FLANNEL_CNI_PLUGIN_VERSION)"
   module_copy "github.com/containernetworking/plugins@$CNI_PLUGINS_VERSION" "$dir"
+  module_copy "github.com/containernetworking/plugins@$FLANNEL_CNI_PLUGIN_VERSION" "$fdir"
   mkdir -p "$OUT/cni"
   (
     cd "$dir"
@@ -167,9 +168,28 @@ build_cni_plugins() {
     go build -ldflags "$ld" -o "$OUT/cni/host-local" ./plugins/ipam/host-local
     go build -ldflags "$ld" -o "$OUT/cni/loopback" ./plugins/main/loopback
     go build -ldflags "$ld" -o "$OUT/cni/ptp" ./plugins/main/ptp
+    go build -ldflags "$ld" -o "$OUT/cni/bridge" ./plugins/main/bridge
     go build -ldflags "$ld" -o "$OUT/cni/portmap" ./plugins/meta/portmap
   )
-  stamp cni-plugins "$CNI_PLUGINS_VERSION"
+  # flannel's CNI plugin (reads /run/flannel/subnet.env, delegates to bridge + host-local)
+  # lived here until the plugins' v1.0.0; its own module (github.com/flannel-io/cni-plugin)
+  # is not served by the module proxy. kind/README.md says more.
+  (cd "$fdir" && go build -ldflags "-s -w" -o "$OUT/cni/flannel" ./plugins/meta/flannel)
+  stamp cni-plugins "$want"
+}
+
+# flanneld, the pod network between nodes (kind/flannel.yaml runs it). Upstream builds it
+# with cgo on amd64 (its UDP backend); main.go's import of the Tencent Cloud backend is
+# dropped from the copy, as its SDK module is not served by the module proxy.
+build_flannel() {
+  [[ -x "$OUT/flanneld" ]] && stamped flannel "$FLANNEL_VERSION" && return
+  local dir="$WORK/flannel-$FLANNEL_VERSION"
+  log "building flanneld $FLANNEL_VERSION"
+  module_copy "github.com/flannel-io/flannel@$FLANNEL_VERSION" "$dir"
+  sed -i '\|"github.com/flannel-io/flannel/pkg/backend/tencentvpc"|d' "$dir/main.go"
+  (cd "$dir" && CGO_ENABLED=1 go build -ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION" -o "$OUT/flanneld.tmp" .)
+  mv "$OUT/flanneld.tmp" "$OUT/flanneld"
+  stamp flannel "$FLANNEL_VERSION"
 }
 
 # kube-network-policies: the proxy serves the module but its checksum database has no
@@ -247,7 +267,7 @@ build_pause() {
   mv "$OUT/pause.tmp" "$OUT/pause"
 }
 
-ALL=(kind kubernetes etcd coredns local-path-provisioner pause containerd runc cni-plugins kube-network-policies)
+ALL=(kind kubernetes etcd coredns local-path-provisioner pause containerd runc cni-plugins kube-network-policies flannel)
 targets=("$@")
 ((${#targets[@]})) || targets=("${ALL[@]}")
 
@@ -266,6 +286,7 @@ for t in "${targets[@]}"; do
     runc) build_runc ;;
     cni-plugins) build_cni_plugins ;;
     kube-network-policies) build_kube_network_policies ;;
+    flannel) build_flannel ;;
     *) die "unknown binary $t (known: ${ALL[*]})" ;;
   esac
 done

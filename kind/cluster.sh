@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# A one-node kind cluster with the operator installed by its Helm chart, idempotently.
+# A kind cluster (one node, or $KIND_NODES: a control plane and workers) with the operator
+# installed by its Helm chart, idempotently.
 #
 #   kind/cluster.sh up     create (or reuse) the cluster, load our images, install the chart
 #   kind/cluster.sh down   delete the cluster and its kubeconfig
 #   kind/cluster.sh env    print `export KUBECONFIG=... TFDATA_TEST_KUBECONFIG=...`
 #   kind/cluster.sh logs D `kind export logs` into directory D (node journal, pod logs)
-#   kind/cluster.sh load IMAGE...  `kind load docker-image` into the cluster's node (an image of a
-#                          user's a test builds; skipped when the node has it with the same ID)
+#   kind/cluster.sh load IMAGE...  `kind load docker-image` into the cluster's nodes (an image of a
+#                          user's a test builds; skipped when a node has it with the same ID)
+#   kind/cluster.sh freeze NODE    `docker pause` a node: every process in it stops at once and its
+#                          address goes silent, as in a kernel hang, a partition or a lost VM
+#   kind/cluster.sh thaw NODE      `docker unpause` it: the node comes back as it was
 #
 # up:
 #   1. the node image (kind/node-image.sh: the published one where it can be
@@ -15,7 +19,8 @@
 #      PATH: on hosts where `docker run --privileged` cannot work (a capability missing
 #      from the bounding set) the shim passes the explicit equivalent; elsewhere it
 #      changes nothing;
-#   3. on a node image built here, kube-network-policies (network-policies.yaml);
+#   3. on a node image built here (no kindnetd), flannel (flannel.yaml) for the pod network
+#      and kube-network-policies (network-policies.yaml) for NetworkPolicies, on every node;
 #   4. `kind load docker-image` tfdata-operator:<version> and tfdata-server:<version>
 #      (images/images.sh builds them when missing);
 #   5. metrics-server, built here from source (kind/metrics-server.sh), for the
@@ -25,7 +30,10 @@
 # The kubeconfig is written to .local/kind-kubeconfig (.local/kind-<name>-kubeconfig for a
 # cluster named otherwise).
 #
-# Settings (environment): TFDATA_KIND_CLUSTER (default tfdata), TFDATA_CACHE.
+# Settings (environment): TFDATA_KIND_CLUSTER (default tfdata), KIND_NODES (default 1; 3 is a
+# control plane and two workers; the control plane takes pods too, as a one-node cluster's
+# does, and runs the operator), TFDATA_CACHE. An existing cluster is reused only with the
+# node count asked for.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/.." && pwd)"
@@ -33,6 +41,8 @@ REPO="$(cd "$HERE/.." && pwd)"
 . "$HERE/versions.sh"
 
 CLUSTER="${TFDATA_KIND_CLUSTER:-tfdata}"
+NODES="${KIND_NODES:-1}"
+[[ "$NODES" =~ ^[1-9]$ ]] || { echo "KIND_NODES must be a node count from 1 to 9, not '$NODES'" >&2; exit 2; }
 # The default cluster's kubeconfig is .local/kind-kubeconfig; another's is named after it.
 if [[ "$CLUSTER" == tfdata ]]; then KUBECONFIG_OUT="$REPO/.local/kind-kubeconfig"; else KUBECONFIG_OUT="$REPO/.local/kind-$CLUSTER-kubeconfig"; fi
 NAMESPACE=tfdata-system
@@ -71,28 +81,45 @@ up() {
   mkdir -p "$REPO/.local"
 
   if cluster_exists; then
+    local have
+    have="$(kind_ get nodes --name "$CLUSTER" | wc -l)"
+    ((have == NODES)) || die "cluster $CLUSTER has $have nodes, not the $NODES asked for (KIND_NODES): delete it first (kind/cluster.sh down)"
     log "cluster $CLUSTER exists; reusing it"
     kind_ get kubeconfig --name "$CLUSTER" >"$KUBECONFIG_OUT"
   else
     config="$REPO/.local/kind-$CLUSTER-config.yaml"
     write_config "$image" >"$config"
-    log "creating cluster $CLUSTER from $image"
+    log "creating cluster $CLUSTER ($NODES node(s)) from $image"
+    # Without a CNI no node becomes Ready: kind's own wait is for clusters with kindnetd.
+    local wait=(--wait 5m)
+    [[ "$image" != "$KIND_NODE_IMAGE_LOCAL" ]] || wait=()
     kind_ create cluster --name "$CLUSTER" --image "$image" --config "$config" \
-      --kubeconfig "$KUBECONFIG_OUT" --wait 5m >&2
+      --kubeconfig "$KUBECONFIG_OUT" "${wait[@]}" >&2
   fi
   export KUBECONFIG="$KUBECONFIG_OUT"
   if [[ "$image" == "$KIND_NODE_IMAGE_LOCAL" ]]; then
-    # No kindnetd in this image: its NetworkPolicy engine runs on its own.
+    # No kindnetd in this image: flannel connects the pods, across nodes, and its
+    # NetworkPolicy engine runs on its own.
+    grep -qF "image: $FLANNEL_IMAGE" "$HERE/flannel.yaml" || die "flannel.yaml does not run $FLANNEL_IMAGE"
+    kubectl apply -f "$HERE/flannel.yaml" >&2
+    kubectl -n kube-flannel rollout status daemonset/kube-flannel-ds --timeout=3m >&2
+    kubectl wait --for=condition=Ready nodes --all --timeout=3m >&2
     grep -qF "image: $KNP_IMAGE" "$HERE/network-policies.yaml" || die "network-policies.yaml does not run $KNP_IMAGE"
     kubectl apply -f "$HERE/network-policies.yaml" >&2
     kubectl -n kube-system rollout status daemonset/kube-network-policies --timeout=3m >&2
-    # It has no readiness probe: enforcing means its nftables table exists in the node.
-    local i
-    for i in $(seq 1 120); do
-      "$DOCKER" exec "$CLUSTER-control-plane" nft list table inet kube-network-policies >/dev/null 2>&1 && break
-      ((i < 120)) || die "kube-network-policies wrote no nftables rules in 120 s: $(kubectl -n kube-system logs daemonset/kube-network-policies --tail=20 2>&1)"
-      sleep 1
+    # It has no readiness probe: enforcing means its nftables table exists in every node.
+    local i node
+    for node in $(kind_ get nodes --name "$CLUSTER"); do
+      for i in $(seq 1 120); do
+        "$DOCKER" exec "$node" nft list table inet kube-network-policies >/dev/null 2>&1 && break
+        ((i < 120)) || die "kube-network-policies wrote no nftables rules in $node in 120 s: $(kubectl -n kube-system logs daemonset/kube-network-policies --tail=20 2>&1)"
+        sleep 1
+      done
     done
+  fi
+  if ((NODES > 1)); then
+    # The control plane takes pods too (kind removes its taint only in one-node clusters).
+    kubectl taint nodes "$CLUSTER-control-plane" node-role.kubernetes.io/control-plane:NoSchedule- >&2 2>/dev/null || true
   fi
 
   local img
@@ -116,6 +143,7 @@ up() {
   helm upgrade --install "$RELEASE" "$REPO/charts/tfdata-operator" \
     --namespace "$NAMESPACE" --create-namespace \
     --set image.pullPolicy=Never \
+    --set-string 'nodeSelector.kubernetes\.io/hostname'="$CLUSTER-control-plane" \
     --wait --timeout 5m >&2
   kubectl -n "$NAMESPACE" rollout status deployment --timeout=3m >&2
   # The default StorageClass's provisioner (dispatcher journals need it).
@@ -124,10 +152,10 @@ up() {
   log "cluster $CLUSTER is up with the operator ($(elapsed "$started")); KUBECONFIG=$KUBECONFIG_OUT"
 }
 
-# One control-plane node. With a node image built here (no kindnetd: see
-# kind/README.md) kind's default CNI is off and the node gets a static ptp
-# configuration instead, with kube-network-policies (network-policies.yaml, applied by
-# `up`) enforcing NetworkPolicies; with the published image kind's own kindnetd runs.
+# $NODES nodes: a control plane, then workers. With a node image built here (no kindnetd: see
+# kind/README.md) kind's default CNI is off and `up` installs flannel (flannel.yaml) and
+# kube-network-policies (network-policies.yaml); with the published image kind's own kindnetd
+# runs.
 write_config() {
   cat <<EOF
 kind: Cluster
@@ -137,22 +165,11 @@ networking:
   podSubnet: 10.244.0.0/16
   serviceSubnet: 10.96.0.0/16
 EOF
-  if [[ "$1" == "$KIND_NODE_IMAGE_LOCAL" ]]; then
-    cat <<EOF
-  disableDefaultCNI: true
-nodes:
-- role: control-plane
-  extraMounts:
-  - hostPath: $HERE/cni/10-tfdata-ptp.conflist
-    containerPath: /etc/cni/net.d/10-tfdata-ptp.conflist
-    readOnly: true
-EOF
-  else
-    cat <<EOF
-nodes:
-- role: control-plane
-EOF
-  fi
+  [[ "$1" != "$KIND_NODE_IMAGE_LOCAL" ]] || echo "  disableDefaultCNI: true"
+  echo "nodes:"
+  echo "- role: control-plane"
+  local n
+  for ((n = 1; n < NODES; n++)); do echo "- role: worker"; done
 }
 
 load() {  # image...
@@ -162,6 +179,16 @@ load() {  # image...
   cluster_exists || die "no cluster $CLUSTER: run kind/cluster.sh up first"
   kind_ load docker-image --name "$CLUSTER" "$@" >&2
   log "loaded $* into $CLUSTER in $(elapsed "$started")"
+}
+
+# Never the control plane: the cluster's API server runs there.
+freeze() {  # pause|unpause node
+  eval "$("$REPO/images/docker-daemon.sh" env)"
+  cluster_exists || die "no cluster $CLUSTER"
+  kind_ get nodes --name "$CLUSTER" | grep -qxF "$2" || die "no node $2 in cluster $CLUSTER: $(kind_ get nodes --name "$CLUSTER" | tr '\n' ' ')"
+  [[ "$2" != "$CLUSTER-control-plane" ]] || die "$2 runs the cluster's API server: freeze a worker node"
+  "$DOCKER" "$1" "$2" >/dev/null
+  log "${1}d node $2"
 }
 
 down() {
@@ -183,9 +210,11 @@ case "${1:-up}" in
     (($#)) || die "usage: $0 load IMAGE..."
     load "$@"
     ;;
+  freeze) freeze pause "${2:?usage: $0 freeze NODE}" ;;
+  thaw) freeze unpause "${2:?usage: $0 thaw NODE}" ;;
   env) printf 'export KUBECONFIG=%q TFDATA_TEST_KUBECONFIG=%q\n' "$KUBECONFIG_OUT" "$KUBECONFIG_OUT" ;;
   *)
-    echo "usage: $0 [up|down|env|logs DIR|load IMAGE...]" >&2
+    echo "usage: $0 [up|down|env|logs DIR|load IMAGE...|freeze NODE|thaw NODE]" >&2
     exit 2
     ;;
 esac

@@ -13,13 +13,13 @@
 #
 #   1. binaries (kind/build-binaries.sh): kubeadm, kubelet, kubectl and the control
 #      plane, etcd, coredns, local-path-provisioner, pause, containerd, runc, CNI plugins,
-#      kube-network-policies;
+#      kube-network-policies, flanneld and flannel's CNI plugin;
 #   2. the base image ($KIND_BASE_IMAGE, kind/base/Dockerfile): kind v0.30.0's
 #      images/base on the local Debian bookworm root filesystem;
 #   3. the images the node runs, under exactly the names kubeadm and kind's manifests
 #      use: registry.k8s.io/{kube-apiserver,kube-controller-manager,kube-scheduler,
 #      kube-proxy}:$K8S_VERSION, etcd, coredns, pause, kind's local-path-provisioner
-#      and local-path-helper, and kube-network-policies (cluster.sh installs it);
+#      and local-path-helper, kube-network-policies and flannel (cluster.sh installs both);
 #   4. the node: kind's buildImage steps: kubeadm/kubelet/kubectl in /usr/bin,
 #      /kind/version, /kind/manifests/default-{cni,storage}.yaml (printed from kind's Go
 #      sources), every image imported into containerd's k8s.io namespace, pinned;
@@ -214,6 +214,14 @@ static_image "$LPP_IMAGE" local-path-provisioner
 image "$KNP_IMAGE" "FROM scratch
 COPY kube-network-policies /bin/netpol
 ENTRYPOINT [\"/bin/netpol\"]" "$BIN/kube-network-policies"
+# flanneld sets routes and masquerading (iptables, or nftables when asked) and its
+# DaemonSet's init container copies the CNI configuration with `cp`: a Debian base, the
+# binary where upstream's image has it.
+image "$FLANNEL_IMAGE" "FROM $LOCAL_BASE_IMAGE
+RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\
+      iptables nftables && rm -rf /var/lib/apt/lists/*
+COPY flanneld /opt/bin/flanneld
+ENTRYPOINT [\"/opt/bin/flanneld\"]" "$BIN/flanneld"
 # The helper pod runs sh, mkdir and rm.
 image "$LPP_HELPER_IMAGE" "FROM $LOCAL_BASE_IMAGE"
 

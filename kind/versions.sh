@@ -39,6 +39,11 @@ CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.1.4}"
 RUNC_VERSION="${RUNC_VERSION:-v1.3.0}"
 CRICTL_VERSION="${CRICTL_VERSION:-v1.33.0}"          # not built here: README.md says why
 CNI_PLUGINS_VERSION="${CNI_PLUGINS_VERSION:-v1.7.1}"
+# The pod network between nodes: flannel (kindnetd is not built here: README.md says
+# why), host-gw backend, and its CNI plugin from the CNI plugins' last release that had it.
+FLANNEL_VERSION="${FLANNEL_VERSION:-v0.28.10}"
+FLANNEL_IMAGE="ghcr.io/flannel-io/flannel:$FLANNEL_VERSION"
+FLANNEL_CNI_PLUGIN_VERSION="${FLANNEL_CNI_PLUGIN_VERSION:-v0.9.1}"
 
 # Local image names.
 LOCAL_BASE_IMAGE="${LOCAL_BASE_IMAGE:-tfdata-local/python:3.11-bookworm}"   # images/images.sh makes it

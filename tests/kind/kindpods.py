@@ -12,6 +12,7 @@ from tfdata_operator import __version__
 
 SERVER_IMAGE = f"tfdata-server:{__version__}"  # kind/cluster.sh loads it
 READY_TIMEOUT = 300
+HOSTNAME = "kubernetes.io/hostname"
 
 
 def tfdata_service(name: str) -> dict[str, Any]:
@@ -66,6 +67,46 @@ def start_pod(
     kubectl.apply(pod)
 
 
+# Reads range(count) through the service under a sharding policy (DYNAMIC, or a static one), one
+# line per element, pausing between elements so that a test can act mid-read.
+READER = """
+import sys, time
+import tensorflow as tf
+service, count, pause, policy = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+mode = "distributed_epoch" if policy == "DYNAMIC" else getattr(tf.data.experimental.service.ShardingPolicy, policy)
+dataset = tf.data.Dataset.range(count).apply(
+    tf.data.experimental.service.distribute(processing_mode=mode, service=service))
+for element in dataset:
+    print("element", int(element), flush=True)
+    time.sleep(pause)
+print("done", flush=True)
+"""
+
+
+def start_reader(
+    kubectl: Kubectl,
+    namespace: str,
+    pod: str,
+    service: str,
+    count: int,
+    pause: float,
+    node: str,
+    at_least: int = 0,
+) -> str:
+    """A READER pod on ``node`` for the TFDataService ``service`` (its sharding policy); once it has
+    read ``at_least`` elements, returns the dispatcher's address."""
+    svc = kubectl.json("get", f"tfdata/{service}", "-n", namespace)
+    address, policy = svc["status"]["dispatcherAddress"], svc["spec"]["shardingPolicy"]
+    labels = {"tfdata.dev/client": service}
+    args = (address, str(count), str(pause), policy)
+    start_pod(kubectl, namespace, pod, labels, READER, *args, pod_spec={"nodeSelector": {HOSTNAME: node}})
+    wait_for(
+        lambda: len(elements(logs(kubectl, namespace, pod))) >= at_least, 240, f"{pod} read {at_least} elements",
+        interval=1, show=lambda: logs(kubectl, namespace, pod)[-2000:],
+    )  # fmt: skip
+    return str(address)
+
+
 def readiness(kubectl: Kubectl, namespace: str, name: str) -> dict[str, bool]:
     """Whether each pod of the TFDataService ``name`` is Ready, by pod name."""
     pods = kubectl.json("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={name}")["items"]
@@ -75,6 +116,50 @@ def readiness(kubectl: Kubectl, namespace: str, name: str) -> dict[str, bool]:
         )
         for p in pods
     }
+
+
+def pod_nodes(kubectl: Kubectl, namespace: str, name: str) -> dict[str, str]:
+    """The node of each pod of the TFDataService ``name`` (not being deleted), by pod name."""
+    pods = kubectl.json("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={name}")["items"]
+    return {
+        p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in pods if not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def whole_off(kubectl: Kubectl, namespace: str, name: str, workers: int, away: str) -> bool:
+    """The service ``name`` is Ready with every pod Ready, ``workers`` workers among them, and no pod
+    on the node ``away`` (drained, or lost)."""
+    svc = kubectl.json("get", f"tfdata/{name}", "-n", namespace)
+    conditions = {c["type"]: c["status"] for c in svc.get("status", {}).get("conditions", [])}
+    pods = readiness(kubectl, namespace, name)
+    placed = pod_nodes(kubectl, namespace, name)
+    return (
+        conditions.get("Ready") == "True"
+        and sum(1 for pod in pods if "-worker-" in pod) == workers
+        and all(pods.values())
+        and away not in placed.values()
+    )
+
+
+def listing(kubectl: Kubectl, namespace: str) -> str:
+    """The namespace's services, pods and claims, with their nodes: what a wait shows when it gives up."""
+    return kubectl.run("get", "tfdata,pods,pvc", "-n", namespace, "-o", "wide", check=False).stdout
+
+
+def schedulable_nodes(kubectl: Kubectl) -> list[str]:
+    """The cluster's Ready nodes that take pods (not cordoned, no NoSchedule taint)."""
+    names = []
+    for node in kubectl.json("get", "nodes")["items"]:
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
+        tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in node["spec"].get("taints", []))
+        if ready and not tainted and not node["spec"].get("unschedulable"):
+            names.append(node["metadata"]["name"])
+    return sorted(names)
+
+
+def elements(log: str) -> list[int]:
+    """What a reader script printed: one ``element N`` line per element."""
+    return [int(line.split()[1]) for line in log.splitlines() if line.startswith("element ")]
 
 
 def logs(kubectl: Kubectl, namespace: str, name: str) -> str:
@@ -120,11 +205,18 @@ print("connected", address)
 """
 
 
-def connect_from_pod(kubectl: Kubectl, namespace: str, name: str, labels: dict[str, str], target: str) -> str:
+def connect_from_pod(
+    kubectl: Kubectl,
+    namespace: str,
+    name: str,
+    labels: dict[str, str],
+    target: str,
+    pod_spec: dict[str, Any] | None = None,
+) -> str:
     """Runs a pod that opens a TCP connection to `target` (host:port); returns its log, whose
     first word is the outcome: connected, timeout, refused, dns or error."""
     host, port = target.rsplit(":", 1)
-    start_pod(kubectl, namespace, name, labels, CONNECT, host, port)
+    start_pod(kubectl, namespace, name, labels, CONNECT, host, port, pod_spec=pod_spec)
     phase, log = wait_finished(kubectl, namespace, name, 120)
     log = log.strip()
     outcome = log.split(" ", 1)[0]

@@ -16,6 +16,7 @@ import pytest
 from kindpods import (
     READY_TIMEOUT,
     connect_from_pod,
+    elements,
     logs,
     readiness,
     start_pod,
@@ -115,10 +116,6 @@ for element in dataset:
 print("done", flush=True)
 """
 COUNT = 400
-
-
-def elements(log: str) -> list[int]:
-    return [int(line.split()[1]) for line in log.splitlines() if line.startswith("element ")]
 
 
 def test_journal_on_the_claim_survives_deleting_the_dispatcher_mid_epoch(kubectl: Kubectl, ready_service: str) -> None:

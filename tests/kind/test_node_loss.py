@@ -1,0 +1,213 @@
+"""A node that stops answering, on a kind cluster of 3 nodes (KIND_NODES=3), with the defaults
+(`spec.nodeLoss`: replace after 60 s, dispatcher Recover).
+
+`kind/cluster.sh freeze` pauses a worker node's container: its kubelet, containerd and pods stop at
+once and its address goes silent, as in a kernel hang or a partition. Kubernetes marks the node
+unreachable (its lifecycle controller, after the node's grace period) and would evict its pods
+after 300 s, but a StatefulSet pod there would stay Terminating for as long as the node is away.
+The operator replaces the service's pods there itself once the node has been unreachable for
+`replaceAfterSeconds`. Each test thaws its node at the end: the kubelet finds its pods deleted and
+stops them (docs/operations.md: the split-brain argument).
+
+The services pin their pods with nodeSelectors: the control plane (the API server and the
+operator run there) is never frozen, and the pod that loses its node has another node to go to.
+This module's namespace is not watched by the tier's pod-health check: a frozen node's pods
+cannot be read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kindpods import (
+    elements,
+    listing,
+    pod_nodes,
+    schedulable_nodes,
+    start_reader,
+    tfdata_service,
+    wait_finished,
+    wait_ready,
+    whole_off,
+)
+from support import Kubectl, wait_for
+
+from fixtures.cluster import create_namespace
+
+ROOT = Path(__file__).resolve().parents[2]
+POOL = "tfdata.dev/test-node-loss"  # the label of the two nodes the frozen pods run on
+
+
+@pytest.fixture(scope="module")
+def cluster(kubectl: Kubectl) -> Iterator[tuple[str, list[str]]]:
+    """The control plane and the two worker nodes, labelled POOL (the label is removed afterwards)."""
+    names = schedulable_nodes(kubectl)
+    plane = [n for n in names if n.endswith("-control-plane")]
+    pool = [n for n in names if not n.endswith("-control-plane")]
+    if len(plane) != 1 or len(pool) < 2:
+        pytest.fail(f"these tests need a kind control plane and 2 worker nodes (KIND_NODES=3); schedulable: {names}")
+    for node in pool[:2]:
+        kubectl.run("label", "node", node, f"{POOL}=yes", "--overwrite")
+    yield plane[0], pool[:2]
+    for node in pool[:2]:
+        kubectl.run("label", "node", node, f"{POOL}-", check=False)
+
+
+@pytest.fixture(scope="module")
+def namespace_unwatched(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
+    name = create_namespace(request, kubectl, "k", 60)
+    yield name
+    kubectl.run(
+        "delete", "tfdataservices", "--all", "-n", name, "--wait=true", "--timeout=180s", check=False, timeout=190
+    )
+    kubectl.run("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+
+
+def kind_cluster(kubectl: Kubectl) -> dict[str, str]:
+    context = kubectl.run("config", "current-context").stdout.strip()
+    if not context.startswith("kind-"):
+        pytest.fail(f"the kubeconfig's context is {context!r}, not a kind cluster's (kind-<name>)")
+    return {**os.environ, "TFDATA_KIND_CLUSTER": context.removeprefix("kind-")}
+
+
+def node_action(kubectl: Kubectl, action: str, node: str) -> None:
+    done = subprocess.run(
+        ["kind/cluster.sh", action, node], cwd=ROOT, env=kind_cluster(kubectl), capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"kind/cluster.sh {action} {node}: {done.stderr[-3000:]}"
+
+
+@pytest.fixture
+def thaw(kubectl: Kubectl) -> Iterator[list[str]]:
+    """Nodes a test froze: thawed afterwards, and waited for until Ready."""
+    frozen: list[str] = []
+    yield frozen
+    for node in frozen:
+        node_action(kubectl, "thaw", node)
+    for node in frozen:
+        kubectl.run("wait", "--for=condition=Ready", f"node/{node}", "--timeout=180s", check=False, timeout=200)
+
+
+def service(name: str, namespace: str, workers: int, policy: str, **placement: dict[str, str]) -> dict[str, Any]:
+    body = tfdata_service(name)
+    body["metadata"]["namespace"] = namespace
+    body["spec"]["shardingPolicy"] = policy
+    body["spec"]["workers"]["replicas"] = workers
+    body["spec"]["workers"]["nodeSelector"] = placement["workers"]
+    body["spec"]["dispatcher"]["nodeSelector"] = placement["dispatcher"]
+    return body
+
+
+def unreachable_since(kubectl: Kubectl, node: str) -> str | None:
+    taints = kubectl.json("get", "node", node)["spec"].get("taints", [])
+    return next((t.get("timeAdded") for t in taints if t["key"] == "node.kubernetes.io/unreachable"), None)
+
+
+def events(kubectl: Kubectl, namespace: str, name: str) -> str:
+    return kubectl.run("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}").stdout
+
+
+def test_a_lost_worker_node_is_replaced_without_a_human(
+    kubectl: Kubectl, cluster: tuple[str, list[str]], namespace_unwatched: str, thaw: list[str]
+) -> None:
+    """Two services with workers on the two pool nodes and dispatchers on the control plane: a DYNAMIC
+    one with a reader that reads on, and a DATA one whose next job reads exactly once."""
+    plane, _ = cluster
+    ns, count = namespace_unwatched, 600
+    on_plane, on_pool = {"kubernetes.io/hostname": plane}, {POOL: "yes"}
+    kubectl.apply(service("lostdyn", ns, 2, "DYNAMIC", workers=on_pool, dispatcher=on_plane))
+    kubectl.apply(service("loststatic", ns, 2, "DATA", workers=on_pool, dispatcher=on_plane))
+    for name in ("lostdyn", "loststatic"):
+        wait_ready(kubectl, ns, name)
+    placed = pod_nodes(kubectl, ns, "lostdyn")
+    node = placed["lostdyn-worker-0"]
+    assert {placed["lostdyn-worker-0"], placed["lostdyn-worker-1"]} == set(cluster[1]), placed
+    static_placed = pod_nodes(kubectl, ns, "loststatic")
+    assert node in static_placed.values(), f"no worker of loststatic on {node}: {static_placed}"
+
+    start_reader(kubectl, ns, "reader", "lostdyn", count, 0.25, plane, at_least=30)
+
+    thaw.append(node)
+    node_action(kubectl, "freeze", node)
+    stopped = time.monotonic()
+    marked = wait_for(lambda: unreachable_since(kubectl, node), 180, f"{node} marked unreachable", interval=1)
+    unreachable_after = time.monotonic() - stopped
+    for name in ("lostdyn", "loststatic"):
+        wait_for(lambda n=name: whole_off(kubectl, ns, n, 2, node), 300, f"{name} Ready with 2 workers off {node}",
+                 interval=1, show=lambda: listing(kubectl, ns))  # fmt: skip
+    back = time.monotonic() - stopped
+    replaced = events(kubectl, ns, "lostdyn")
+    assert "NodeLost" in replaced or "unreachable" in replaced, replaced
+
+    phase, log = wait_finished(kubectl, ns, "reader", 400)
+    got = elements(log)
+    assert phase == "Succeeded" and log.rstrip().endswith("done"), log[-3000:]
+    assert len(got) == len(set(got)) and set(got) <= set(range(count)), f"repeated: {len(got) - len(set(got))}"
+
+    start_reader(kubectl, ns, "static-after", "loststatic", 80, 0, plane)
+    phase, static_log = wait_finished(kubectl, ns, "static-after", 240)
+    assert phase == "Succeeded" and sorted(elements(static_log)) == list(range(80)), static_log[-2000:]
+    figures = {
+        "node": node, "unreachable_taint_after_s": round(unreachable_after, 1), "taint_added": marked,
+        "ready_at_full_count_after_s": round(back, 1), "reader_read": len(got), "reader_lost": count - len(got),
+        "reader_repeated": len(got) - len(set(got)),
+    }  # fmt: skip
+    print(f"\nworker node lost: {json.dumps(figures)}")
+
+    # The node comes back: its kubelet finds the pods deleted and stops them; the services stay whole.
+    node_action(kubectl, "thaw", node)
+    thaw.remove(node)
+    kubectl.run("wait", "--for=condition=Ready", f"node/{node}", "--timeout=180s", timeout=200)
+    for name in ("lostdyn", "loststatic"):
+        wait_ready(kubectl, ns, name)
+        assert len(pod_nodes(kubectl, ns, name)) == 3, listing(kubectl, ns)
+
+
+def test_a_lost_dispatcher_node_comes_back_on_a_fresh_journal(
+    kubectl: Kubectl, cluster: tuple[str, list[str]], namespace_unwatched: str, thaw: list[str]
+) -> None:
+    """The dispatcher on a pool node with its journal on that node's disk (local-path): Recover
+    replaces the claim and the pod; the new dispatcher starts on a fresh journal on the other pool
+    node; the status and an Event say the running jobs were lost; a new job reads exactly once."""
+    plane, _ = cluster
+    ns, name = namespace_unwatched, "lostdisp"
+    kubectl.apply(service(name, ns, 1, "DYNAMIC", workers={"kubernetes.io/hostname": plane}, dispatcher={POOL: "yes"}))
+    wait_ready(kubectl, ns, name)
+    node = pod_nodes(kubectl, ns, name)[f"{name}-dispatcher-0"]
+    claim = f"journal-{name}-dispatcher-0"
+    volume = kubectl.json("get", "pvc", claim, "-n", ns)["spec"]["volumeName"]
+    start_reader(kubectl, ns, "reader", name, 100000, 0.1, plane, at_least=10)
+
+    thaw.append(node)
+    node_action(kubectl, "freeze", node)
+    stopped = time.monotonic()
+    wait_for(lambda: unreachable_since(kubectl, node), 180, f"{node} marked unreachable", interval=1)
+    unreachable_after = time.monotonic() - stopped
+    wait_for(lambda: whole_off(kubectl, ns, name, 1, node), 400, f"{name} Ready off {node}", interval=1,
+             show=lambda: listing(kubectl, ns))  # fmt: skip
+    back = time.monotonic() - stopped
+    new_volume = kubectl.json("get", "pvc", claim, "-n", ns)["spec"]["volumeName"]
+    assert new_volume != volume, "the dispatcher's claim was not replaced"
+    said = events(kubectl, ns, name)
+    assert "lost" in said, said
+
+    # The reader's job was on the old journal: it ends with an error. A new job reads exactly once.
+    kubectl.run("delete", "pod", "reader", "-n", ns, "--wait=false")
+    start_reader(kubectl, ns, "after", name, 80, 0, plane)
+    phase, log = wait_finished(kubectl, ns, "after", 240)
+    assert phase == "Succeeded" and sorted(elements(log)) == list(range(80)), log[-2000:]
+    figures = {"node": node, "unreachable_taint_after_s": round(unreachable_after, 1), "ready_after_s": round(back, 1)}
+    print(f"\ndispatcher node lost: {json.dumps(figures)}")
+
+    node_action(kubectl, "thaw", node)
+    thaw.remove(node)
+    kubectl.run("wait", "--for=condition=Ready", f"node/{node}", "--timeout=180s", timeout=200)
+    wait_ready(kubectl, ns, name)
