@@ -78,11 +78,11 @@ class Autoscaling:
     # The Warning Events about objects of a kind, by (namespace, kind); each /readyz answer, by URL.
     events: cache.Recent[list[Manifest]] = field(default_factory=cache.Recent)
     readiness: cache.Recent[str | None] = field(default_factory=cache.Recent)
+    # The last signal read for a static service's disruption budget, with when: by (namespace, name).
+    drains: cache.Recent[tuple[float, hold.Signal]] = field(default_factory=cache.Recent)
     # What each ready dispatcher pod runs (its /serverinfo), by pod uid: read once, off the reconcile.
     read_server_info: Callable[[str], ServerInfo | None] = field(default=lambda url: probes.read_server_info(url))
     server_info: cache.Background[ServerInfo] = field(default_factory=cache.Background)
-    # The last signal read for a static service's disruption budget, with when: by (namespace, name).
-    drains: cache.Recent[tuple[float, hold.Signal]] = field(default_factory=cache.Recent)
 
 
 @dataclass(frozen=True)
