@@ -117,14 +117,14 @@ def test_a_settled_namespace_sends_no_request_and_an_unready_service_one_list_pe
     wait_for(lambda: _only_reads_for(operator, RESYNC_SECONDS + 2), 60, "the operator to send nothing but reads",
              show=lambda: (requests(operator), operator.tail()))  # fmt: skip
 
-    before = requests(operator)
+    before, reads_before = requests(operator), operator.total("tfdata_operator_signal_reads_total")
     started = time.monotonic()
     touches = 0
     while time.monotonic() - started < WINDOW_SECONDS:  # each annotation is an event: a reconcile
         kubectl.run("annotate", "--overwrite", "tfdata/quiet-unready", "-n", namespace, f"example.com/touch={touches}")
         touches += 1
         time.sleep(1)
-    after = requests(operator)
+    after, reads = requests(operator), operator.total("tfdata_operator_signal_reads_total") - reads_before
     sent = {verb: after[verb] - before.get(verb, 0) for verb in after if after[verb] != before.get(verb, 0)}
 
     resyncs = WINDOW_SECONDS / RESYNC_SECONDS
@@ -135,6 +135,9 @@ def test_a_settled_namespace_sends_no_request_and_an_unready_service_one_list_pe
     )
     assert status(kubectl, namespace, "quiet-unready") == said
     assert status(kubectl, namespace, "quiet-static") == said_static
+    # The static service's signal, once per drain.RECHECK_SECONDS (the DYNAMIC ones are never asked).
+    expected = (1, 2) if on_kwok else (0, 0)
+    assert expected[0] <= reads <= expected[1], f"{reads:.0f} reads of /v1/signals over {WINDOW_SECONDS} s"
 
 
 def _only_reads_for(operator: OperatorProcess, seconds: float) -> bool:
