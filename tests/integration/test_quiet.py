@@ -6,7 +6,10 @@ Events again. Here one service turns Ready on kwok's node and one never does (it
 StorageClass does not exist, so the scheduler waits for the claim forever); then the unready one is
 touched every second, as a busy cluster's events would queue it. Over that window the operator
 may list the namespace's Warning Events about claims once per resync (the operator runs with a 5 s
-resync here) and write nothing: the status says the same thing throughout.
+resync here) and write nothing: the status says the same thing throughout. A third, static service
+turns Ready too: its workers' disruption budget depends on whether a client reads, so the operator
+asks its dispatcher every 30 s (never the API server), and the window is long enough for one such
+reading; the budget and the status stay as they are, so nothing is written for it either.
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ from typing import Any
 import pytest
 from support import Kubectl, OperatorProcess, kubelet_nodes, wait_for
 
+from tfdata_operator.plan import drain
+
 import devcluster
 
 RESYNC_SECONDS = 5  # OperatorProcess's TFDATA_RESYNC_SECONDS
-WINDOW_SECONDS = 20
+# At least one re-reading of the static service's signal falls in the window.
+WINDOW_SECONDS = int(drain.RECHECK_SECONDS) + RESYNC_SECONDS
 TIMEOUT = 90
 # A real kubelet pulls the image and starts TensorFlow; kwok answers at once.
 KIND_TIMEOUT = 240
@@ -34,6 +40,19 @@ metadata:
   name: quiet-ready
 spec:
   shardingPolicy: DYNAMIC
+  dispatcher: {{tolerations: [{KWOK}]}}
+  workers: {{replicas: 2, tolerations: [{KWOK}]}}
+"""
+# Its dispatcher's signal cannot be read from here (kwok's pod addresses lead nowhere): whether a
+# client reads is unknown, which counts as reading, so drains wait; the reading is repeated every 30 s.
+# Only on kwok's node: a small kind node has no CPU left for its real servers.
+STATIC = f"""\
+apiVersion: tfdata.dev/v1alpha1
+kind: TFDataService
+metadata:
+  name: quiet-static
+spec:
+  shardingPolicy: FILE
   dispatcher: {{tolerations: [{KWOK}]}}
   workers: {{replicas: 2, tolerations: [{KWOK}]}}
 """
@@ -72,33 +91,40 @@ def requests(operator: OperatorProcess) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def applied(kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
-    for manifest in (READY, UNREADY):
+    on_kwok = not kubelet_nodes(kubectl.json("get", "nodes"))
+    for manifest in (READY, STATIC, UNREADY) if on_kwok else (READY, UNREADY):
         kubectl.run("apply", "-n", namespace, "-f", "-", input=manifest)
 
 
 def test_a_settled_namespace_sends_no_request_and_an_unready_service_one_list_per_resync(
     kubectl: Kubectl, namespace: str, operator: OperatorProcess, applied: None
 ) -> None:
-    timeout = KIND_TIMEOUT if kubelet_nodes(kubectl.json("get", "nodes")) else TIMEOUT
+    on_kwok = not kubelet_nodes(kubectl.json("get", "nodes"))
+    timeout = TIMEOUT if on_kwok else KIND_TIMEOUT
+    ready = ("quiet-ready", "quiet-static") if on_kwok else ("quiet-ready",)
 
-    def reasons() -> tuple[str | None, str | None]:
-        return ready_reason(kubectl, namespace, "quiet-ready"), ready_reason(kubectl, namespace, "quiet-unready")
+    def reasons() -> tuple[str | None, ...]:
+        return tuple(ready_reason(kubectl, namespace, name) for name in (*ready, "quiet-unready"))
 
-    wait_for(reasons, timeout, "quiet-ready Ready and quiet-unready ProvisioningFailed",
-             until=lambda seen: seen == ("Ready", "ProvisioningFailed"))  # fmt: skip
+    wait_for(reasons, timeout, f"{' and '.join(ready)} Ready and quiet-unready ProvisioningFailed",
+             until=lambda seen: seen == (*(["Ready"] * len(ready)), "ProvisioningFailed"))  # fmt: skip
+    if on_kwok:
+        wait_for(lambda: (status(kubectl, namespace, "quiet-static").get("drains") or {}).get("maxUnavailable"), 60,
+                 "quiet-static's drains to wait (its signal is unknown)", until=lambda seen: seen == 0)  # fmt: skip
     said = status(kubectl, namespace, "quiet-unready")
+    said_static = status(kubectl, namespace, "quiet-static")
     # Settled: a resync and then some with no request at all but the diagnosis's reads.
     wait_for(lambda: _only_reads_for(operator, RESYNC_SECONDS + 2), 60, "the operator to send nothing but reads",
              show=lambda: (requests(operator), operator.tail()))  # fmt: skip
 
-    before = requests(operator)
+    before, reads_before = requests(operator), operator.total("tfdata_operator_signal_reads_total")
     started = time.monotonic()
     touches = 0
     while time.monotonic() - started < WINDOW_SECONDS:  # each annotation is an event: a reconcile
         kubectl.run("annotate", "--overwrite", "tfdata/quiet-unready", "-n", namespace, f"example.com/touch={touches}")
         touches += 1
         time.sleep(1)
-    after = requests(operator)
+    after, reads = requests(operator), operator.total("tfdata_operator_signal_reads_total") - reads_before
     sent = {verb: after[verb] - before.get(verb, 0) for verb in after if after[verb] != before.get(verb, 0)}
 
     resyncs = WINDOW_SECONDS / RESYNC_SECONDS
@@ -108,6 +134,10 @@ def test_a_settled_namespace_sends_no_request_and_an_unready_service_one_list_pe
         f"queued, a resync every {RESYNC_SECONDS} s): at most one per resync"
     )
     assert status(kubectl, namespace, "quiet-unready") == said
+    assert status(kubectl, namespace, "quiet-static") == said_static
+    # The static service's signal, once per drain.RECHECK_SECONDS (the DYNAMIC ones are never asked).
+    expected = (1, 2) if on_kwok else (0, 0)
+    assert expected[0] <= reads <= expected[1], f"{reads:.0f} reads of /v1/signals over {WINDOW_SECONDS} s"
 
 
 def _only_reads_for(operator: OperatorProcess, seconds: float) -> bool:

@@ -93,3 +93,67 @@ def test_the_committed_openapi_document_holds_what_the_kept_fields_reach() -> No
     assert "io.k8s.api.core.v1.EphemeralVolumeSource" not in reached
     assert "io.k8s.api.core.v1.FileKeySelector" not in reached
     assert "io.k8s.api.core.v1.SecretVolumeSource" in reached
+
+
+# Every key a JSONSchemaProps may have (apiextensions.k8s.io/v1): a stray key in the CRD is a typo,
+# or a description with a comma in a YAML flow mapping, which splits it into keys the API server refuses.
+_SCHEMA_KEYS = frozenset(
+    [
+        "$schema",
+        "$ref",
+        "id",
+        "title",
+        "description",
+        "type",
+        "format",
+        "default",
+        "enum",
+        "example",
+        "externalDocs",
+        "nullable",
+        "properties",
+        "patternProperties",
+        "additionalProperties",
+        "items",
+        "additionalItems",
+        "required",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "minProperties",
+        "maxProperties",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "definitions",
+        "dependencies",
+    ]
+)
+
+
+def _stray_keys(schema: dict[str, Any], path: str) -> list[str]:
+    found = [f"{path}: {key!r}" for key in schema if key not in _SCHEMA_KEYS and not key.startswith("x-kubernetes-")]
+    for key, sub in (schema.get("properties") or {}).items():
+        found += _stray_keys(sub, f"{path}.{key}")
+    for key in ("items", "additionalProperties", "not"):
+        if isinstance(schema.get(key), dict):
+            found += _stray_keys(schema[key], f"{path}.{key}")
+    for key in ("allOf", "anyOf", "oneOf"):
+        for i, sub in enumerate(schema.get(key) or []):
+            found += _stray_keys(sub, f"{path}.{key}[{i}]")
+    return found
+
+
+def test_every_schema_of_the_crd_has_only_keys_the_api_server_knows() -> None:
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    for version in crd["spec"]["versions"]:
+        assert _stray_keys(version["schema"]["openAPIV3Schema"], version["name"]) == []

@@ -20,7 +20,7 @@ from support import service_signals
 from tfdata_operator.controller import reconcile
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.plan import desired as plan
-from tfdata_operator.plan import hold
+from tfdata_operator.plan import drain, hold
 from tfdata_operator.render import builders
 from tfdata_operator.wire.serverinfo import GraphDefVersions, ServerInfo
 from tfdata_operator.wire.signals import ServiceSignals
@@ -550,6 +550,102 @@ def test_a_change_held_past_rescale_max_wait_goes_ahead_with_a_warning() -> None
     assert ("event", "HeldChangeForced") in api.take_calls()
     assert api.events[-1][0] == "Warning" and "rescaleMaxWaitSeconds 60" in api.events[-1][2]
     assert listed(api) == 3
+
+
+# --- The workers' disruption budget: drains wait while a client reads a static service ---------
+
+
+def run_drains(api: FakeApi, body: Manifest, readers: reconcile.Autoscaling) -> reconcile.Outcome:
+    """A reconcile of a service whose dispatcher and two workers run, with readers kept between reconciles."""
+    pods = [dispatcher_pod(), *(pod_of(api, "demo-worker", i, phase="Running") for i in range(2))]
+    observed = reconcile.Observed(api.observed().objects, pods)
+    return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
+
+
+def budget(api: FakeApi) -> int:
+    return int(api.objects[("PodDisruptionBudget", "demo-worker")]["spec"]["maxUnavailable"])
+
+
+def test_drains_wait_while_a_client_reads_a_static_service_and_the_signal_is_read_every_30_s() -> None:
+    api, clock, signals = FakeApi(), Clock(), FakeSignals(reading=False, idle=60)
+    readers = reconcile.Autoscaling(fetch=signals, clock=clock)
+    run(api, static())
+    settle(api, "demo-dispatcher")
+    settle(api, "demo-worker")
+    outcome = run_drains(api, static(), readers)
+    assert budget(api) == 1 and signals.reads == 1 and "drains" not in api.status  # type: ignore[operator]
+    assert outcome.requeue_after == drain.RECHECK_SECONDS
+    api.take_calls()
+
+    # A client starts reading: nothing is read (nor written) until the last reading is 30 s old.
+    signals.reading = True
+    clock.now += 10
+    outcome = run_drains(api, static(), readers)
+    assert api.take_calls() == [] and signals.reads == 1 and outcome.requeue_after == 20
+    clock.now += 20
+    outcome = run_drains(api, static(), readers)
+    assert signals.reads == 2 and budget(api) == 0
+    calls = api.take_calls()
+    assert calls == [
+        ("dry-run", "PodDisruptionBudget/demo-worker"),
+        ("apply", "PodDisruptionBudget/demo-worker"),
+        ("event", "DrainsHeld"),
+        ("status", "demo"),
+    ]
+    drains = api.status["drains"]  # type: ignore[index]
+    assert drains["maxUnavailable"] == 0 and drains["message"].startswith("Drains wait: a client reads")
+    workers = condition(api, "WorkersReady")
+    assert workers["status"] == "True" and workers["message"] == "2/2 workers are ready. " + drains["message"]
+    assert api.events[-1][2].endswith(
+        "(clients read from the service: 1 clients attached to jobs (the dispatcher's journal))"
+    )
+
+    # Still reading, 30 s later: one GET to the dispatcher, no request to the API server.
+    clock.now += 30
+    run_drains(api, static(), readers)
+    assert signals.reads == 3 and api.take_calls() == []
+
+    # The reader stops; a moment later the quiet is not long enough, then it is.
+    signals.reading, signals.idle = False, 2.0
+    clock.now += 30
+    outcome = run_drains(api, static(), readers)
+    assert signals.reads == 4 and budget(api) == 0 and api.take_calls() == [] and outcome.requeue_after == 3
+    signals.idle = 5.0
+    clock.now += 3
+    run_drains(api, static(), readers)
+    assert signals.reads == 5 and budget(api) == 1
+    assert ("event", "DrainsAllowed") in api.take_calls()
+    assert "drains" not in api.status  # type: ignore[operator]
+    assert condition(api, "WorkersReady")["message"] == "2/2 workers are ready."
+
+
+def test_drains_held_past_rescale_max_wait_go_ahead_with_a_warning_while_the_client_still_reads() -> None:
+    api, clock, signals = FakeApi(), Clock(), FakeSignals(reading=True)
+    body = static(workers={"rescaleMaxWaitSeconds": 600})
+    run(api, body)
+    run_drains(api, body, reconcile.Autoscaling(fetch=signals, clock=clock))
+    assert budget(api) == 0
+    api.status["drains"]["since"] = "2026-01-01T00:00:00Z"  # type: ignore[index]
+    api.take_calls()
+    run_drains(api, body, reconcile.Autoscaling(fetch=signals, clock=clock))
+    assert budget(api) == 1 and ("event", "DrainsForced") in api.take_calls()
+    assert api.events[-1][0] == "Warning" and "rescaleMaxWaitSeconds (600 s)" in api.events[-1][2]
+    # The wait is remembered while the client reads: the budget stays 1, and nothing is written.
+    run_drains(api, body, reconcile.Autoscaling(fetch=signals, clock=clock))
+    assert budget(api) == 1 and api.take_calls() == []
+    assert api.status["drains"]["since"] == "2026-01-01T00:00:00Z"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "body", [static(workers={"rescalePolicy": "Immediate"}), service(), service(shardingPolicy="OFF")]
+)
+def test_immediate_dynamic_and_off_never_read_the_signal_for_drains(body: Manifest) -> None:
+    api, signals = FakeApi(), FakeSignals(reading=True)
+    run(api, body)
+    outcome = run_drains(api, body, reconcile.Autoscaling(fetch=signals))
+    assert signals.reads == 0 and outcome.requeue_after is None
+    pdb = api.objects.get(("PodDisruptionBudget", "demo-worker"))
+    assert (pdb["spec"]["maxUnavailable"] if pdb else None) == (None if "OFF" in str(body) else 1)
 
 
 def test_suspend_is_held_while_reading_then_removes_every_pod_and_keeps_the_rest() -> None:

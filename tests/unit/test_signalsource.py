@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tfdata_operator.autoscaling import policy as autoscaler
 from tfdata_operator.autoscaling import readings as signalsource
@@ -66,6 +67,17 @@ def reply(status: int, body: bytes) -> Handler:
 
 def test_reads_the_signals(dispatcher: Callable[[Handler], str]) -> None:
     assert probes.fetch(dispatcher(reply(200, SIGNALS.to_json().encode()))) == SIGNALS
+
+
+def test_every_read_is_counted_by_whether_it_answered(dispatcher: Callable[[Handler], str]) -> None:
+    def count(answered: str) -> float:
+        return REGISTRY.get_sample_value("tfdata_operator_signal_reads_total", {"answered": answered}) or 0.0
+
+    before = count("true"), count("false")
+    probes.fetch(dispatcher(reply(200, SIGNALS.to_json().encode())))
+    probes.fetch(dispatcher(reply(503, b"starting")))
+    probes.fetch(dispatcher(reply(503, b"starting")))
+    assert (count("true") - before[0], count("false") - before[1]) == (1, 2)
 
 
 def test_a_newer_dispatcher_may_add_fields(dispatcher: Callable[[Handler], str]) -> None:

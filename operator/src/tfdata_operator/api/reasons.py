@@ -55,4 +55,11 @@ RESTARTED_STALE_WORKER = "RestartedStaleWorker"
 HELD_CHANGE_FORCED = "HeldChangeForced"
 HELD_CHANGE_CARRIED_OUT = "HeldChangeCarriedOut"
 SUSPENDING = "Suspending"
+# The workers' PodDisruptionBudget changed (plan/drain.py): drains wait while a client reads a
+# static service, go ahead once nobody reads, or go ahead after rescaleMaxWaitSeconds although one does.
+DRAINS_HELD = "DrainsHeld"
+DRAINS_ALLOWED = "DrainsAllowed"
+DRAINS_FORCED = "DrainsForced"
+# Events recorded as Warnings: a person may want to act on them.
+WARNINGS = frozenset({DRAINS_FORCED})
 RESUMING = "Resuming"

@@ -245,16 +245,18 @@ class Recent(Generic[T]):
     _items: dict[Hashable, tuple[float, T]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def get(self, key: Hashable, read: Callable[[], T], now: float, ttl: float) -> T:
-        """The answer read for ``key`` less than ``ttl`` seconds before ``now``, else ``read()``'s (kept)."""
+    def get(self, key: Hashable, read: Callable[[], T], now: float, ttl: float | Callable[[T], float]) -> T:
+        """The answer read for ``key`` less than ``ttl`` seconds before ``now``, else ``read()``'s (kept).
+        A callable ``ttl`` gives each answer its own lifetime."""
+        life: Callable[[T], float] = ttl if callable(ttl) else (lambda _: ttl)
         with self._lock:
             kept = self._items.get(key)
-        if kept is not None and now - kept[0] < ttl:
+        if kept is not None and now - kept[0] < life(kept[1]):
             return kept[1]
         value = read()  # outside the lock: reads of other keys go on meanwhile
         with self._lock:
             # Forget what expired, so keys of objects that are gone do not pile up.
-            for old in [k for k, (when, _) in self._items.items() if now - when >= ttl]:
+            for old in [k for k, (when, v) in self._items.items() if now - when >= life(v)]:
                 del self._items[old]
             self._items[key] = (now, value)
         return value

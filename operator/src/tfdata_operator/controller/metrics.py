@@ -34,6 +34,12 @@ API_REQUESTS = Counter(
     "Requests the reconcile loop sent to the API server (the watches are not counted), by verb and HTTP code.",
     ["verb", "code"],
 )
+SIGNAL_READS = Counter(
+    "tfdata_operator_signal_reads_total",
+    "GETs of a dispatcher's /v1/signals (the TFData autoscaler, a held change, a static service's disruption "
+    "budget), by whether it answered with a signals document.",
+    ["answered"],
+)
 CHANGES = Counter(
     "tfdata_operator_changes_total",
     "Changes the operator made to children, by the reason of their Event (Created, Scaled, RollingOut, ...).",

@@ -13,6 +13,7 @@ import http.client
 import urllib.error
 import urllib.request
 
+from tfdata_operator.controller import metrics
 from tfdata_operator.wire import serverinfo
 from tfdata_operator.wire.serverinfo import ServerInfo
 from tfdata_operator.wire.signals import ServiceSignals, SignalsError
@@ -27,7 +28,13 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def fetch(url: str, timeout: float = TIMEOUT_SECONDS) -> ServiceSignals | str:
-    """The dispatcher's signals, or why they could not be read."""
+    """The dispatcher's signals, or why they could not be read; counted (``metrics.SIGNAL_READS``)."""
+    fetched = _fetch(url, timeout)
+    metrics.SIGNAL_READS.labels("false" if isinstance(fetched, str) else "true").inc()
+    return fetched
+
+
+def _fetch(url: str, timeout: float) -> ServiceSignals | str:
     try:
         with _OPENER.open(url, timeout=timeout) as response:
             body = response.read(MAX_BYTES + 1)

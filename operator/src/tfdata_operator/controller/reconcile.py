@@ -35,7 +35,7 @@ from tfdata_operator.controller import cache, faults, metrics, probes
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.kube import describe_api_error
 from tfdata_operator.plan import desired as plan
-from tfdata_operator.plan import hold, scaling, status
+from tfdata_operator.plan import drain, hold, scaling, status
 from tfdata_operator.plan.diagnose import Finding, claims_to_read, explain, from_readiness, needs_events, unready_server
 from tfdata_operator.render import builders
 from tfdata_operator.wire import serverinfo, signals
@@ -78,6 +78,8 @@ class Autoscaling:
     # The Warning Events about objects of a kind, by (namespace, kind); each /readyz answer, by URL.
     events: cache.Recent[list[Manifest]] = field(default_factory=cache.Recent)
     readiness: cache.Recent[str | None] = field(default_factory=cache.Recent)
+    # The last signal read for a static service's disruption budget, with when: by (namespace, name).
+    drains: cache.Recent[tuple[float, hold.Signal]] = field(default_factory=cache.Recent)
     # What each ready dispatcher pod runs (its /serverinfo), by pod uid: read once, off the reconcile.
     read_server_info: Callable[[str], ServerInfo | None] = field(default=lambda url: probes.read_server_info(url))
     server_info: cache.Background[ServerInfo] = field(default_factory=cache.Background)
@@ -160,6 +162,7 @@ class Run:
     svc: spec.ServiceSpec = field(init=False)
     auto_status: Manifest | None = None
     decision: hold.HoldDecision = field(default_factory=lambda: hold.HoldDecision(hold.PROCEED))
+    drains: drain.DrainDecision = field(default_factory=lambda: drain.DrainDecision(1))
     desired: plan.Desired = field(default_factory=lambda: plan.Desired([], [], None))
     # The children as they are after this reconcile's writes, by (kind, name).
     live: dict[tuple[str, str], Manifest] = field(default_factory=dict)
@@ -207,9 +210,11 @@ def autoscale(run: Run) -> bool:
 
 
 def hold_changes(run: Run) -> bool:
-    """Whether a change that would break readers (a static rescale, a suspend) goes ahead now."""
+    """Whether a change that would break readers (a static rescale, a suspend) goes ahead now, and
+    whether a drain may take a worker (the workers' disruption budget)."""
     run.decision = _hold_decision(run.svc, run.body, run.children, run.config, run.autoscaling)
     run.outcome.requeue_after = _sooner(run.outcome.requeue_after, run.decision.requeue_after)
+    run.drains = _drain_decision(run)
     return True
 
 
@@ -217,7 +222,11 @@ def plan_children(run: Run) -> bool:
     """What the children should be (``plan.desired``), and which of them differ from what runs."""
     reported = (run.body.get("status") or {}).get("server")
     run.desired = plan.desired_children(
-        hold.effective_spec(run.svc, run.decision), run.config.build, run.children, reported
+        hold.effective_spec(run.svc, run.decision),
+        run.config.build,
+        run.children,
+        reported,
+        max_unavailable=1 if run.drains.max_unavailable is None else run.drains.max_unavailable,
     )
     owned = run.children.objects
     if taken := [k for m in run.desired.apply if (k := plan.key(m)) in run.observed.objects and k not in owned]:
@@ -270,13 +279,13 @@ def apply(run: Run) -> bool:
         before = run.live.get(plan.key(manifest))
         run.live[plan.key(manifest)] = result
         run.outcome.written.append(result)
-        reason, message = plan.change_events(manifest, before)
+        reason, message = plan.change_events(manifest, before, run.drains)
         if reason == reasons.CREATED:
             log.info("%s/%s: %s", meta["namespace"], meta["name"], message)
             metrics.CHANGES.labels(reason).inc()
             created.append(f"{manifest['kind']} {manifest['metadata']['name']}")
         else:
-            run.record(reason, message)
+            run.record(reason, message, "Warning" if reason in reasons.WARNINGS else "Normal")
     if created:
         run.api.event(run.body, "Normal", reasons.CREATED, "Created " + ", ".join(created))
     return True
@@ -349,7 +358,14 @@ def report_status(run: Run) -> bool:
         **_server_info(run),
     )
     new_status = status.compute_status(
-        svc, run.body, servers, run.config.build, run.now, waiting=run.desired.waiting, decision=run.decision
+        svc,
+        run.body,
+        servers,
+        run.config.build,
+        run.now,
+        waiting=run.desired.waiting,
+        decision=run.decision,
+        drains=run.drains,
     )
     new_status["autoscaling"] = run.auto_status
     run.report.write(new_status)
@@ -443,6 +459,37 @@ def _hold_decision(
             signal = hold.Unknown(fetched) if isinstance(fetched, str) else fetched
     since = _parse_time(((body.get("status") or {}).get("held") or {}).get("since"))
     return hold.decide(svc, pending, running, signal, since, datetime.now(timezone.utc))
+
+
+def _drain_decision(run: Run) -> drain.DrainDecision:
+    """The workers' disruption budget (``plan.drain``). The signal is read only when the budget depends
+    on it (a static WhenIdle service whose dispatcher and workers run), and at most once per
+    ``drain.valid_for`` of the last reading: the reconcile comes back when that reading expires
+    (every reconcile asks for that same moment, so the queue runs one)."""
+    svc, children, readers = run.svc, run.children, run.autoscaling
+    running = hold.dispatcher_running(children.pods_of(builders.DISPATCHER))
+    workers = len(children.pods_of(builders.WORKER))
+    since = _parse_time(((run.body.get("status") or {}).get("drains") or {}).get("since"))
+    now = datetime.now(timezone.utc)
+    signal: hold.Signal | None = None
+    if drain.needs_signal(svc, running, workers):
+        if readers is None:
+            signal = hold.Unknown("this operator has no way to read it")
+        else:
+            url, clock = _signals_url(svc, run.config, children), readers.clock()
+
+            def read() -> tuple[float, hold.Signal]:
+                fetched = readers.fetch(url)
+                return clock, hold.Unknown(fetched) if isinstance(fetched, str) else fetched
+
+            read_at, signal = readers.drains.get(
+                (svc.namespace, svc.name), read, clock, lambda kept: drain.valid_for(kept[1])
+            )
+            expires = max(0.5, read_at + drain.valid_for(signal) - clock)
+            run.outcome.requeue_after = _sooner(run.outcome.requeue_after, expires)
+    decision = drain.decide(svc, running, workers, signal, since, now)
+    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, decision.requeue_after)
+    return decision
 
 
 # A dispatcher's /serverinfo is read again after this long when it did not answer.

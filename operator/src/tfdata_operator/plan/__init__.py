@@ -1,6 +1,7 @@
 """The plan: what a service's children should be, and what its status says. Pure.
 
 The child-kind table (``children``), the worker counts (``scaling``), holding worker
-removal while readers need it (``hold``), the desired children (``desired``), the status
+removal while readers need it (``hold``), the workers' disruption budget while readers need
+it (``drain``), the desired children (``desired``), the status
 (``status``) and the explanation of pods that do not run (``diagnose``).
 """

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfdata_operator.api import diff, reasons, spec
-from tfdata_operator.plan import scaling
+from tfdata_operator.plan import drain, scaling
 from tfdata_operator.plan.children import render_all
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings, Counts
@@ -58,16 +58,21 @@ class Desired:
 
 
 def desired_children(
-    svc: spec.ServiceSpec, settings: BuildSettings, children: Children, server: Mapping[str, Any] | None = None
+    svc: spec.ServiceSpec,
+    settings: BuildSettings,
+    children: Children,
+    server: Mapping[str, Any] | None = None,
+    max_unavailable: int = 1,
 ) -> Desired:
     """The pure part of a reconcile: what the children should be now, given what they are.
 
     The counts are decided first (``decide_counts``), then every child kind's objects are
     rendered once, in the order of ``children.CHILDREN``. ``server`` is what the servers reported
-    (status.server), which the client ConfigMap publishes.
+    (status.server), which the client ConfigMap publishes; ``max_unavailable`` is the workers'
+    disruption budget (``plan.drain``).
     """
     counts, waiting = decide_counts(svc, settings, children)
-    counts = dataclasses.replace(counts, server=server)
+    counts = dataclasses.replace(counts, server=server, max_unavailable=max_unavailable)
     apply: list[Manifest] = []
     delete: list[tuple[str, str, str]] = []
     for kind, (name, manifest) in render_all(svc, settings, counts):
@@ -108,11 +113,18 @@ def key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return obj["kind"], obj["metadata"]["name"]
 
 
-def change_events(desired: Manifest, live: Manifest | None) -> tuple[str, str]:
-    """The Event (reason, message) for applying ``desired`` over ``live``: what a user would want to read."""
+def change_events(
+    desired: Manifest, live: Manifest | None, drains: drain.DrainDecision | None = None
+) -> tuple[str, str]:
+    """The Event (reason, message) for applying ``desired`` over ``live``: what a user would want to read.
+    ``drains`` says why the workers' disruption budget is what it is."""
     kind, name = key(desired)
     if live is None:
         return reasons.CREATED, f"Created {kind} {name}"
+    if kind == "PodDisruptionBudget" and drains is not None:
+        before, after = (live.get("spec") or {}).get("maxUnavailable"), desired["spec"].get("maxUnavailable")
+        if before != after:
+            return drain.event(drains, name)
     if kind == "StatefulSet":
         before, after = (live.get("spec") or {}).get("replicas"), desired["spec"].get("replicas")
         scaled = f"from {before} to {after} replicas"

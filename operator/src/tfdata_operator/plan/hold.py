@@ -139,30 +139,65 @@ def decide(
         )
         return HoldDecision(HOLD, pending, message, max(0.5, QUIET_SECONDS - signal.idle_seconds))
 
-    if isinstance(signal, Unknown):
-        why = f"whether a client reads is unknown ({signal.why}), so it counts as reading"
-    else:
-        why = "clients read from the service: " + "; ".join(signal.reasons)
-    max_wait = svc.workers.rescale_max_wait_seconds
-    since = held_since or now
-    waited = (now - since).total_seconds()
-    if max_wait is not None and waited >= max_wait:
+    why = readers_why(signal)
+    wait = bound(svc, held_since, now)
+    if wait.over:
         message = (
-            f"{_capital(pending.what)} carried out after waiting {waited:.0f} s (rescaleMaxWaitSeconds {max_wait}) "
-            f"although {why}. Those readers fail."
+            f"{_capital(pending.what)} carried out after waiting {wait.waited:.0f} s (rescaleMaxWaitSeconds "
+            f"{wait.max_wait}) although {why}. Those readers fail."
         )
         return HoldDecision(FORCE, pending, message)
-    deadline = ""
-    requeue = RECHECK_SECONDS
-    if max_wait is not None:
-        at = (since + timedelta(seconds=max_wait)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        deadline = f", or at {at} (rescaleMaxWaitSeconds)"
-        requeue = min(requeue, max(0.5, max_wait - waited))
     message = (
-        f"{_capital(pending.what)} waits: {why}. It is carried out within 30 s after the last reader ends{deadline}; "
-        "set spec.workers.rescalePolicy: Immediate to carry it out now (reading clients then fail)."
+        f"{_capital(pending.what)} waits: {why}. It is carried out within 30 s after the last reader ends"
+        f"{wait.deadline}; set spec.workers.rescalePolicy: Immediate to carry it out now (reading clients then fail)."
     )
-    return HoldDecision(HOLD, pending, message, requeue)
+    return HoldDecision(HOLD, pending, message, wait.requeue(RECHECK_SECONDS))
+
+
+def idle(signal: Signal) -> bool:
+    """Whether nobody has read for QUIET_SECONDS: an unknown answer counts as reading."""
+    return isinstance(signal, ServiceSignals) and not signal.reading and signal.idle_seconds >= QUIET_SECONDS
+
+
+def readers_why(signal: Signal) -> str:
+    """Why a wait for readers goes on, for a sentence: who reads, or that nobody knows."""
+    if isinstance(signal, Unknown):
+        return f"whether a client reads is unknown ({signal.why}), so it counts as reading"
+    return "clients read from the service: " + "; ".join(signal.reasons)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A wait for readers that started at ``since``, bounded by ``rescaleMaxWaitSeconds`` (None: unbounded)."""
+
+    since: datetime
+    waited: float
+    max_wait: int | None
+
+    @property
+    def over(self) -> bool:
+        return self.max_wait is not None and self.waited >= self.max_wait
+
+    @property
+    def deadline(self) -> str:
+        """ ", or at <time> (rescaleMaxWaitSeconds)" when the wait is bounded, for a sentence."""
+        if self.max_wait is None:
+            return ""
+        at = (self.since + timedelta(seconds=self.max_wait)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f", or at {at} (rescaleMaxWaitSeconds)"
+
+    def requeue(self, recheck: float) -> float:
+        """When to look again: after ``recheck`` seconds, or when the bound is reached if that is sooner."""
+        if self.max_wait is None:
+            return recheck
+        return min(recheck, max(0.5, self.max_wait - self.waited))
+
+
+def bound(svc: ServiceSpec, since: datetime | None, now: datetime) -> Wait:
+    """The one clock of every wait for readers: from ``since`` (kept in the status; None: it starts
+    now) to ``spec.workers.rescaleMaxWaitSeconds``. A held change and a held drain both use it."""
+    start = since or now
+    return Wait(start, (now - start).total_seconds(), svc.workers.rescale_max_wait_seconds)
 
 
 def effective_spec(svc: ServiceSpec, decision: HoldDecision) -> ServiceSpec:

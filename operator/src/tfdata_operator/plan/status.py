@@ -22,7 +22,7 @@ from tfdata_operator.api.reasons import (
     WORKERS_READY,
 )
 from tfdata_operator.api.spec import ServiceSpec
-from tfdata_operator.plan import hold, scaling
+from tfdata_operator.plan import drain, hold, scaling
 from tfdata_operator.plan.diagnose import Finding
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
@@ -182,11 +182,14 @@ def compute_status(
     waiting: str | None = None,
     reason: str = INVALID_SPEC,
     decision: hold.HoldDecision | None = None,
+    drains: drain.DrainDecision | None = None,
 ) -> dict[str, Any]:
     """The whole status. ``svc`` is None when the spec is invalid and cannot be parsed at all.
 
     ``decision`` is the hold decision of this reconcile: a held change shows in ``held``, in
-    ``WorkersReady`` (a rescale) or ``Suspended`` (a suspend), and so in ``Ready``.
+    ``WorkersReady`` (a rescale) or ``Suspended`` (a suspend), and so in ``Ready``. ``drains`` is
+    the workers' disruption budget: while readers hold it, it shows in ``drains`` and, when drains
+    wait, in ``WorkersReady``'s message.
     """
     old = body.get("status") or {}
     generation = int(body.get("metadata", {}).get("generation", 0))
@@ -198,6 +201,8 @@ def compute_status(
         workers = explained(workers_condition(svc, observed, waiting), observed.workers_problem)
         if held is not None and held_suspend is None:
             workers = Condition(WORKERS_READY, False, RESCALE_HELD, held.message)
+        elif drains is not None and drains.max_unavailable == 0 and workers.reason == reasons.WORKERS_SERVING:
+            workers = Condition(WORKERS_READY, True, workers.reason, f"{workers.message} {drains.message}")
     else:
         workers = Condition(WORKERS_READY, False, INVALID_SPEC, "The spec is invalid; see the Ready condition.")
     suspended: Condition | None = None
@@ -221,6 +226,10 @@ def compute_status(
     if held is not None and held.pending is not None:
         since = (old.get("held") or {}).get("since") or now
         held_status = {"change": held.pending.change, "since": since, "message": held.message}
+    drains_status = None
+    if drains is not None and drains.waiting:
+        since = (old.get("drains") or {}).get("since") or now
+        drains_status = {"maxUnavailable": drains.max_unavailable, "since": since, "message": drains.message}
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": merge_conditions(old.get("conditions"), conditions, generation, now),
@@ -236,6 +245,7 @@ def compute_status(
         "dispatcherAddress": address,
         "selector": builders.worker_selector(svc) if svc else old.get("selector"),
         "held": held_status,
+        "drains": drains_status,
         "server": server_status(observed.server_info, observed.server_pod)
         if observed.server_info
         else old.get("server"),

@@ -433,11 +433,13 @@ def build_hpa(svc: ServiceSpec) -> Manifest | None:
     }
 
 
-def build_worker_pdb(svc: ServiceSpec) -> Manifest | None:
-    """Lets voluntary disruptions (node drains) take one worker at a time.
+def build_worker_pdb(svc: ServiceSpec, max_unavailable: int = 1) -> Manifest | None:
+    """How many workers a voluntary disruption (a node drain, an eviction) may take at once.
 
-    A static policy restarts the shard of a worker that goes away and DYNAMIC loses its
-    in-flight splits; with "OFF" a replaced worker just starts over, so no budget.
+    ``max_unavailable`` is ``plan.drain``'s: 0 while a client reads a static service (a moved
+    worker would read its shard again), else 1. A worker that is not Ready serves nobody, so it
+    may always be evicted (``unhealthyPodEvictionPolicy: AlwaysAllow``): it never blocks a drain.
+    With "OFF" a replaced worker just starts over, so no budget.
     """
     if svc.sharding_policy == "OFF":
         return None
@@ -445,7 +447,11 @@ def build_worker_pdb(svc: ServiceSpec) -> Manifest | None:
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(svc, workers_name(svc), WORKER),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(svc, WORKER)}},
+        "spec": {
+            "maxUnavailable": max_unavailable,
+            "selector": {"matchLabels": selector_labels(svc, WORKER)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
     }
 
 
@@ -516,6 +522,8 @@ class Counts:
     journal: str | None = None
     # What the servers reported (status.server), which the client ConfigMap publishes.
     server: Mapping[str, Any] | None = None
+    # The workers' PodDisruptionBudget (plan.drain): 0 while a client reads a static service.
+    max_unavailable: int = 1
 
 
 # A child by name: its manifest, or None when this spec wants no such object (it is deleted).
@@ -547,7 +555,7 @@ def render_hpas(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> li
 
 
 def render_pdbs(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> list[Named]:
-    return [(workers_name(svc), build_worker_pdb(svc))]
+    return [(workers_name(svc), build_worker_pdb(svc, counts.max_unavailable))]
 
 
 def render_network_policies(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> list[Named]:

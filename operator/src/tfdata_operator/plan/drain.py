@@ -1,0 +1,123 @@
+"""The workers' PodDisruptionBudget: whether a drain (an eviction) may take a worker now.
+
+A drain evicts a worker; its StatefulSet starts it again on another node at the same address.
+Under a static sharding policy the restarted worker reads its shard again from the start, so a
+job that reads at that moment gets that shard's elements twice, and says nothing. That is the
+rule of the held rescale (``hold.py``) again: with ``rescalePolicy: WhenIdle`` (the default) the
+budget is ``maxUnavailable: 0`` while the dispatcher's signal says a client reads (or cannot be
+read: an unknown answer counts as reading), ``1`` once nobody has read for ``hold.QUIET_SECONDS``,
+and ``1`` again after ``rescaleMaxWaitSeconds`` of waiting, on the same clock as a held change
+(``hold.bound``). ``Immediate`` and DYNAMIC (a drain loses at most a worker's in-flight splits)
+always allow one worker at a time; "OFF" has no budget (a replaced worker just starts over).
+
+Every budget lets an unready worker go (``unhealthyPodEvictionPolicy: AlwaysAllow``, in the
+builder): it serves nobody, so it never blocks a drain.
+
+Pure: the reconcile loop (``reconcile.py``) reads the signal only when ``needs_signal`` says the
+budget depends on it, and keeps a reading for ``valid_for`` seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from tfdata_operator.api import reasons
+from tfdata_operator.api.spec import RESCALE_IMMEDIATE, ServiceSpec
+from tfdata_operator.plan import hold
+from tfdata_operator.wire.signals import ServiceSignals
+
+# How often the signal of a static WhenIdle service with running workers is read again: one GET
+# to its dispatcher per 30 s (no API request, and no write while the budget stays). With the
+# signal's own delay (up to ~12 s after a plain trainer's last element) and hold.QUIET_SECONDS,
+# drains go ahead within a minute after the last reader stops, and wait within 30 s after one
+# starts: a drain is a person's or an autoscaler's slow act, not a race the operator must win.
+RECHECK_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class DrainDecision:
+    """The workers' budget, and what the status and the Event say about it."""
+
+    max_unavailable: int | None  # None: no PodDisruptionBudget ("OFF")
+    # Why, for status.drains and WorkersReady while readers hold the budget ("" otherwise); it
+    # stays the same while the budget does, so re-reading the signal writes nothing.
+    message: str = ""
+    # The details of this reading (who reads, how long nobody has), for the Event of a change.
+    detail: str = ""
+    # Readers hold drains, or did until rescaleMaxWaitSeconds let them go: status.drains keeps
+    # when the wait started.
+    waiting: bool = False
+    forced: bool = False
+    # Look again this soon even if nothing happens: rescaleMaxWaitSeconds ends the wait.
+    requeue_after: float | None = None
+
+
+def needs_signal(svc: ServiceSpec, running: bool, workers: int) -> bool:
+    """Whether the budget depends on the signal: a static WhenIdle service whose dispatcher and workers run."""
+    return svc.is_static and svc.workers.rescale_policy != RESCALE_IMMEDIATE and running and workers > 0
+
+
+def decide(
+    svc: ServiceSpec, running: bool, workers: int, signal: hold.Signal | None, since: datetime | None, now: datetime
+) -> DrainDecision:
+    """The budget. ``running``: a dispatcher pod runs; ``workers``: how many worker pods exist;
+    ``signal``: what the dispatcher answered (read only when ``needs_signal``); ``since``: when
+    readers started holding drains (status.drains), None if they do not."""
+    if svc.sharding_policy == "OFF":
+        return DrainDecision(None)
+    if not needs_signal(svc, running, workers):
+        return DrainDecision(1, detail=_why_free(svc, running))
+    if signal is None:
+        signal = hold.Unknown("the signal was not read")
+    if hold.idle(signal):
+        assert isinstance(signal, ServiceSignals)
+        return DrainDecision(1, detail=f"no client has read for {signal.idle_seconds:.0f} s")
+    if isinstance(signal, hold.Unknown):
+        who = (
+            "whether a client reads this static service is unknown (the operator could not read the "
+            "dispatcher's signal), so it counts as reading"
+        )
+    else:
+        who = "a client reads this static service"
+    detail = hold.readers_why(signal)
+    wait = hold.bound(svc, since, now)
+    if wait.over:
+        message = (
+            f"Drains go ahead although {who}: they waited rescaleMaxWaitSeconds ({wait.max_wait} s). A worker a "
+            "drain moves to another node reads its shard again from the start: the reading job gets those "
+            "elements twice."
+        )
+        return DrainDecision(1, message, detail, waiting=True, forced=True)
+    message = (
+        f"Drains wait: {who}, and a worker moved to another node would read its shard again from the start "
+        f"(the job would get those elements twice). They go ahead within a minute after the last reader stops"
+        f"{wait.deadline}; set spec.workers.rescalePolicy: Immediate to let them go now."
+    )
+    return DrainDecision(0, message, detail, waiting=True, requeue_after=wait.requeue(RECHECK_SECONDS))
+
+
+def valid_for(signal: hold.Signal) -> float:
+    """How long a reading decides the budget: RECHECK_SECONDS, or until a quiet moment would be long
+    enough (no client reads, but one did less than hold.QUIET_SECONDS ago)."""
+    if isinstance(signal, ServiceSignals) and not signal.reading and not hold.idle(signal):
+        return max(0.5, hold.QUIET_SECONDS - signal.idle_seconds)
+    return RECHECK_SECONDS
+
+
+def event(decision: DrainDecision, name: str) -> tuple[str, str]:
+    """The Event of a change of the budget: its reason and message."""
+    budget = f"PodDisruptionBudget {name}: maxUnavailable {decision.max_unavailable}. "
+    if decision.max_unavailable == 0:
+        return reasons.DRAINS_HELD, f"{budget}{decision.message} ({decision.detail})"
+    if decision.forced:
+        return reasons.DRAINS_FORCED, f"{budget}{decision.message} ({decision.detail})"
+    return reasons.DRAINS_ALLOWED, f"{budget}Drains go ahead: {decision.detail}."
+
+
+def _why_free(svc: ServiceSpec, running: bool) -> str:
+    if not svc.is_static:
+        return "DYNAMIC: a drain loses at most a worker's in-flight splits"
+    if svc.workers.rescale_policy == RESCALE_IMMEDIATE:
+        return "rescalePolicy Immediate"
+    return "no dispatcher pod runs, so no client reads" if not running else "no worker runs"

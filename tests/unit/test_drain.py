@@ -1,0 +1,152 @@
+"""The workers' disruption budget: a drain waits while a client reads a static service (or nobody knows)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from support import service_signals
+
+from tfdata_operator.api import reasons, spec
+from tfdata_operator.plan import drain, hold
+from tfdata_operator.render import builders
+
+from cases import parse
+
+NOW = datetime(2026, 11, 27, 10, 0, 0, tzinfo=timezone.utc)
+STATIC = ("FILE", "DATA", "FILE_OR_DATA", "HINT")
+
+
+def svc(policy: str = "FILE", **workers: Any) -> spec.ServiceSpec:
+    return parse(shardingPolicy=policy, workers={"replicas": 3, **workers})
+
+
+READING = service_signals(True, reasons=("1 clients attached to jobs",))
+IDLE = service_signals(False, idle_seconds=hold.QUIET_SECONDS + 4)
+QUIETING = service_signals(False, idle_seconds=hold.QUIET_SECONDS - 3)
+UNKNOWN = hold.Unknown("GET http://10.0.0.1:8080/v1/signals failed: timed out")
+SIGNALS = {"reading": READING, "quieting": QUIETING, "idle": IDLE, "unknown": UNKNOWN, "not read": None}
+# What each signal makes of a static WhenIdle service's budget: readers (or nobody knows) hold drains.
+HELD = {"reading": 0, "quieting": 0, "idle": 1, "unknown": 0, "not read": 0}
+WAITED = {"not yet": NOW - timedelta(seconds=60), "past rescaleMaxWaitSeconds": NOW - timedelta(seconds=601)}
+
+
+def expected(policy: str, rescale: str, signal: str, waited: str, max_wait: bool) -> int | None:
+    """The rule, written out: "OFF" has no budget; DYNAMIC and Immediate always 1; a static WhenIdle
+    service 0 while readers hold it, unless rescaleMaxWaitSeconds has passed."""
+    if policy == "OFF":
+        return None
+    if policy == "DYNAMIC" or rescale == "Immediate":
+        return 1
+    if HELD[signal] == 0 and max_wait and waited == "past rescaleMaxWaitSeconds":
+        return 1
+    return HELD[signal]
+
+
+TABLE = [
+    (policy, rescale, signal, waited, max_wait)
+    for policy in (*STATIC, "DYNAMIC", "OFF")
+    for rescale in ("WhenIdle", "Immediate")
+    for signal in SIGNALS
+    for waited in WAITED
+    for max_wait in (False, True)
+    if not (max_wait and rescale == "Immediate")  # the spec refuses rescaleMaxWaitSeconds with Immediate
+]
+
+
+@pytest.mark.parametrize(("policy", "rescale", "signal", "waited", "max_wait"), TABLE)
+def test_the_budget_per_policy_rescale_policy_signal_and_wait(
+    policy: str, rescale: str, signal: str, waited: str, max_wait: bool
+) -> None:
+    fields: dict[str, Any] = {"rescalePolicy": rescale}
+    if max_wait:
+        fields["rescaleMaxWaitSeconds"] = 600
+    service = svc(policy, **fields)
+    decision = drain.decide(service, True, 3, SIGNALS[signal], WAITED[waited], NOW)
+    assert decision.max_unavailable == expected(policy, rescale, signal, waited, max_wait)
+    manifest = builders.build_worker_pdb(service, decision.max_unavailable or 1)
+    assert (manifest is None) == (policy == "OFF")
+    # The signal is read exactly when the rule depends on it.
+    assert drain.needs_signal(service, True, 3) == (policy in STATIC and rescale == "WhenIdle")
+
+
+@pytest.mark.parametrize("policy", [*STATIC, "DYNAMIC"])
+def test_an_unready_worker_never_blocks_a_drain(policy: str) -> None:
+    for budget in (0, 1):
+        pdb = builders.build_worker_pdb(svc(policy), budget)
+        assert pdb is not None
+        assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+        assert pdb["spec"]["maxUnavailable"] == budget
+
+
+@pytest.mark.parametrize(("running", "workers"), [(False, 3), (True, 0)])
+def test_without_a_dispatcher_or_workers_nobody_reads_and_the_signal_is_not_read(running: bool, workers: int) -> None:
+    assert not drain.needs_signal(svc(), running, workers)
+    decision = drain.decide(svc(), running, workers, None, None, NOW)
+    assert decision.max_unavailable == 1 and not decision.waiting
+
+
+def test_the_message_says_why_drains_wait_when_they_go_ahead_and_how_to_let_them_go() -> None:
+    decision = drain.decide(svc(rescaleMaxWaitSeconds=600), True, 3, READING, NOW - timedelta(seconds=60), NOW)
+    assert decision.message == (
+        "Drains wait: a client reads this static service, and a worker moved to another node would read its shard "
+        "again from the start (the job would get those elements twice). They go ahead within a minute after the "
+        "last reader stops, or at 2026-11-27T10:09:00Z (rescaleMaxWaitSeconds); set spec.workers.rescalePolicy: "
+        "Immediate to let them go now."
+    )
+    assert decision.waiting and not decision.forced
+    # The bound comes before the next reading: look again then.
+    assert decision.requeue_after == pytest.approx(drain.RECHECK_SECONDS)
+    near = drain.decide(svc(rescaleMaxWaitSeconds=600), True, 3, READING, NOW - timedelta(seconds=590), NOW)
+    assert near.requeue_after == pytest.approx(10)
+
+
+def test_an_unknown_signal_is_named_as_such() -> None:
+    decision = drain.decide(svc(), True, 3, UNKNOWN, None, NOW)
+    assert decision.max_unavailable == 0
+    assert "whether a client reads this static service is unknown" in decision.message
+    assert "timed out" in decision.detail  # the Event has the details, the status stays the same
+
+
+def test_the_status_message_stays_the_same_while_the_budget_does() -> None:
+    """Each reading of the signal may name other readers; the status (written only when it changes) does not."""
+    other = service_signals(True, reasons=("3 clients attached to jobs", "2 trainers reported"))
+    first = drain.decide(svc(), True, 3, READING, None, NOW)
+    later = drain.decide(svc(), True, 3, other, NOW, NOW + timedelta(seconds=30))
+    quieting = drain.decide(svc(), True, 3, QUIETING, NOW, NOW + timedelta(seconds=60))
+    assert first.message == later.message == quieting.message
+    assert first.detail != later.detail
+
+
+def test_past_the_maximum_wait_drains_go_ahead_and_the_wait_is_still_remembered() -> None:
+    service = svc(rescaleMaxWaitSeconds=600)
+    decision = drain.decide(service, True, 3, READING, NOW - timedelta(seconds=601), NOW)
+    assert (decision.max_unavailable, decision.waiting, decision.forced) == (1, True, True)
+    assert "they waited rescaleMaxWaitSeconds (600 s)" in decision.message
+    reason, message = drain.event(decision, "x-worker")
+    assert reason == reasons.DRAINS_FORCED and reason in reasons.WARNINGS
+    assert message.startswith("PodDisruptionBudget x-worker: maxUnavailable 1. Drains go ahead although")
+
+
+def test_each_reading_is_kept_for_the_recheck_or_until_a_quiet_moment_is_long_enough() -> None:
+    assert drain.valid_for(READING) == drain.RECHECK_SECONDS
+    assert drain.valid_for(IDLE) == drain.RECHECK_SECONDS
+    assert drain.valid_for(UNKNOWN) == drain.RECHECK_SECONDS
+    assert drain.valid_for(QUIETING) == pytest.approx(3.0)
+
+
+def test_the_events_of_a_change_of_the_budget() -> None:
+    held = drain.decide(svc(), True, 3, READING, None, NOW)
+    assert drain.event(held, "x-worker") == (
+        reasons.DRAINS_HELD,
+        f"PodDisruptionBudget x-worker: maxUnavailable 0. {held.message} (clients read from the service: "
+        "1 clients attached to jobs)",
+    )
+    free = drain.decide(svc(), True, 3, IDLE, None, NOW)
+    assert drain.event(free, "x-worker") == (
+        reasons.DRAINS_ALLOWED,
+        "PodDisruptionBudget x-worker: maxUnavailable 1. Drains go ahead: no client has read for 9 s.",
+    )
+    immediate = drain.decide(svc(rescalePolicy="Immediate"), True, 3, None, None, NOW)
+    assert drain.event(immediate, "x-worker")[1].endswith("Drains go ahead: rescalePolicy Immediate.")
