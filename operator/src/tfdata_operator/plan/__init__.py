@@ -2,5 +2,6 @@
 
 The child-kind table (``children``), the worker counts (``scaling``), holding worker
 removal while readers need it (``hold``), the desired children (``desired``), the status
-(``status``) and the explanation of pods that do not run (``diagnose``).
+(``status``), the explanation of pods that do not run (``diagnose``) and the pods to replace
+on a lost node (``nodeloss``).
 """
