@@ -37,14 +37,14 @@ def node(name: str = "node-a", ready: str = "Unknown", taint: str | None = nodel
     }
 
 
-def pod(name: str, on: str = "node-a", ready: bool = False, claim: str | None = None) -> Manifest:
-    volumes = [{"name": "journal", "persistentVolumeClaim": {"claimName": claim}}] if claim else []
+def pod(name: str, on: str = "node-a", ready: bool = False) -> Manifest:
+    """A pod as the operator's cache keeps it (of its spec, only its node)."""
     component = "dispatcher" if "dispatcher" in name else "worker"
     return {
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}",
                      "labels": {"app.kubernetes.io/component": component}},
-        "spec": {"nodeName": on, "volumes": volumes},
+        "spec": {"nodeName": on},
         "status": {"conditions": [{"type": "Ready", "status": str(ready)}]},
     }  # fmt: skip
 
@@ -140,8 +140,7 @@ def test_the_rule(
     case: str, setting: dict[str, Any], name: str, lost_for: float, local: bool, expected: tuple[Any, ...]
 ) -> None:
     svc = parse(shardingPolicy="DYNAMIC", nodeLoss=setting)
-    lost = nodeloss.lost_pods([pod(name, claim="journal-demo-dispatcher-0" if "dispatcher" in name else None)],
-                              {"node-a": node(tainted_ago=lost_for)})  # fmt: skip
+    lost = nodeloss.lost_pods([pod(name)], {"node-a": node(tainted_ago=lost_for)})
     decided = nodeloss.decide(svc, lost, local, NOW)
     reason, claim, dispatcher, workers, requeue = expected
     assert [r.reason for r in decided.replace] == ([reason] if reason else [])
@@ -154,7 +153,7 @@ def test_the_rule(
 def test_what_a_person_reads() -> None:
     """The Events and conditions, sentence by sentence: what happened, why, and what to do."""
     svc = parse(shardingPolicy="DYNAMIC")
-    dispatcher = pod("demo-dispatcher-0", claim="journal-demo-dispatcher-0")
+    dispatcher = pod("demo-dispatcher-0")
     lost = nodeloss.lost_pods([dispatcher, pod("demo-worker-0")], {"node-a": node(tainted_ago=75)})
     decided = nodeloss.decide(svc, lost, True, NOW)
     assert [(r.event_type, r.message) for r in decided.replace] == [
@@ -168,6 +167,10 @@ def test_what_a_person_reads() -> None:
     ]  # fmt: skip
     shared = nodeloss.decide(svc, lost[:1], False, NOW).replace[0].message
     assert shared.endswith("replays its journal, which other nodes reach: the running jobs go on.")
+    # A journal on gs:// (no claim): the dispatcher replays it elsewhere.
+    on_gcs = parse(shardingPolicy="DYNAMIC", dispatcher={"workDir": "gs://bucket/j", "storage": {"enabled": False}})
+    assert nodeloss.journal_claim(on_gcs, dispatcher) is None
+    assert nodeloss.decide(on_gcs, lost[:1], True, NOW).replace[0].reason == "ReplacedLostPod"
     without_journal = parse(shardingPolicy="DYNAMIC", dispatcher={"faultTolerantMode": False})
     assert (
         "the jobs that were running are lost"
@@ -244,7 +247,7 @@ def test_a_dispatcher_on_a_local_path_volume_loses_its_claim_first_and_with_wait
     claim = "journal-demo-dispatcher-0"
     api.objects[("PersistentVolumeClaim", claim)] = {"metadata": {"name": claim}, "spec": {"volumeName": "pv-1"}}
     api.objects[("PersistentVolume", "pv-1")] = LOCAL_PATH_PV
-    api.objects[("Pod", "demo-dispatcher-0")] = dispatcher = pod("demo-dispatcher-0", claim=claim)
+    api.objects[("Pod", "demo-dispatcher-0")] = dispatcher = pod("demo-dispatcher-0")
     reconcile_with(api, body, [dispatcher])
     calls = [c for c in api.take_calls() if c[0] != "status"]
     assert calls == [

@@ -327,7 +327,7 @@ def replace_lost_pods(run: Run) -> bool:
     now = datetime.now(timezone.utc)
     journal_local = False
     for one in lost:
-        claim = nodeloss.journal_claim(one.pod) if nodeloss.due(one, svc, now) else None
+        claim = nodeloss.journal_claim(svc, one.pod) if nodeloss.due(one, svc, now) else None
         if claim is not None and svc.node_loss.dispatcher == spec.NODE_LOSS_RECOVER:
             bound = _read(run.api, readers, "v1", "PersistentVolumeClaim", namespace, claim)
             volume = ((bound or {}).get("spec") or {}).get("volumeName")

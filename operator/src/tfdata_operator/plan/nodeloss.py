@@ -109,13 +109,11 @@ def lost_pods(pods: Sequence[Manifest], nodes: Mapping[str, Manifest | None]) ->
     return lost
 
 
-def journal_claim(pod: Manifest) -> str | None:
-    """The name of the dispatcher pod's journal claim (from volumeClaimTemplates), if it has one."""
-    for volume in (pod.get("spec") or {}).get("volumes") or []:
-        claim = volume.get("persistentVolumeClaim") or {}
-        if volume.get("name") == JOURNAL_VOLUME and claim.get("claimName"):
-            return str(claim["claimName"])
-    return None
+def journal_claim(svc: ServiceSpec, pod: Manifest) -> str | None:
+    """The name of a dispatcher pod's journal claim, if the spec gives it one: the StatefulSet
+    controller names a volumeClaimTemplates claim ``<template>-<pod>``."""
+    is_dispatcher = pod["metadata"]["name"].startswith(builders.dispatcher_name(svc) + "-")
+    return f"{JOURNAL_VOLUME}-{pod['metadata']['name']}" if is_dispatcher and svc.dispatcher.storage.enabled else None
 
 
 def node_local(volume: Manifest | None, node: str) -> bool:
@@ -199,7 +197,7 @@ def _wait_message(one: Lost, where: str) -> str:
 
 def _dispatcher_replacement(svc: ServiceSpec, one: Lost, where: str, setting: int, journal_local: bool) -> Replacement:
     head = f"Deleted the dispatcher pod {one.name} at once: {where} (over spec.nodeLoss.replaceAfterSeconds, {setting})"
-    claim = journal_claim(one.pod)
+    claim = journal_claim(svc, one.pod)
     if claim is not None and journal_local:
         return Replacement(
             one.pod,
