@@ -18,7 +18,7 @@ when the operator force-deletes it instead, so that its StatefulSet recreates it
 
 Pure: the reconcile (``controller/reconcile.py``) reads the Nodes of unready pods only
 (``node_to_read``) and the journal's volume only for a dispatcher due for replacement.
-docs/operations.md ("Operations: node failure") gives the split-brain argument.
+docs/operations.md ("Node failure") gives the split-brain argument.
 """
 
 from __future__ import annotations
