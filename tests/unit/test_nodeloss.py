@@ -13,7 +13,7 @@ from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.plan import nodeloss
 
 from cases import parse
-from fixtures.fakes import FakeApi, service
+from fixtures.fakes import Clock, FakeApi, service
 
 Manifest = dict[str, Any]
 NOW = datetime(2026, 11, 27, 10, 0, 0, tzinfo=timezone.utc)
@@ -274,3 +274,25 @@ def test_a_dispatcher_on_a_local_path_volume_loses_its_claim_first_and_with_wait
     assert "spec.nodeLoss.dispatcher is Wait" in ready["message"]
     reconcile_with(api, waiting, [dispatcher])  # said once
     assert [c for c in api.take_calls() if c[0] != "status"] == [("get", "Node/node-a")]
+
+
+def test_the_pods_of_one_lost_node_cost_one_read_of_it_per_five_seconds() -> None:
+    """Every event of a lost node's pods queues a reconcile: the Node is read once for all of them,
+    and again only after NODE_READ_SECONDS (the pods' own watch brings the next change)."""
+    api, body = FakeApi(), service()
+    started(api, body)
+    with_node(api, 20)
+    clock = Clock()
+    readers = reconcile.Autoscaling(clock=clock)
+    lost = [pod("demo-worker-0"), pod("demo-worker-1"), pod("demo-dispatcher-0")]
+    observed = reconcile.Observed(api.observed().objects, lost)
+
+    def reads() -> int:
+        return sum(1 for call in api.take_calls() if call == ("get", "Node/node-a"))
+
+    for _ in range(3):
+        reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
+    assert reads() == 1
+    clock.now += reconcile.NODE_READ_SECONDS
+    reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
+    assert reads() == 1

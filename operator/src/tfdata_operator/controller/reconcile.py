@@ -325,11 +325,12 @@ def replace_lost_pods(run: Run) -> bool:
     nodes = {n: _read(run.api, readers, "v1", "Node", None, n) for n in sorted(names)}
     lost = nodeloss.lost_pods(pods, nodes)
     now = datetime.now(timezone.utc)
-    journal_local = False
+    journal_local, claim_uids = False, {}
     for one in lost:
         claim = nodeloss.journal_claim(svc, one.pod) if nodeloss.due(one, svc, now) else None
         if claim is not None and svc.node_loss.dispatcher == spec.NODE_LOSS_RECOVER:
             bound = _read(run.api, readers, "v1", "PersistentVolumeClaim", namespace, claim)
+            claim_uids[claim] = ((bound or {}).get("metadata") or {}).get("uid")
             volume = ((bound or {}).get("spec") or {}).get("volumeName")
             pv = _read(run.api, readers, "v1", "PersistentVolume", None, volume) if volume else None
             journal_local = nodeloss.node_local(pv, one.node)
@@ -342,7 +343,8 @@ def replace_lost_pods(run: Run) -> bool:
             # node. The claim stays Terminating (pvc-protection) until the pod object is gone, and meanwhile the
             # controller refuses to create the pod ("pvc ... is being deleted", stateful_pod_control.go's
             # createPersistentVolumeClaims) and retries; then it creates a new claim and the pod.
-            run.api.delete("v1", "PersistentVolumeClaim", namespace, replacement.claim)
+            claim = replacement.claim
+            run.api.delete("v1", "PersistentVolumeClaim", namespace, claim, uid=claim_uids.get(claim))
         # gracePeriodSeconds 0 removes the object at once: no kubelet will ever confirm the pod stopped.
         if run.api.delete("v1", "Pod", namespace, meta["name"], uid=meta.get("uid"), grace_period_seconds=0):
             run.record(replacement.reason, replacement.message, replacement.event_type)
