@@ -350,20 +350,22 @@ def is_kwok_node(node: Mapping[str, Any]) -> bool:
     return bool(node.get("metadata", {}).get("annotations", {}).get(KWOK_NODE_ANNOTATION) == "fake")
 
 
+def kwok_node(name: str) -> dict[str, Any]:
+    """A Node that kwok takes over (by its annotation), tainted so that only pods tolerating KWOK_TAINT go there."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **KWOK_NODE_LABELS},
+        },
+        "spec": {"taints": [KWOK_TAINT]},
+    }
+
+
 def _kwok_objects(count: int) -> list[dict[str, Any]]:
-    nodes = [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-                "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **KWOK_NODE_LABELS},
-            },
-            "spec": {"taints": [KWOK_TAINT]},
-        }
-        for name in kwok_node_names(count)
-    ]
+    nodes = [kwok_node(name) for name in kwok_node_names(count)]
     storage_class: dict[str, Any] = yaml.safe_load((KWOK_DIR / "storage-class.yaml").read_text())
     return [*nodes, storage_class]
 

@@ -352,6 +352,22 @@ BAD_SPECS = [
         "rescaleMaxWaitSeconds applies only with rescalePolicy WhenIdle",
         "rescaleMaxWaitSeconds applies only with rescalePolicy WhenIdle",
     ),
+    # --- Node loss.
+    BadSpec(
+        "unknown-node-loss-dispatcher", "nodeLoss: {dispatcher: Later}", 'Unsupported value: "Later"', "must be one of"
+    ),
+    BadSpec(
+        "negative-replace-after",
+        "nodeLoss: {replaceAfterSeconds: -1}",
+        "greater than or equal to 0",
+        "spec.nodeLoss.replaceAfterSeconds must be between 0 and 86400, got -1",
+    ),
+    BadSpec(
+        "node-loss-unknown-field",
+        "nodeLoss: {replaceAfter: 60}",
+        'unknown field "spec.nodeLoss.replaceAfter"',
+        "spec.nodeLoss has unknown fields: replaceAfter",
+    ),
     BadSpec(
         "unknown-rescale-policy", "workers: {rescalePolicy: Later}", 'Unsupported value: "Later"', "must be one of"
     ),

@@ -53,6 +53,8 @@ NAMESPACED = children.namespaced_rules()
 # kopf's runtime observation, at cluster scope: CRDs always; namespaces with a namespace list.
 CRDS = rules("apiextensions.k8s.io", "customresourcedefinitions", "list", "watch")
 NAMESPACES = rules("", "namespaces", "list", "watch")
+# spec.nodeLoss reads a lost pod's Node and its journal's volume, wherever the operator watches.
+CLUSTER = children.cluster_rules()
 # Leader election, in the operator's own namespace only.
 LEASE = children.leader_election_rules()
 # Every authenticated identity may ask what it may do (system:basic-user).
@@ -69,7 +71,7 @@ NEVER = [
     ("update", "pods"),
     ("create", "pods/exec"),
     ("create", "persistentvolumeclaims"),
-    ("delete", "persistentvolumeclaims"),
+    ("list", "persistentvolumeclaims"),
     ("update", "configmaps"),
     ("get", "configmaps"),
     ("update", "statefulsets.apps"),
@@ -87,7 +89,11 @@ NEVER_CLUSTER = [
     ("create", "namespaces"),
     ("create", "clusterroles.rbac.authorization.k8s.io"),
     ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
-    ("get", "nodes"),
+    ("list", "nodes"),
+    ("watch", "nodes"),
+    ("update", "nodes"),
+    ("list", "persistentvolumes"),
+    ("delete", "persistentvolumes"),
     ("get", "customresourcedefinitions.apiextensions.k8s.io"),
     ("update", "customresourcedefinitions.apiextensions.k8s.io"),
 ]
@@ -353,9 +359,11 @@ def test_every_namespace_with_a_cluster_role(
         assert "Leading: took the Lease" in operator.log(), "the operator reconciled without electing itself"
 
         # The same rules in every namespace; kopf's CRD watch besides; nothing else.
-        assert_permissions(identity, kubectl, namespaces[0], NAMESPACED | CRDS, [namespaces[2], "kube-system"])
+        assert_permissions(
+            identity, kubectl, namespaces[0], NAMESPACED | CRDS | CLUSTER, [namespaces[2], "kube-system"]
+        )
         # The Lease only in its own namespace.
-        assert_permissions(identity, kubectl, namespace, NAMESPACED | CRDS | LEASE)
+        assert_permissions(identity, kubectl, namespace, NAMESPACED | CRDS | CLUSTER | LEASE)
 
 
 def test_listed_namespaces_with_a_role_each(
@@ -379,10 +387,10 @@ def test_listed_namespaces_with_a_role_each(
             assert "status" not in elsewhere.get("tfdataservice", unwatched)
             assert not elsewhere.children(unwatched)
 
-        assert_permissions(identity, kubectl, watched[0], NAMESPACED | CRDS | NAMESPACES, watched[1:])
-        assert_permissions(identity, kubectl, namespace, CRDS | NAMESPACES | LEASE)
-        # Elsewhere only kopf's cluster-scoped observation: not even a read of a TFDataService.
-        assert_permissions(identity, kubectl, elsewhere.name, CRDS | NAMESPACES)
+        assert_permissions(identity, kubectl, watched[0], NAMESPACED | CRDS | NAMESPACES | CLUSTER, watched[1:])
+        assert_permissions(identity, kubectl, namespace, CRDS | NAMESPACES | CLUSTER | LEASE)
+        # Elsewhere only the cluster-scoped reads (kopf's, spec.nodeLoss's): not even a read of a TFDataService.
+        assert_permissions(identity, kubectl, elsewhere.name, CRDS | NAMESPACES | CLUSTER)
         assert not can_i(identity, kubectl, "list", "tfdataservices.tfdata.dev")
         refused = identity.kubectl(kubectl).run("get", "tfdataservices", "-n", elsewhere.name, check=False)
         assert refused.returncode != 0 and "forbidden" in refused.stderr, refused

@@ -65,7 +65,7 @@ def test_a_trimmed_pod_keeps_what_the_scaling_decisions_read() -> None:
             "managedFields": [1],
             "ownerReferences": [{"uid": "o"}],
         },
-        "spec": {"containers": [{"name": "server", "image": "big"}]},
+        "spec": {"containers": [{"name": "server", "image": "big"}], "nodeName": "node-a"},
         "status": {
             "phase": "Running",
             "conditions": [{"type": "Ready", "status": "True"}],
@@ -73,7 +73,8 @@ def test_a_trimmed_pod_keeps_what_the_scaling_decisions_read() -> None:
         },
     }
     trimmed = cache.trim_pod(pod)
-    assert "spec" not in trimmed and "managedFields" not in trimmed["metadata"]
+    # Of the spec only the node, whose loss the operator acts on (spec.nodeLoss).
+    assert trimmed["spec"] == {"nodeName": "node-a"} and "managedFields" not in trimmed["metadata"]
     assert trimmed["metadata"]["ownerReferences"] == [{"uid": "o"}]
     # The image a container runs stays: an image that cannot serve is named in the conditions.
     assert trimmed["status"]["containerStatuses"] == [{"name": "server", "image": "x", "ready": True, "started": True}]

@@ -108,7 +108,7 @@ def bounded_fields() -> list[tuple[str, str, int, int]]:
     groups = schema["properties"]["spec"]["properties"]
     return [
         (group, name, field["minimum"], field["maximum"])
-        for group in ("dispatcher", "workers", "autoscaling")
+        for group in ("dispatcher", "workers", "autoscaling", "nodeLoss")
         for name, field in groups[group]["properties"].items()
         if field.get("type") == "integer" and "minimum" in field and "maximum" in field
     ]

@@ -128,6 +128,23 @@ operator/src/tfdata_operator/children.py says it does. */}}
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "list"]
+# spec.nodeLoss: a dispatcher pod on a node that stopped answering, whose journal claim's volume
+# only that node reaches, loses the claim (deleted, so its StatefulSet makes a new one elsewhere);
+# get: the claim's volume. Read only for such a dispatcher (without: it is never replaced).
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "delete"]
+{{- end }}
+
+{{- define "tfdata-operator.clusterRules" -}}
+{{- /* children.cluster_rules() in the operator (tests/integration/test_rbac.py compares them). */ -}}
+# spec.nodeLoss: the Node of a pod that is not Ready, to see whether Kubernetes marked it
+# unreachable, and a lost dispatcher's journal volume, to see whether only that node reaches it.
+# get only, for those few objects: no Node is listed or watched (without: pods on a lost node
+# stay Terminating until a person force-deletes them).
+- apiGroups: [""]
+  resources: ["nodes", "persistentvolumes"]
+  verbs: ["get"]
 {{- end }}
 
 {{/* resources: only the quantities that are set (null removes a default). */}}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -23,6 +24,20 @@ VOLUME = "io.k8s.api.core.v1.Volume"
 VOLUME_MOUNT = "io.k8s.api.core.v1.VolumeMount"
 ENV_VAR = "io.k8s.api.core.v1.EnvVar"
 ENV_FROM_SOURCE = "io.k8s.api.core.v1.EnvFromSource"
+
+# metav1.Time as the API server writes it (a condition's lastTransitionTime, a taint's timeAdded).
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A metav1.Time, in UTC; None for a missing or malformed one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
 
 _TYPES: dict[str, type | tuple[type, ...]] = {
     "object": Mapping,

@@ -38,6 +38,10 @@ CLAIM_PENDING = "ClaimPending"
 SERVER_NOT_READY = "ServerNotReady"
 # spec.image cannot run the server program: no python3, a Python or TensorFlow too old.
 UNSUPPORTED_IMAGE = "UnsupportedImage"
+# A pod's node is unreachable (spec.nodeLoss): replaced once replaceAfterSeconds have passed; or,
+# with spec.nodeLoss.dispatcher Wait, the dispatcher's, left for a person.
+NODE_UNREACHABLE = "NodeUnreachable"
+DISPATCHER_NODE_LOST = "DispatcherNodeLost"
 # Kubernetes' own, used when its object names none.
 FAILED_CREATE = "FailedCreate"
 UNSCHEDULABLE = "Unschedulable"
@@ -52,6 +56,10 @@ DELETED = "Deleted"
 RECREATING = "Recreating"
 RESTARTED_STUCK_POD = "RestartedStuckPod"
 RESTARTED_STALE_WORKER = "RestartedStaleWorker"
+# A pod on a node unreachable for spec.nodeLoss.replaceAfterSeconds, force-deleted; a dispatcher whose
+# journal's volume only that node reaches also loses its claim, and with it the running jobs (Warning).
+REPLACED_LOST_POD = "ReplacedLostPod"
+JOURNAL_LOST = "JournalLost"
 HELD_CHANGE_FORCED = "HeldChangeForced"
 HELD_CHANGE_CARRIED_OUT = "HeldChangeCarriedOut"
 SUSPENDING = "Suspending"

@@ -195,6 +195,23 @@ class NetworkPolicySpec:
     extra_from: tuple[Mapping[str, Any], ...] = ()
 
 
+# spec.nodeLoss.dispatcher: what happens to a dispatcher pod whose node Kubernetes marked unreachable
+# (see plan/nodeloss.py). Recover: it is replaced like a worker (on a fresh journal when its journal's
+# volume is reachable only from that node); Wait: a person decides.
+NODE_LOSS_RECOVER, NODE_LOSS_WAIT = "Recover", "Wait"
+NODE_LOSS_DISPATCHER = (NODE_LOSS_RECOVER, NODE_LOSS_WAIT)
+MAX_REPLACE_AFTER_SECONDS = 86_400
+
+
+@dataclass(frozen=True)
+class NodeLossSpec:
+    """What the operator does with the service's pods on a node that stops answering."""
+
+    # How long the node must have been unreachable (its taint's timeAdded) before a pod is replaced.
+    replace_after_seconds: int = 60
+    dispatcher: str = NODE_LOSS_RECOVER
+
+
 @dataclass(frozen=True)
 class ServiceSpec:
     """One TFDataService, fully defaulted: everything the builders need."""
@@ -212,6 +229,7 @@ class ServiceSpec:
     workers: WorkersSpec = WorkersSpec()
     autoscaling: AutoscalingSpec | None = None
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
+    node_loss: NodeLossSpec = NodeLossSpec()
     # No pod runs: the Services, the journal claim and the address stay.
     suspend: bool = False
     # spec.serverProgram resolved: the server program is copied into the pods.
@@ -365,6 +383,7 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
     workers = _workers(spec.child("workers"))
     autoscaling = _autoscaling(spec.child("autoscaling")) if spec.has("autoscaling") else None
     network_policy = _network_policy(spec.child("networkPolicy"))
+    node_loss = _node_loss(spec.child("nodeLoss"))
     spec.finish()
 
     if not image:
@@ -410,6 +429,7 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
         workers=workers,
         autoscaling=autoscaling,
         network_policy=network_policy,
+        node_loss=node_loss,
         suspend=suspend,
         inject_server=server_program == SERVER_PROGRAM_INJECTED
         or (server_program == SERVER_PROGRAM_AUTO and image != default_image),
@@ -463,6 +483,15 @@ def _network_policy(r: _Reader) -> NetworkPolicySpec:
     ]
     r.problems.extend(found)
     return NetworkPolicySpec(enabled=enabled, extra_from=() if found else tuple(peers))
+
+
+def _node_loss(r: _Reader) -> NodeLossSpec:
+    d = NodeLossSpec()
+    after = r.integer("replaceAfterSeconds", d.replace_after_seconds, 0, MAX_REPLACE_AFTER_SECONDS)
+    dispatcher = r.enum("dispatcher", NODE_LOSS_DISPATCHER, d.dispatcher)
+    r.finish()
+    assert after is not None and dispatcher is not None
+    return NodeLossSpec(replace_after_seconds=after, dispatcher=dispatcher)
 
 
 def _dispatcher(r: _Reader) -> DispatcherSpec:

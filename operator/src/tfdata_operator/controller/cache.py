@@ -70,7 +70,8 @@ def _trimmed_state(state: Mapping[str, Any] | None) -> Manifest:
 
 def trim_pod(body: Mapping[str, Any]) -> Manifest:
     """A pod as the scaling decisions and the status's diagnosis (``diagnose.py``) read it: identity,
-    revision, readiness, why it is not scheduled or not running (not its spec)."""
+    revision, readiness, why it is not scheduled or not running; of its spec, only its node (whether
+    that node was lost: ``nodeloss.py``)."""
     meta = body.get("metadata") or {}
     status = body.get("status") or {}
     containers = _trimmed_containers(status.get("containerStatuses"))
@@ -88,6 +89,7 @@ def trim_pod(body: Mapping[str, Any]) -> Manifest:
         "apiVersion": body.get("apiVersion", "v1"),
         "kind": "Pod",
         "metadata": {k: meta[k] for k in _POD_META if k in meta},
+        **({"spec": {"nodeName": node}} if (node := (body.get("spec") or {}).get("nodeName")) else {}),
         "status": {
             "phase": status.get("phase"),
             # The autoscaler and the hold decision read the dispatcher's signals at this address.

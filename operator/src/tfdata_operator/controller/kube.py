@@ -116,11 +116,31 @@ class Kube:
             content_type="application/apply-patch+yaml",
         )
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str | None = None) -> bool:
-        """Deletes in the background; ``uid`` guards against deleting a newer object of that name."""
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Manifest | None:
+        """One object by name (None: it does not exist), for the few kinds the watches do not cover."""
+        try:
+            return self.call("GET", path(api_version, kind, namespace, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def delete(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        uid: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> bool:
+        """Deletes in the background; ``uid`` guards against deleting a newer object of that name;
+        ``grace_period_seconds`` 0 removes a pod at once, without waiting for its kubelet (a force delete)."""
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         if uid:
             body["preconditions"] = {"uid": uid}
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
         try:
             self.call("DELETE", path(api_version, kind, namespace, name), body=body)
         except ApiException as exc:

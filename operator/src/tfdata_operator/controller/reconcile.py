@@ -8,7 +8,8 @@ not own, or a child the API server refuses changes no child: it only sets
 
 It reads as its steps (``STEPS``), each a small function of one ``Run``: observe, validate,
 autoscale, hold changes that would break readers, plan the children, dry-run the changes,
-apply them, repair pods, delete what is no longer wanted, announce a hold, report the status.
+apply them, repair pods, replace pods on lost nodes, delete what is no longer wanted, announce
+a hold, report the status.
 ``Run.record`` is what every change does: a log line, the changes metric, an Event.
 """
 
@@ -26,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
-from tfdata_operator.api import reasons, spec
+from tfdata_operator.api import coretypes, reasons, spec
 from tfdata_operator.api.identity import API_VERSION, KIND, MANAGER
 from tfdata_operator.autoscaling import policy as autoscaler
 from tfdata_operator.autoscaling import readings as signalsource
@@ -35,7 +36,7 @@ from tfdata_operator.controller import cache, faults, metrics, probes
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.kube import describe_api_error
 from tfdata_operator.plan import desired as plan
-from tfdata_operator.plan import drain, hold, scaling, status
+from tfdata_operator.plan import drain, hold, nodeloss, scaling, status
 from tfdata_operator.plan.diagnose import Finding, claims_to_read, explain, from_readiness, needs_events, unready_server
 from tfdata_operator.render import builders
 from tfdata_operator.wire import serverinfo, signals
@@ -53,7 +54,17 @@ class Api(Protocol):
 
     def find(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None: ...
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str | None = None) -> bool: ...
+    def delete(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        uid: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> bool: ...
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Manifest | None: ...
 
     def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: Manifest) -> Manifest: ...
 
@@ -83,6 +94,9 @@ class Autoscaling:
     # What each ready dispatcher pod runs (its /serverinfo), by pod uid: read once, off the reconcile.
     read_server_info: Callable[[str], ServerInfo | None] = field(default=lambda url: probes.read_server_info(url))
     server_info: cache.Background[ServerInfo] = field(default_factory=cache.Background)
+    # The Nodes of unready pods, and a lost dispatcher's journal claim and volume, by (kind, name):
+    # each kept for NODE_READ_SECONDS (``_read``).
+    nodes: cache.Recent[Manifest | None] = field(default_factory=cache.Recent)
 
 
 @dataclass(frozen=True)
@@ -168,6 +182,8 @@ class Run:
     live: dict[tuple[str, str], Manifest] = field(default_factory=dict)
     # The children whose manifests differ from what runs, in the order they are applied.
     changed: list[Manifest] = field(default_factory=list)
+    # Pods on unreachable nodes: what was done, and what each StatefulSet's condition says meanwhile.
+    node_loss: nodeloss.NodeLoss = field(default_factory=nodeloss.NodeLoss)
 
     @property
     def report(self) -> _Reporter:
@@ -305,6 +321,51 @@ def repair_pods(run: Run) -> bool:
     return True
 
 
+def replace_lost_pods(run: Run) -> bool:
+    """Pods on a node Kubernetes marked unreachable for ``spec.nodeLoss.replaceAfterSeconds``
+    (``plan.nodeloss``): force-deleted, so that their StatefulSet recreates them on another node; a
+    dispatcher whose journal only that node can reach loses its claim first. Only the Nodes of pods
+    that are not Ready are read (no Node watch: it would hold every Node of a big cluster)."""
+    svc, readers, namespace = run.svc, run.autoscaling, run.body["metadata"]["namespace"]
+    pods = [*run.children.pods_of(builders.DISPATCHER), *run.children.pods_of(builders.WORKER)]
+    names = {n for p in pods if (n := nodeloss.node_to_read(p))}
+    if not names:
+        return True
+    nodes = {n: _read(run.api, readers, "v1", "Node", None, n) for n in sorted(names)}
+    lost = nodeloss.lost_pods(pods, nodes)
+    now = datetime.now(timezone.utc)
+    journal_local, claim_uids = False, {}
+    for one in lost:
+        claim = nodeloss.journal_claim(svc, one.pod) if nodeloss.due(one, svc, now) else None
+        if claim is not None and svc.node_loss.dispatcher == spec.NODE_LOSS_RECOVER:
+            bound = _read(run.api, readers, "v1", "PersistentVolumeClaim", namespace, claim)
+            claim_uids[claim] = ((bound or {}).get("metadata") or {}).get("uid")
+            volume = ((bound or {}).get("spec") or {}).get("volumeName")
+            pv = _read(run.api, readers, "v1", "PersistentVolume", None, volume) if volume else None
+            journal_local = nodeloss.node_local(pv, one.node)
+    run.node_loss = nodeloss.decide(svc, lost, journal_local, now)
+    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, run.node_loss.requeue_after)
+    for replacement in run.node_loss.replace:
+        meta = replacement.pod["metadata"]
+        if replacement.claim is not None:
+            # First, or the StatefulSet controller would recreate the pod on the old claim, bound to the lost
+            # node. The claim stays Terminating (pvc-protection) until the pod object is gone, and meanwhile the
+            # controller refuses to create the pod ("pvc ... is being deleted", stateful_pod_control.go's
+            # createPersistentVolumeClaims) and retries; then it creates a new claim and the pod.
+            claim = replacement.claim
+            run.api.delete("v1", "PersistentVolumeClaim", namespace, claim, uid=claim_uids.get(claim))
+        # gracePeriodSeconds 0 removes the object at once: no kubelet will ever confirm the pod stopped.
+        if run.api.delete("v1", "Pod", namespace, meta["name"], uid=meta.get("uid"), grace_period_seconds=0):
+            run.record(replacement.reason, replacement.message, replacement.event_type)
+            run.outcome.result = "changed"
+    dispatcher = run.node_loss.dispatcher
+    if dispatcher is not None and dispatcher.reason == reasons.DISPATCHER_NODE_LOST:
+        old = (run.body.get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == reasons.DISPATCHER_READY and c.get("reason") == dispatcher.reason for c in old):
+            run.record(dispatcher.reason, f"The dispatcher's {dispatcher.message}", "Warning")
+    return True
+
+
 def delete(run: Run) -> bool:
     """The children this spec no longer asks for (an HPA, a PodDisruptionBudget, a NetworkPolicy)."""
     namespace = run.body["metadata"]["namespace"]
@@ -344,7 +405,8 @@ def report_status(run: Run) -> bool:
     servers = status.Servers(
         dispatcher=dispatcher_sts,
         workers=workers_sts,
-        dispatcher_problem=_explain(
+        dispatcher_problem=run.node_loss.dispatcher
+        or _explain(
             run.api,
             run.config,
             dispatcher_sts,
@@ -352,7 +414,8 @@ def report_status(run: Run) -> bool:
             svc.dispatcher.health_port,
             autoscaling,
         ),
-        workers_problem=_explain(
+        workers_problem=run.node_loss.workers
+        or _explain(
             run.api, run.config, workers_sts, children.pods_of(builders.WORKER), svc.workers.health_port, autoscaling
         ),
         **_server_info(run),
@@ -382,6 +445,7 @@ STEPS: tuple[Step, ...] = (
     dry_run,
     apply,
     repair_pods,
+    replace_lost_pods,
     delete,
     announce_hold,
     report_status,
@@ -457,7 +521,7 @@ def _hold_decision(
         else:
             fetched = autoscaling.fetch(_signals_url(svc, config, children))
             signal = hold.Unknown(fetched) if isinstance(fetched, str) else fetched
-    since = _parse_time(((body.get("status") or {}).get("held") or {}).get("since"))
+    since = coretypes.parse_time(((body.get("status") or {}).get("held") or {}).get("since"))
     return hold.decide(svc, pending, running, signal, since, datetime.now(timezone.utc))
 
 
@@ -469,7 +533,7 @@ def _drain_decision(run: Run) -> drain.DrainDecision:
     svc, children, readers = run.svc, run.children, run.autoscaling
     running = hold.dispatcher_running(children.pods_of(builders.DISPATCHER))
     workers = len(children.pods_of(builders.WORKER))
-    since = _parse_time(((run.body.get("status") or {}).get("drains") or {}).get("since"))
+    since = coretypes.parse_time(((run.body.get("status") or {}).get("drains") or {}).get("since"))
     now = datetime.now(timezone.utc)
     signal: hold.Signal | None = None
     if drain.needs_signal(svc, running, workers):
@@ -530,15 +594,6 @@ def _ready(pod: Manifest) -> bool:
 def _sooner(a: float | None, b: float | None) -> float | None:
     """The earlier of two requeue delays (None: no requeue asked)."""
     return b if a is None else a if b is None else min(a, b)
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-    except ValueError:
-        return None
 
 
 @dataclass
@@ -627,6 +682,23 @@ def _recreate(run: Run, manifest: Manifest) -> None:
             reasons.RECREATING, f"Recreating StatefulSet {name}: a field Kubernetes cannot update in place changed"
         )
         run.outcome.result = "changed"
+
+
+# How long a read of a Node, claim or volume is kept: a lost node is acted on at most this late,
+# and the pods of one node (or a burst of their events) cost one read.
+NODE_READ_SECONDS = 5.0
+
+
+def _read(
+    api: Api, readers: Autoscaling | None, api_version: str, kind: str, namespace: str | None, name: str
+) -> Manifest | None:
+    """An object the watches do not cover (None: it does not exist), kept for NODE_READ_SECONDS."""
+    if readers is None:
+        return api.get(api_version, kind, namespace, name)
+    key = (kind, namespace, name)
+    return readers.nodes.get(
+        key, lambda: api.get(api_version, kind, namespace, name), readers.clock(), NODE_READ_SECONDS
+    )
 
 
 def _replace_pod(run: Run, pod: Manifest, reason: str, why: str) -> None:

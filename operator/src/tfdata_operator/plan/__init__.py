@@ -2,6 +2,6 @@
 
 The child-kind table (``children``), the worker counts (``scaling``), holding worker
 removal while readers need it (``hold``), the workers' disruption budget while readers need
-it (``drain``), the desired children (``desired``), the status
-(``status``) and the explanation of pods that do not run (``diagnose``).
+it (``drain``), the desired children (``desired``), the status (``status``), the explanation
+of pods that do not run (``diagnose``) and the pods to replace on a lost node (``nodeloss``).
 """

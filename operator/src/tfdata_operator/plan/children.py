@@ -94,11 +94,28 @@ CHILDREN: tuple[Kind, ...] = (
 POD = Kind("v1", "Pod", "pods", ("delete",), "replace stuck and stale pods")
 OBSERVED: tuple[Kind, ...] = (*CHILDREN, POD)
 
+# Read (never watched) for a pod that is not Ready, and a lost dispatcher's journal (spec.nodeLoss,
+# plan/nodeloss.py): whether its node is unreachable, and whether its journal's volume is reachable
+# only from that node, in which case the claim is deleted for the StatefulSet to make a new one.
+NODE = Kind("v1", "Node", "nodes", ("get",), "whether an unready pod's node is unreachable (spec.nodeLoss)")
+PERSISTENT_VOLUME = Kind(
+    "v1", "PersistentVolume", "persistentvolumes", ("get",), "whether a lost dispatcher's journal is node-local"
+)
+CLAIM = Kind(
+    "v1",
+    "PersistentVolumeClaim",
+    "persistentvolumeclaims",
+    ("get", "delete"),
+    "a lost dispatcher's journal claim: its volume; deleted when only the lost node reaches it",
+)
+NODE_LOSS_READS: tuple[Kind, ...] = (NODE, PERSISTENT_VOLUME, CLAIM)
 TFDATASERVICE = Kind(API_VERSION, KIND, PLURAL, (), "the resource itself")
 # Only with leader election (several replicas), only in the operator's own namespace: read, create
 # and renew the Lease the replicas elect on (election.py).
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases", ("get", "create", "update"), "leader election")
-BY_KIND: dict[str, Kind] = {k.kind: k for k in (*OBSERVED, TFDATASERVICE, LEASE)}
+BY_KIND: dict[str, Kind] = {k.kind: k for k in (*OBSERVED, *NODE_LOSS_READS, TFDATASERVICE, LEASE)}
+# Kinds without a namespace (their objects' paths have none).
+CLUSTER_SCOPED: tuple[Kind, ...] = (NODE, PERSISTENT_VOLUME)
 EVENT = Kind(
     "v1", "Event", "events", ("create", "list"), "what the operator did and why; why a child of a service is not ready"
 )
@@ -111,11 +128,12 @@ def render_all(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> lis
     ]
 
 
-def path(api_version: str, kind: str, namespace: str, name: str | None = None, subresource: str = "") -> str:
-    """The API path of a namespaced object (or of its collection when ``name`` is None)."""
+def path(api_version: str, kind: str, namespace: str | None, name: str | None = None, subresource: str = "") -> str:
+    """The API path of an object (or of its collection when ``name`` is None); ``namespace`` is
+    None for a kind without namespaces."""
     plural = EVENT.plural if kind == EVENT.kind else BY_KIND[kind].plural
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    result = f"{prefix}/namespaces/{namespace}/{plural}"
+    result = f"{prefix}/{plural}" if namespace is None else f"{prefix}/namespaces/{namespace}/{plural}"
     if name:
         result += f"/{name}"
     if subresource:
@@ -138,7 +156,13 @@ def namespaced_rules() -> set[Rule]:
     # ownerReferences with blockOwnerDeletion need it where OwnerReferencesPermissionEnforcement runs.
     rules.add((API_GROUP, f"{PLURAL}/finalizers", "update"))
     rules |= {(EVENT.group, EVENT.plural, verb) for verb in EVENT.verbs}
+    rules |= {(CLAIM.group, CLAIM.plural, verb) for verb in CLAIM.verbs}
     return rules
+
+
+def cluster_rules() -> set[Rule]:
+    """What the operator reads at cluster scope, wherever it watches: the Nodes and volumes of spec.nodeLoss."""
+    return {(kind.group, kind.plural, verb) for kind in CLUSTER_SCOPED for verb in kind.verbs}
 
 
 def leader_election_rules() -> set[Rule]:
