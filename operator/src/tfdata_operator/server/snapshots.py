@@ -3,9 +3,7 @@
 ``distributed_save`` leaves no progress to ask for: the dispatcher's snapshot RPCs are not in
 TensorFlow's Python API, and its only progress report is a log line. So this reads what the
 workers write (``wire.snapshots`` has the layout) and the dispatcher's journal, which names every
-snapshot path it was asked for (``Update.snapshot.path``, field 15 then 1, in
-``<work_dir>/tf_data_dispatcher_journal/journal_<n>``: TFRecord framing around ``Update`` protos,
-TensorFlow's ``data/service/journal.{cc,proto}``; the proto is not in TensorFlow's wheel).
+snapshot path it accepted (``journal``: ``Update.snapshot.path``).
 
 Where it runs: the files may be on ``gs://``, which only TensorFlow's file systems read, so the
 reading happens in the TensorFlow process (``tfserver``, through ``tf.io.gfile``), which serves it
@@ -18,8 +16,6 @@ chunk's size is read once (committed chunks never change).
 
 from __future__ import annotations
 
-import os
-import struct
 import threading
 import time
 import urllib.error
@@ -27,9 +23,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 from tfdata_operator.server.health import ProbeState, Reply
+from tfdata_operator.server.journal import JOURNAL_DIR, FileSystem, JournalTail, join
 from tfdata_operator.wire import snapshots
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsError, SnapshotsReport
 
@@ -40,137 +36,27 @@ FINAL_REREAD_SECONDS = 60.0
 PROXY_TIMEOUT_SECONDS = 30.0
 # Readings of paths neither journaled nor asked for lately are forgotten beyond this many.
 MAX_REMEMBERED = 512
-JOURNAL_DIR = "tf_data_dispatcher_journal"
-JOURNAL_PREFIX = "journal_"
-# journal.proto: Update.snapshot (SnapshotUpdate) = 15; SnapshotUpdate.path = 1.
-_UPDATE_SNAPSHOT_FIELD = 15
-_SNAPSHOT_PATH_FIELD = 1
-_RECORD_HEADER = 12  # uint64 length, uint32 masked CRC of it
-_RECORD_FOOTER = 4  # uint32 masked CRC of the data
-
-
-class FileSystem(Protocol):
-    """What the reader needs of a file system. ``listdir`` raises FileNotFoundError for a missing
-    directory; names may end in "/" (directories on object stores)."""
-
-    def listdir(self, path: str) -> list[str]: ...
-
-    def size_and_mtime(self, path: str) -> tuple[int, float]: ...
-
-    def read(self, path: str, offset: int = 0) -> bytes: ...
-
-
-def join(base: str, *parts: str) -> str:
-    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
-
-
-# --- the journal --------------------------------------------------------------------------------
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, pos
-
-
-def _fields(message: bytes) -> Iterable[tuple[int, int, bytes | int]]:
-    """(field number, wire type, value) of a serialized protobuf message; raises ValueError."""
-    pos = 0
-    while pos < len(message):
-        tag, pos = _varint(message, pos)
-        number, wire_type = tag >> 3, tag & 7
-        value: bytes | int
-        if wire_type == 0:
-            value, pos = _varint(message, pos)
-        elif wire_type == 1:
-            value, pos = message[pos : pos + 8], pos + 8
-        elif wire_type == 2:
-            length, pos = _varint(message, pos)
-            value, pos = message[pos : pos + length], pos + length
-        elif wire_type == 5:
-            value, pos = message[pos : pos + 4], pos + 4
-        else:
-            raise ValueError(f"unsupported wire type {wire_type}")
-        if pos > len(message):
-            raise ValueError("truncated field")
-        yield number, wire_type, value
-
-
-def snapshot_path_of(update: bytes) -> str | None:
-    """The path of a journaled ``Update`` that started a snapshot; None for any other update."""
-    try:
-        for number, wire_type, value in _fields(update):
-            if number == _UPDATE_SNAPSHOT_FIELD and wire_type == 2 and isinstance(value, bytes):
-                for inner, inner_type, path in _fields(value):
-                    if inner == _SNAPSHOT_PATH_FIELD and inner_type == 2 and isinstance(path, bytes):
-                        return path.decode("utf-8", "replace")
-    except ValueError:
-        return None
-    return None
-
-
-def journal_records(data: bytes) -> tuple[list[bytes], int]:
-    """The complete records at the start of ``data`` and how many bytes they take: a record the
-    dispatcher is still writing is left for the next read. (The CRCs are not checked: TensorFlow
-    syncs each record it writes, and only the last one can be incomplete.)"""
-    records, pos = [], 0
-    while len(data) - pos >= _RECORD_HEADER:
-        (length,) = struct.unpack_from("<Q", data, pos)
-        end = pos + _RECORD_HEADER + length + _RECORD_FOOTER
-        if end > len(data):
-            break
-        records.append(data[pos + _RECORD_HEADER : end - _RECORD_FOOTER])
-        pos = end
-    return records, pos
-
-
-@dataclass
-class _JournalFile:
-    offset: int = 0
-    paths: list[str] = field(default_factory=list)
 
 
 class Journal:
-    """The snapshot paths a dispatcher's journal names, read incrementally: each journal file
-    (one per dispatcher start) only grows, so only what was appended since is read again."""
+    """The snapshot paths a dispatcher's journal names, in the order journaled, each once."""
 
     def __init__(self, fs: FileSystem, work_dir: str | None) -> None:
-        self._fs = fs
-        self._dir = join(work_dir, JOURNAL_DIR) if work_dir else None
-        self._files: dict[str, _JournalFile] = {}
+        self._tail = JournalTail(fs, join(work_dir, JOURNAL_DIR)) if work_dir else None
+        self._paths: dict[str, None] = {}
 
     def describe(self) -> str:
-        if self._dir is None:
+        if self._tail is None:
             return "no work_dir: this dispatcher is not fault tolerant, and distributed_save needs one that is"
-        return f"snapshots named in the journal at {self._dir}"
+        return f"snapshots named in the journal at {self._tail.directory}"
 
     def paths(self) -> list[str]:
-        """Every path journaled, in order, each once; raises OSError (or the file system's own
-        error) when the journal cannot be read."""
-        if self._dir is None:
-            return []
-        try:
-            names = self._fs.listdir(self._dir)
-        except FileNotFoundError:
-            return []  # nothing journaled yet
-        journals = sorted(
-            (n.rstrip("/") for n in names if n.startswith(JOURNAL_PREFIX)),
-            key=lambda n: (len(n), n),  # journal_2 before journal_10
-        )
-        for name in journals:
-            state = self._files.setdefault(name, _JournalFile())
-            data = self._fs.read(join(self._dir, name), state.offset)
-            records, used = journal_records(data)
-            state.offset += used
-            state.paths.extend(p for p in map(snapshot_path_of, records) if p is not None)
-        return list(dict.fromkeys(p for name in journals for p in self._files[name].paths))
+        """Raises OSError (or the file system's own error) when the journal cannot be read."""
+        if self._tail is not None:
+            for update in self._tail.read():
+                if update.HasField("snapshot"):
+                    self._paths[update.snapshot.path] = None
+        return list(self._paths)
 
 
 # --- one snapshot's files -----------------------------------------------------------------------
@@ -362,22 +248,3 @@ def proxy_route(state: ProbeState, timeout: float = PROXY_TIMEOUT_SECONDS) -> Ca
             return Reply.text(503, f"the TensorFlow process did not answer: {exc}")
 
     return answer
-
-
-class LocalFileSystem:
-    """``FileSystem`` on this machine's files (tests; the TensorFlow process uses tf.io.gfile)."""
-
-    def listdir(self, path: str) -> list[str]:
-        try:
-            return os.listdir(path)
-        except NotADirectoryError as exc:
-            raise FileNotFoundError(path) from exc
-
-    def size_and_mtime(self, path: str) -> tuple[int, float]:
-        info = os.stat(path)
-        return info.st_size, info.st_mtime
-
-    def read(self, path: str, offset: int = 0) -> bytes:
-        with open(path, "rb") as file:
-            file.seek(offset)
-            return file.read()

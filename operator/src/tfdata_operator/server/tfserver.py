@@ -278,7 +278,7 @@ class _Server:
 
 
 class GFileSystem:
-    """``snapshots.FileSystem`` through ``tf.io.gfile``: local paths, ``gs://`` and every file
+    """``journal.FileSystem`` through ``tf.io.gfile``: local paths, ``gs://`` and every file
     system this TensorFlow registered."""
 
     def __init__(self) -> None:
