@@ -12,7 +12,7 @@ the pipeline and write its elements to ``<snapshot dir>/<name>``, which every wo
 trainer must reach by the same path, on a file system with atomic rename (``gs://``, a
 ReadWriteMany volume). The snapshot directory is ``snapshot_dir=``, else the published setting
 or the variable ``TFDATA_SNAPSHOT_DIR`` (``discovery.ClientSettings.snapshot_dir``). The
-dispatcher must be fault tolerant (``spec.faultTolerantMode``, the default) and the workers must
+dispatcher must be fault tolerant (``spec.dispatcher.faultTolerantMode``, the default) and the workers must
 not change while it writes: a worker that leaves for good stalls the snapshot (TensorFlow does
 not hand its stream to another).
 
@@ -68,8 +68,9 @@ class SnapshotNotReadyError(SnapshotError):
 
     def __init__(self, path: str, state: str) -> None:
         super().__init__(
-            f"snapshot {path} is {state}, not {snapshots.COMPLETED}: Dataset.load would read only the chunks "
-            "committed so far. wait() for it first, or pass stream=True to read it while it is written"
+            f"snapshot {path} is {state}, not {snapshots.COMPLETED}: reading it would wait for every chunk still "
+            "to be written, for ever if the snapshot stalls. wait() for it first, or pass stream=True to read it "
+            "while it is written"
             + (
                 " (a MISSING one: check the name and the snapshot directory, or save() it)"
                 if state == "MISSING"
@@ -312,7 +313,10 @@ def load(
 
     Only a COMPLETED snapshot is read, unless ``stream=True``: then ``Dataset.load(wait=True)``
     reads its chunks as they are committed and ends once it is done (and, when nothing is there
-    yet, this call blocks until it appears). A FAILED one raises ``SnapshotFailedError`` either
+    yet, this call blocks until it appears). TensorFlow itself reads a snapshot being written that
+    way even without ``wait=True`` (2.21: the iterator waits for each next chunk until DONE), so
+    without ``stream=True`` an incomplete one is refused rather than read with an iterator that
+    may wait for ever. A FAILED one raises ``SnapshotFailedError`` either
     way. ``distributed=True`` reads it through the service (``client.distribute`` with the
     service's sharding policy, and ``distribute_kwargs``): with DYNAMIC sharding the workers
     share out the snapshot's chunks, each read once, and they read the files, not this trainer.

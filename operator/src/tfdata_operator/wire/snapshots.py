@@ -58,8 +58,8 @@ class SnapshotProgress:
 
     ``streams_total`` counts the streams the dispatcher created (one per worker that took part,
     ``streams/stream_<i>``), ``streams_done`` those a worker finished. ``chunks``, ``elements``
-    and ``bytes`` count committed data only (``chunks/chunk_<stream>_<index>_<elements>``): what
-    ``Dataset.load`` can read now. A worker commits a chunk when it is full (TensorFlow's default:
+    and ``bytes`` count committed data only (``chunks/chunk_<stream>_<index>_<elements>``).
+    A worker commits a chunk when it is full (TensorFlow's default:
     6 GB) or at a checkpoint (every 30 minutes by default), so these move in steps. ``journaled``
     says whether this dispatcher's journal names the path (it started or resumed the snapshot).
     Times are Unix seconds from the files' modification times: ``started_at`` from
