@@ -169,6 +169,7 @@ def save(
     *,
     compression: str | None = "AUTO",
     exist_ok: bool = False,
+    check_servers: bool = True,
     snapshot_dir: str | None = None,
     address: str | None = None,
     environ: Mapping[str, str] | None = None,
@@ -179,9 +180,13 @@ def save(
 
     ``compression`` goes to TensorFlow ("AUTO", "GZIP", "SNAPPY" or None). ``exist_ok=True``
     takes a snapshot the dispatcher already started at that path as this one (a trainer that
-    runs again); otherwise TensorFlow's ``AlreadyExistsError`` is raised.
+    runs again); otherwise TensorFlow's ``AlreadyExistsError`` is raised. As ``distribute`` does,
+    a pipeline the servers cannot run is refused first (``MissingOpError``, ...), when the
+    published settings say where to read what they run; ``check_servers=False`` skips that.
     """
     import tensorflow as tf
+
+    from tfdata_operator.client import _graph_def, servercheck
 
     target = resolve(name, service, snapshot_dir=snapshot_dir, address=address, environ=environ, directory=directory)
     service_address = _need(target.address, "dispatcher address (address=)", service)
@@ -191,6 +196,8 @@ def save(
             f"TensorFlow {tf.__version__} has no tf.data.experimental.distributed_save (TensorFlow 2.16 and older "
             "have only the raw op): save from a trainer on a newer TensorFlow"
         )
+    if check_servers and target.settings is not None:
+        servercheck.check_servers(_graph_def(dataset), target.settings)
     # TensorFlow takes host:port here: with "grpc://" in front, its client retries forever.
     host = service_address.partition("://")[2] or service_address
     try:

@@ -9,7 +9,9 @@ Where it runs: the files may be on ``gs://``, which only TensorFlow's file syste
 reading happens in the TensorFlow process (``tfserver``, through ``tf.io.gfile``), which serves it
 on a port of 127.0.0.1 and tells the supervisor that port in its status reports; the supervisor's
 health port answers ``SNAPSHOTS_PATH`` by forwarding the request there (``proxy_route``). Nothing
-here runs on the dispatcher's request path, and a reading is reused for ``REREAD_SECONDS``
+here runs on the dispatcher's request path; ``tf.io.gfile`` lets go of the GIL while it lists,
+stats and reads (``python/lib/io/file_io_wrapper.cc``), so a slow store does not hold up the
+process's status reports either. A reading is reused for ``REREAD_SECONDS``
 (``FINAL_REREAD_SECONDS`` once DONE or ERROR is there): a poll costs a few listings at most, and a
 chunk's size is read once (committed chunks never change).
 """
