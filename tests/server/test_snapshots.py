@@ -157,6 +157,18 @@ def test_a_completed_snapshot_loads_every_element_once_with_the_values_computed_
     assert loaded == in_process(slow_dataset())
 
 
+def test_saving_again_to_a_path_is_refused_unless_exist_ok(service: Service) -> None:
+    env = service.environ
+    client_snapshots.wait("counted", "snap", timeout=WAIT_TIMEOUT, poll_seconds=0.5, environ=env)
+    with pytest.raises(tf.errors.AlreadyExistsError, match="already started or completed"):
+        client_snapshots.save(slow_dataset(), "counted", "snap", environ=env)
+    # A trainer that runs again takes the snapshot there as its own, and finds it completed.
+    assert client_snapshots.save(slow_dataset(), "counted", "snap", exist_ok=True, environ=env) == service.path(
+        "counted"
+    )
+    assert client_snapshots.progress("counted", "snap", environ=env).state == snapshots.COMPLETED
+
+
 def test_a_completed_snapshot_loads_through_the_service_each_element_once(service: Service) -> None:
     env = service.environ
     client_snapshots.wait("counted", "snap", timeout=WAIT_TIMEOUT, poll_seconds=0.5, environ=env)
