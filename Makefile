@@ -222,9 +222,11 @@ test-server: venv venv-oldest ## The tf.data server program as real processes wi
 # The tests that start real dispatchers and workers and read through them, on TensorFlow 2.16 (the
 # oldest supported) with the server program injected; the rest of tests/server is about the
 # client helper, which a 2.16 image does not have, or compares protos in the test's own TensorFlow.
+# test_snapshots.py's trainer is the test process (2.21: 2.16 has no public distributed_save), its
+# servers and their /v1/snapshots are 2.16's.
 .PHONY: test-server-oldest
 test-server-oldest: venv venv-oldest ## tests/server's servers and tf.data clients on TensorFlow 2.16 (.venv-tf2.16), the server program injected into it as into a user's image.
-	TFDATA_TEST_SERVER_PYTHON=$(VENV_OLDEST)/bin/python $(PYTEST) -q tests/server/test_server_program.py -k "not proto"
+	TFDATA_TEST_SERVER_PYTHON=$(VENV_OLDEST)/bin/python $(PYTEST) -q tests/server/test_server_program.py tests/server/test_snapshots.py -k "not proto"
 
 .PHONY: test-integration
 test-integration: venv binaries ## Integration tests against a real control plane built from source.

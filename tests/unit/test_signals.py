@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tfdata_operator.server import aggregate, metrics
+from tfdata_operator.server import metrics
 from tfdata_operator.server.aggregate import Aggregator, ClientTable, JournalClients, WorkerReading
+from tfdata_operator.server.journal import update_class
 from tfdata_operator.wire import signals
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig
 
@@ -72,7 +73,7 @@ def journal_record(update: object) -> bytes:
 
 
 def test_journal_counts_clients_attached_and_reads_only_what_was_appended(tmp_path: Path) -> None:
-    update = aggregate._messages()["Update"]
+    update = update_class()
     directory = tmp_path / "tf_data_dispatcher_journal"
     directory.mkdir()
     acquire = [update(acquire={"client": n}) for n in (3000, 3001)]

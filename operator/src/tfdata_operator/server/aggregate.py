@@ -21,14 +21,12 @@ import functools
 import logging
 import socket
 import statistics
-import struct
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -36,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tfdata_operator.server import LOGGER_NAME
 from tfdata_operator.server.health import Reply
+from tfdata_operator.server.journal import JOURNAL_DIR, JournalTail, LocalFileSystem, join
 from tfdata_operator.server.metrics import WORKER_CPU_UTILIZATION, WORKER_TASKS, gauge
 from tfdata_operator.wire import serverconfig, signals
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig
@@ -46,55 +45,29 @@ GET_WORKERS = "/tensorflow.data.DispatcherService/GetWorkers"
 
 
 class JournalClients:
-    """The clients attached to jobs, read from a fault-tolerant dispatcher's journal.
+    """The clients attached to jobs, read from a fault-tolerant dispatcher's journal (``journal``).
 
     TensorFlow journals ``AcquireIterationClient`` when a client starts reading a job and
     ``ReleaseIterationClient`` when it lets go (its iterator is deleted) or when the
     dispatcher gives up on it (``client_timeout_ms`` without a heartbeat), before it answers.
     This covers what worker tasks miss: a client still draining its buffer after the last
-    task ended, and one that has just started. Records are TFRecord-framed ``Update`` protos
-    (tensorflow/core/data/service/journal.proto: ``acquire_iteration_client = 6`` with
-    ``iteration_client_id = 2``; ``release_iteration_client = 7`` with ``iteration_client_id
-    = 1``); the wheel ships no classes for them, so those two are declared here. Read
-    incrementally: each call reads only what was appended since the last.
+    task ended, and one that has just started. Each call reads only what was appended since
+    the last.
     """
 
     def __init__(self, work_dir: str) -> None:
-        self.directory = Path(work_dir) / "tf_data_dispatcher_journal"
-        self._offsets: dict[str, int] = {}
+        self._tail = JournalTail(LocalFileSystem(), join(work_dir, JOURNAL_DIR))
         self._attached: set[int] = set()
         self._lock = threading.Lock()
 
     def attached(self) -> int:
         with self._lock:
-            try:
-                files = sorted(self.directory.glob("journal_*"), key=lambda p: int(p.name.rpartition("_")[2] or 0))
-            except ValueError as exc:
-                raise OSError(f"unexpected file in {self.directory}: {exc}") from exc
-            for path in files:
-                self._read(path)
+            for update in self._tail.read():
+                if update.HasField("acquire"):
+                    self._attached.add(update.acquire.client)
+                elif update.HasField("release"):
+                    self._attached.discard(update.release.client)
             return len(self._attached)
-
-    def _read(self, path: Path) -> None:
-        offset = self._offsets.get(path.name, 0)
-        with open(path, "rb") as journal:
-            journal.seek(offset)
-            data = journal.read()
-        position = 0
-        update = _journal_update_class()
-        while len(data) - position >= 12:
-            (length,) = struct.unpack_from("<Q", data, position)
-            end = position + 12 + length + 4  # length, its CRC, the record, its CRC
-            if end > len(data):
-                break  # still being written
-            message = update()
-            message.ParseFromString(data[position + 12 : position + 12 + length])
-            if message.HasField("acquire"):
-                self._attached.add(message.acquire.client)
-            elif message.HasField("release"):
-                self._attached.discard(message.release.client)
-            position = end
-        self._offsets[path.name] = offset + position
 
 
 class ClientTable:
@@ -202,10 +175,6 @@ def _parse_workers(data: bytes) -> tuple[str, ...]:
     return tuple(str(worker.address) for worker in message.workers)
 
 
-def _journal_update_class() -> Any:
-    return _messages()["Update"]
-
-
 @functools.cache
 def _messages() -> dict[str, Any]:
     """The few TensorFlow messages read here, declared with only the fields read (see callers)."""
@@ -224,16 +193,9 @@ def _messages() -> dict[str, Any]:
 
     message("WorkerInfo", ("address", 1, field.TYPE_STRING, ""))
     message("GetWorkersResponse", ("workers", 1, field.TYPE_MESSAGE, ".tfdata_tf.WorkerInfo"))
-    message("AcquireIterationClientUpdate", ("client", 2, field.TYPE_INT64, ""))
-    message("ReleaseIterationClientUpdate", ("client", 1, field.TYPE_INT64, ""))
-    message(
-        "Update",
-        ("acquire", 6, field.TYPE_MESSAGE, ".tfdata_tf.AcquireIterationClientUpdate"),
-        ("release", 7, field.TYPE_MESSAGE, ".tfdata_tf.ReleaseIterationClientUpdate"),
-    )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
-    names = ("GetWorkersResponse", "Update")
+    names = ("GetWorkersResponse",)
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"tfdata_tf.{name}")) for name in names}
 
 

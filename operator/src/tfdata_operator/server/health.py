@@ -4,10 +4,12 @@ Served by the supervisor process (standard library only), from the state the Ten
 process reports over a pipe, one JSON object per line::
 
     {"phase": "starting" | "running" | "failed" | "cannot-serve", "ready": true | false,
-     "detail": "...", "stats": {"tasks": 1}, "info": {...}}
+     "detail": "...", "stats": {"tasks": 1}, "info": {...}, "snapshots_port": 41234}
 
 (``stats``, optional: the numbers only the TensorFlow process can read, for ``metrics``;
-``info``, once: the ``serverinfo.ServerInfo`` it measured after its preloads.)
+``info``, once: the ``serverinfo.ServerInfo`` it measured after its preloads;
+``snapshots_port``, a dispatcher's: where on 127.0.0.1 it answers ``/v1/snapshots``, see
+``snapshots``.)
 
 - ``/healthz`` is 200 while the server is starting, running or stopping, and 503 once it
   has failed: a liveness probe restarts a pod whose server cannot start.
@@ -63,6 +65,8 @@ class Reply:
 
 GetRoute = Callable[[], Reply]
 PostRoute = Callable[[bytes], Reply]
+# A GET route that reads the request's query string (without the "?").
+QueryRoute = Callable[[str], Reply]
 
 
 def status_line(
@@ -71,6 +75,7 @@ def status_line(
     detail: str,
     stats: Mapping[str, float] | None = None,
     info: serverinfo.ServerInfo | None = None,
+    snapshots_port: int | None = None,
 ) -> bytes:
     """One status report from the TensorFlow process, as written to the pipe."""
     message: dict[str, object] = {"phase": phase, "ready": ready, "detail": detail}
@@ -78,6 +83,8 @@ def status_line(
         message["stats"] = dict(stats)
     if info is not None:
         message["info"] = serverinfo.as_dict(info)
+    if snapshots_port is not None:
+        message["snapshots_port"] = snapshots_port
     return json.dumps(message).encode() + b"\n"
 
 
@@ -92,6 +99,7 @@ class ProbeState:
         self._detail = detail
         self._stats: dict[str, float] = {}
         self._info: serverinfo.ServerInfo | None = None
+        self._snapshots_port: int | None = None
         self._reported_at = clock()
 
     @property
@@ -116,6 +124,11 @@ class ProbeState:
         with self._lock:
             return self._info
 
+    def snapshots_port(self) -> int | None:
+        """Where the TensorFlow process answers ``/v1/snapshots`` on 127.0.0.1, while it runs."""
+        with self._lock:
+            return self._snapshots_port if self._phase == RUNNING else None
+
     def apply(self, line: bytes | str) -> None:
         """Applies one status line; raises ValueError on a malformed one."""
         message = json.loads(line)
@@ -135,9 +148,14 @@ class ProbeState:
                 info = serverinfo.from_json(json.dumps(message["info"]))
             except serverinfo.ServerInfoError as exc:
                 raise ValueError(f"malformed info in status: {exc}") from exc
+        port = message.get("snapshots_port")
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+            raise ValueError(f"malformed snapshots_port in status: {line!r}")
         with self._lock:
             if info is not None:
                 self._info = info
+            if port is not None:
+                self._snapshots_port = port
             if self._phase in _FINAL:
                 return  # final: a late report must not make a stopping server ready again
             self._phase, self._ready, self._detail = phase, ready and phase == RUNNING, detail
@@ -186,6 +204,7 @@ class HealthServer:
         host: str = "0.0.0.0",
         get_routes: Mapping[str, GetRoute] | None = None,
         post_routes: Mapping[str, PostRoute] | None = None,
+        query_routes: Mapping[str, QueryRoute] | None = None,
     ) -> None:
         def probe(check: Callable[[], tuple[bool, str]]) -> GetRoute:
             def answer() -> Reply:
@@ -197,14 +216,19 @@ class HealthServer:
         gets: dict[str, GetRoute] = {"/healthz": probe(state.liveness), "/readyz": probe(state.readiness)}
         gets.update(get_routes or {})
         posts = dict(post_routes or {})
+        queries = dict(query_routes or {})
 
         class Handler(BaseHTTPRequestHandler):
             timeout = 10  # a client that never finishes its request must not pin a thread
 
             def do_GET(self) -> None:
-                route = gets.get(self.path.split("?", 1)[0])
+                path, _, query = self.path.partition("?")
+                if path in queries:
+                    self._answer(lambda: queries[path](query))
+                    return
+                route = gets.get(path)
                 if route is None:
-                    self._reply(Reply.text(404, f"not found: try {', '.join(sorted(gets))}"))
+                    self._reply(Reply.text(404, f"not found: try {', '.join(sorted([*gets, *queries]))}"))
                     return
                 self._answer(route)
 

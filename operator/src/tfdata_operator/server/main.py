@@ -22,9 +22,19 @@ import click
 import tfdata_operator
 from tfdata_operator.server import configure_logging
 from tfdata_operator.server.aggregate import Aggregator
-from tfdata_operator.server.health import CANNOT_SERVE, FAILED, STOPPING, GetRoute, HealthServer, PostRoute, ProbeState
+from tfdata_operator.server.health import (
+    CANNOT_SERVE,
+    FAILED,
+    STOPPING,
+    GetRoute,
+    HealthServer,
+    PostRoute,
+    ProbeState,
+    QueryRoute,
+)
 from tfdata_operator.server.metrics import CpuMeter, ServerCollector, cpu_given, metrics_route
-from tfdata_operator.wire import serverconfig, serverinfo, signals
+from tfdata_operator.server.snapshots import proxy_route
+from tfdata_operator.wire import serverconfig, serverinfo, signals, snapshots
 
 # Below Kubernetes' default terminationGracePeriodSeconds (30s), so we, not the kubelet, end it.
 STOP_GRACE_SECONDS = 20.0
@@ -68,7 +78,7 @@ class Supervisor:
         self._wake = threading.Event()
         self._signals: list[int] = []
 
-    def routes(self) -> tuple[dict[str, GetRoute], dict[str, PostRoute]]:
+    def routes(self) -> tuple[dict[str, GetRoute], dict[str, PostRoute], dict[str, QueryRoute]]:
         """What the health port serves beyond the probes."""
         extra = self.aggregator.metrics if self.aggregator is not None else None
         gets = {
@@ -76,22 +86,26 @@ class Supervisor:
             serverinfo.INFO_PATH: self.state.info_reply,
         }
         posts: dict[str, PostRoute] = {}
+        queries: dict[str, QueryRoute] = {}
         if self.aggregator is not None:
             gets[signals.SIGNALS_PATH] = self.aggregator.signals_route
             posts[signals.REPORT_PATH] = self.aggregator.clients.receive
-        return gets, posts
+            queries[snapshots.SNAPSHOTS_PATH] = proxy_route(self.state)  # read in the TensorFlow process
+        return gets, posts, queries
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        gets, posts = self.routes()
+        gets, posts, queries = self.routes()
         try:
-            health = HealthServer(self.state, self.config.health_port, get_routes=gets, post_routes=posts)
+            health = HealthServer(
+                self.state, self.config.health_port, get_routes=gets, post_routes=posts, query_routes=queries
+            )
         except OSError as exc:
             self.log.error("cannot serve the probes on port %d: %s", self.config.health_port, exc.strerror)
             return EXIT_FAILED
         health.start()
-        served = ", ".join(sorted([*gets, "/healthz", "/readyz"]) + [f"POST {p}" for p in posts])
+        served = ", ".join(sorted([*gets, *queries, "/healthz", "/readyz"]) + [f"POST {p}" for p in posts])
         self.log.info("health port listening on 0.0.0.0:%d (%s)", health.port, served)
         if self.aggregator is not None:
             self.aggregator.start()

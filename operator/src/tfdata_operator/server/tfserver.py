@@ -41,8 +41,9 @@ import threading
 from typing import Any, Protocol
 
 from tfdata_operator.server import bootstrap, configure_logging
-from tfdata_operator.server.health import CANNOT_SERVE, FAILED, RUNNING, STARTING, status_line
-from tfdata_operator.wire import serverconfig, serverinfo
+from tfdata_operator.server.health import CANNOT_SERVE, FAILED, RUNNING, STARTING, HealthServer, ProbeState, status_line
+from tfdata_operator.server.snapshots import SnapshotReader
+from tfdata_operator.wire import serverconfig, serverinfo, snapshots
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
 
 REPORT_INTERVAL_SECONDS = 1.0
@@ -60,6 +61,7 @@ class Report(Protocol):
         detail: str,
         stats: dict[str, float] | None = None,
         info: serverinfo.ServerInfo | None = None,
+        snapshots_port: int | None = None,
     ) -> None: ...
 
 
@@ -275,6 +277,51 @@ class _Server:
             return False, f"{self.kind} not answering: {exc}", {}
 
 
+class GFileSystem:
+    """``journal.FileSystem`` through ``tf.io.gfile``: local paths, ``gs://`` and every file
+    system this TensorFlow registered."""
+
+    def __init__(self) -> None:
+        import tensorflow as tf
+
+        self._gfile = tf.io.gfile
+        self._not_found = tf.errors.NotFoundError
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return list(self._gfile.listdir(path))
+        except self._not_found as exc:
+            raise FileNotFoundError(path) from exc
+
+    def size_and_mtime(self, path: str) -> tuple[int, float]:
+        try:
+            info = self._gfile.stat(path)
+        except self._not_found as exc:
+            raise FileNotFoundError(path) from exc
+        return int(info.length), info.mtime_nsec / 1e9
+
+    def read(self, path: str, offset: int = 0) -> bytes:
+        try:
+            with self._gfile.GFile(path, "rb") as file:
+                if offset:
+                    file.seek(offset)
+                data: bytes = file.read()
+                return data
+        except self._not_found as exc:
+            raise FileNotFoundError(path) from exc
+
+
+def serve_snapshots(config: DispatcherServerConfig) -> HealthServer:
+    """The dispatcher's snapshot progress on a port of 127.0.0.1, for the supervisor to forward
+    ``/v1/snapshots`` to (``snapshots.proxy_route``); the probes it also answers are unused."""
+    reader = SnapshotReader(GFileSystem(), config.work_dir)
+    server = HealthServer(
+        ProbeState("snapshots"), 0, host="127.0.0.1", query_routes={snapshots.SNAPSHOTS_PATH: reader.route}
+    )
+    server.start()
+    return server
+
+
 def run(kind: str, config: serverconfig.ServerConfig, pod_name: str | None, report: Report) -> int:
     """Starts the server, reports until SIGTERM, stops it; returns the exit code."""
     log = configure_logging()
@@ -320,14 +367,23 @@ def run(kind: str, config: serverconfig.ServerConfig, pod_name: str | None, repo
     log.info("%s", server.started)
     if isinstance(config, DispatcherServerConfig) and config.prune_old_journals:
         prune_old_journals(config, log)
+    snapshot_server = None
+    if isinstance(config, DispatcherServerConfig):
+        try:
+            snapshot_server = serve_snapshots(config)
+        except OSError as exc:  # the dispatcher serves on: only /v1/snapshots answers 503
+            log.warning("cannot serve snapshot progress on 127.0.0.1: %s", exc)
+    snapshots_port = snapshot_server.port if snapshot_server is not None else None
     while not stop.is_set():
         try:
-            report(RUNNING, *server.status())
+            report(RUNNING, *server.status(), snapshots_port=snapshots_port)
         except BrokenPipeError:
             log.warning("the supervisor is gone; stopping the %s", kind)
             break
         stop.wait(REPORT_INTERVAL_SECONDS)
     log.info("stopping the %s", kind)
+    if snapshot_server is not None:
+        snapshot_server.stop()
     server.server.stop()
     log.info("%s stopped", kind)
     return 0
@@ -381,8 +437,9 @@ def main(argv: list[str] | None = None) -> int:
             detail: str,
             stats: dict[str, float] | None = None,
             info: serverinfo.ServerInfo | None = None,
+            snapshots_port: int | None = None,
         ) -> None:
-            pipe.write(status_line(phase, ready, detail, stats, info))
+            pipe.write(status_line(phase, ready, detail, stats, info, snapshots_port))
 
         # The supervisor validated both already: these fail only when started by hand.
         try:

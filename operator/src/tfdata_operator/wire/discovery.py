@@ -57,6 +57,13 @@ class ClientSettings:
     server_tensorflow: str | None = None
     server_graph_def_version: str | None = None
     server_preloaded_ops: str | None = None
+    # Where ``client.snapshots`` keeps tf.data distributed snapshots: ``<snapshot_dir>/<name>``, a
+    # directory every worker and trainer reaches by the same path, on a file system with atomic
+    # rename (gs://, a ReadWriteMany volume). Not published yet: trainers set the variable.
+    snapshot_dir: str | None = None
+    # Where a trainer reads snapshot progress (snapshots.SNAPSHOTS_PATH on the dispatcher pod's health
+    # port). Not published yet: the client derives it from report_url, the same port.
+    snapshots_url: str | None = None
 
     @property
     def is_static(self) -> bool:
@@ -91,6 +98,8 @@ KEYS: dict[str, str] = {
     "server_tensorflow": "TFDATA_SERVER_TENSORFLOW",
     "server_graph_def_version": "TFDATA_SERVER_GRAPH_DEF_VERSION",
     "server_preloaded_ops": "TFDATA_SERVER_PRELOADED_OPS",
+    "snapshot_dir": "TFDATA_SNAPSHOT_DIR",
+    "snapshots_url": "TFDATA_SNAPSHOTS_URL",
 }
 assert set(KEYS) == {f.name for f in fields(ClientSettings)}
 

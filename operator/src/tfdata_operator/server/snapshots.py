@@ -1,0 +1,252 @@
+"""The dispatcher's ``/v1/snapshots``: how far each tf.data distributed snapshot got, from its files.
+
+``distributed_save`` leaves no progress to ask for: the dispatcher's snapshot RPCs are not in
+TensorFlow's Python API, and its only progress report is a log line. So this reads what the
+workers write (``wire.snapshots`` has the layout) and the dispatcher's journal, which names every
+snapshot path it accepted (``journal``: ``Update.snapshot.path``).
+
+Where it runs: the files may be on ``gs://``, which only TensorFlow's file systems read, so the
+reading happens in the TensorFlow process (``tfserver``, through ``tf.io.gfile``), which serves it
+on a port of 127.0.0.1 and tells the supervisor that port in its status reports; the supervisor's
+health port answers ``SNAPSHOTS_PATH`` by forwarding the request there (``proxy_route``). Nothing
+here runs on the dispatcher's request path; ``tf.io.gfile`` lets go of the GIL while it lists,
+stats and reads (``python/lib/io/file_io_wrapper.cc``), so a slow store does not hold up the
+process's status reports either. A reading is reused for ``REREAD_SECONDS``
+(``FINAL_REREAD_SECONDS`` once DONE or ERROR is there): a poll costs a few listings at most, and a
+chunk's size is read once (committed chunks never change).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from tfdata_operator.server.health import ProbeState, Reply
+from tfdata_operator.server.journal import JOURNAL_DIR, FileSystem, JournalTail, join
+from tfdata_operator.wire import snapshots
+from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsError, SnapshotsReport
+
+REREAD_SECONDS = 5.0
+FINAL_REREAD_SECONDS = 60.0
+# The supervisor waits this long for the TensorFlow process to answer (a first read of a large
+# snapshot on a remote file system stats every chunk).
+PROXY_TIMEOUT_SECONDS = 30.0
+# Readings of paths neither journaled nor asked for lately are forgotten beyond this many.
+MAX_REMEMBERED = 512
+
+
+class Journal:
+    """The snapshot paths a dispatcher's journal names, in the order journaled, each once."""
+
+    def __init__(self, fs: FileSystem, work_dir: str | None) -> None:
+        self._tail = JournalTail(fs, join(work_dir, JOURNAL_DIR)) if work_dir else None
+        self._paths: dict[str, None] = {}
+
+    def describe(self) -> str:
+        if self._tail is None:
+            return "no work_dir: this dispatcher is not fault tolerant, and distributed_save needs one that is"
+        return f"snapshots named in the journal at {self._tail.directory}"
+
+    def paths(self) -> list[str]:
+        """Raises OSError (or the file system's own error) when the journal cannot be read."""
+        if self._tail is not None:
+            for update in self._tail.read():
+                if update.HasField("snapshot"):
+                    self._paths[update.snapshot.path] = None
+        return list(self._paths)
+
+
+# --- one snapshot's files -----------------------------------------------------------------------
+
+
+@dataclass
+class _Reading:
+    """What is known of one path: the last progress and what never changes once read."""
+
+    progress: SnapshotProgress
+    read_at: float
+    chunk_bytes: dict[str, int] = field(default_factory=dict)
+    streams_done: set[str] = field(default_factory=set)
+    started_at: float | None = None
+
+
+def _error_detail(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+
+
+def read_progress(fs: FileSystem, path: str, journaled: bool, known: _Reading | None = None) -> _Reading:
+    """Reads one snapshot's files; ``known`` (an earlier reading) saves what cannot have changed."""
+    reading = _Reading(SnapshotProgress(path, snapshots.UNKNOWN), 0.0)
+    if known is not None:
+        reading.chunk_bytes, reading.streams_done, reading.started_at = (
+            known.chunk_bytes,
+            known.streams_done,
+            known.started_at,
+        )
+    try:
+        names = [n.rstrip("/") for n in fs.listdir(path)]
+    except FileNotFoundError:
+        reading.progress = SnapshotProgress(path, snapshots.MISSING, journaled)
+        return reading
+    except Exception as exc:  # the file system's own errors (permissions, a remote store failing)
+        reading.progress = SnapshotProgress(
+            path, snapshots.UNKNOWN, journaled, detail=f"cannot read: {_error_detail(exc)}"
+        )
+        return reading
+    state = snapshots.state_from_names(names)
+    if state == snapshots.UNKNOWN:
+        detail = f"no {snapshots.METADATA_FILE}: not a tf.data distributed snapshot, or one still being started"
+        reading.progress = SnapshotProgress(path, state, journaled, detail=detail)
+        return reading
+    try:
+        reading.progress = _read_started(fs, path, state, journaled, reading)
+    except Exception as exc:
+        detail = f"cannot read: {_error_detail(exc)}"
+        reading.progress = SnapshotProgress(path, snapshots.UNKNOWN, journaled, detail=detail)
+    return reading
+
+
+def _read_started(fs: FileSystem, path: str, state: str, journaled: bool, reading: _Reading) -> SnapshotProgress:
+    # The root was listed first: once DONE was there, every chunk below is committed.
+    try:
+        chunk_names = [n.rstrip("/") for n in fs.listdir(join(path, snapshots.CHUNKS_DIR))]
+    except FileNotFoundError:
+        chunk_names = []
+    elements = chunks = 0
+    for name in chunk_names:
+        count = snapshots.chunk_elements(name)
+        if count is None:
+            continue
+        chunks += 1
+        elements += count
+        if name not in reading.chunk_bytes:
+            reading.chunk_bytes[name] = fs.size_and_mtime(join(path, snapshots.CHUNKS_DIR, name))[0]
+    try:
+        streams = [
+            n.rstrip("/")
+            for n in fs.listdir(join(path, snapshots.STREAMS_DIR))
+            if n.startswith(snapshots.STREAM_PREFIX)
+        ]
+    except FileNotFoundError:
+        streams = []
+    for stream in streams:
+        if stream in reading.streams_done:
+            continue
+        stream_names = {n.rstrip("/") for n in fs.listdir(join(path, snapshots.STREAMS_DIR, stream))}
+        if snapshots.DONE_FILE in stream_names:
+            reading.streams_done.add(stream)
+    if reading.started_at is None:
+        reading.started_at = fs.size_and_mtime(join(path, snapshots.METADATA_FILE))[1]
+    error = finished_at = None
+    if state == snapshots.FAILED:
+        error = snapshots.error_text(fs.read(join(path, snapshots.ERROR_FILE)))
+        finished_at = fs.size_and_mtime(join(path, snapshots.ERROR_FILE))[1]
+    elif state == snapshots.COMPLETED:
+        finished_at = fs.size_and_mtime(join(path, snapshots.DONE_FILE))[1]
+    return SnapshotProgress(
+        path,
+        state,
+        journaled,
+        streams_total=len(streams),
+        streams_done=len(reading.streams_done & set(streams)),
+        chunks=chunks,
+        elements=elements,
+        bytes=sum(reading.chunk_bytes[n] for n in chunk_names if n in reading.chunk_bytes),
+        error=error,
+        started_at=reading.started_at,
+        finished_at=finished_at,
+    )
+
+
+# --- the reader the endpoint asks ---------------------------------------------------------------
+
+
+class SnapshotReader:
+    """Answers ``SNAPSHOTS_PATH`` from readings at most ``REREAD_SECONDS`` old; thread-safe (one
+    reading at a time: requests in a burst share it)."""
+
+    def __init__(self, fs: FileSystem, work_dir: str | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._fs = fs
+        self._journal = Journal(fs, work_dir)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._readings: dict[str, _Reading] = {}
+        self._journaled: list[str] = []
+        self._journal_read_at: float | None = None
+        self._journal_error: str | None = None
+
+    def report(self, paths: Iterable[str] = ()) -> SnapshotsReport:
+        """The named paths, or, with none, every path the journal names."""
+        asked = tuple(paths)
+        with self._lock:
+            now = self._clock()
+            self._read_journal(now)
+            journaled = set(self._journaled)
+            progress = [self._progress(p, p in journaled, now) for p in (asked or self._journaled)]
+            self._forget(set(asked) | journaled)
+        journal = self._journal.describe()
+        if self._journal_error:
+            journal += f" (cannot read it now: {self._journal_error})"
+        return SnapshotsReport(tuple(progress), journal)
+
+    def _read_journal(self, now: float) -> None:
+        if self._journal_read_at is not None and now - self._journal_read_at < REREAD_SECONDS:
+            return
+        self._journal_read_at = now
+        try:
+            self._journaled = self._journal.paths()
+            self._journal_error = None
+        except Exception as exc:  # keep the last paths read: a store failing for a moment
+            self._journal_error = _error_detail(exc)
+
+    def _progress(self, path: str, journaled: bool, now: float) -> SnapshotProgress:
+        known = self._readings.get(path)
+        if known is not None:
+            reread = FINAL_REREAD_SECONDS if known.progress.final else REREAD_SECONDS
+            if now - known.read_at < reread:
+                return replace(known.progress, journaled=journaled, age_seconds=round(now - known.read_at, 3))
+        reading = read_progress(self._fs, path, journaled, known)
+        reading.read_at = now
+        self._readings.pop(path, None)
+        self._readings[path] = reading  # last: the most recently read are forgotten last
+        return reading.progress
+
+    def _forget(self, keep: set[str]) -> None:
+        for path in list(self._readings):
+            if len(self._readings) <= MAX_REMEMBERED:
+                return
+            if path not in keep:
+                del self._readings[path]
+
+    def route(self, query: str) -> Reply:
+        """``GET SNAPSHOTS_PATH?path=...`` in the TensorFlow process."""
+        try:
+            paths = snapshots.query_paths(urllib.parse.parse_qs(query, keep_blank_values=True))
+        except SnapshotsError as exc:
+            return Reply.text(400, str(exc))
+        return Reply(200, self.report(paths).to_json().encode() + b"\n", "application/json")
+
+
+def proxy_route(state: ProbeState, timeout: float = PROXY_TIMEOUT_SECONDS) -> Callable[[str], Reply]:
+    """``GET SNAPSHOTS_PATH`` on the supervisor's health port: asks the TensorFlow process."""
+
+    def answer(query: str) -> Reply:
+        port = state.snapshots_port()
+        if port is None:
+            return Reply.text(503, f"not known yet: {state.phase}: {state.detail}")
+        url = f"http://127.0.0.1:{port}{snapshots.SNAPSHOTS_PATH}" + (f"?{query}" if query else "")
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                return Reply(response.status, response.read(), response.headers.get_content_type())
+        except urllib.error.HTTPError as exc:
+            return Reply(exc.code, exc.read(), exc.headers.get_content_type())
+        except (urllib.error.URLError, OSError) as exc:
+            return Reply.text(503, f"the TensorFlow process did not answer: {exc}")
+
+    return answer

@@ -1,0 +1,313 @@
+"""Distributed snapshots without TensorFlow: the report's model, the files' layout, the journal, the
+dispatcher's reader and its routes, and the client's waiting."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tfdata_operator.client import snapshots as client_snapshots
+from tfdata_operator.server import health
+from tfdata_operator.server.journal import JOURNAL_DIR, LocalFileSystem, update_class
+from tfdata_operator.server.snapshots import SnapshotReader, proxy_route, read_progress
+from tfdata_operator.wire import discovery, snapshots
+from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsError, SnapshotsReport
+
+from fixtures.fakes import Clock
+
+# What TensorFlow 2.21 wrote to ERROR for a map function whose assertion failed.
+ERROR_FILE = (
+    b"code: INVALID_ARGUMENT\n"
+    b'message: "Error in user-defined function passed to MapDataset:8 transformation: assertion failed: '
+    b'[x < y] \\"caf\\303\\251\\"\\n\\t [[{{node assert_less/Assert}}]]"\n'
+)
+
+
+def test_a_report_round_trips_and_what_the_operator_cannot_use_is_refused() -> None:
+    report = SnapshotsReport(
+        (
+            SnapshotProgress("/data/a", snapshots.COMPLETED, True, 2, 2, 4, 1000, 11535, None, None, 10.0, 20.0, 1.5),
+            SnapshotProgress("/data/b", snapshots.MISSING),
+        ),
+        "snapshots named in the journal at /work/tf_data_dispatcher_journal",
+    )
+    assert SnapshotsReport.from_json(report.to_json()) == report
+    assert report.get("/data/b") == report.snapshots[1] and report.get("/data/c") is None
+    # A newer dispatcher's extra field is ignored; an older one's missing optional fields read as defaults.
+    entry = json.loads(report.to_json())["snapshots"][0]
+    newer = {**entry, "shards": 3}
+    assert snapshots.progress_from_dict(newer) == report.snapshots[0]
+    assert snapshots.progress_from_dict({"path": "/x", "state": "MISSING"}) == SnapshotProgress("/x", "MISSING")
+    for broken, message in [
+        ({**entry, "state": "DONE"}, "state must be one of"),
+        ({**entry, "elements": -1}, "elements must be an integer of at least 0"),
+        ({**entry, "bytes": True}, "bytes must be an integer"),
+        ({**entry, "streams_done": 3}, r"streams_done \(3\) exceeds streams_total \(2\)"),
+        ({**entry, "error": 5}, "error must be a string or null"),
+        ({**entry, "started_at": "now"}, "started_at must be a number"),
+        ({"state": "MISSING"}, "missing fields in a snapshot entry: path"),
+    ]:
+        with pytest.raises(SnapshotsError, match=message):
+            snapshots.progress_from_dict(broken)
+    with pytest.raises(SnapshotsError, match="must be a JSON object"):
+        SnapshotsReport.from_json("[]")
+    with pytest.raises(SnapshotsError, match="journal must be a string"):
+        SnapshotsReport.from_json('{"snapshots": []}')
+
+
+def test_the_layout_tensorflow_writes_is_read_by_name() -> None:
+    assert snapshots.chunk_elements("chunk_0_1_251") == 251
+    for other in ("chunk_0_1", "chunk_a_1_2", "chunk_0_1_2.tmp", "checkpoint_2_505", "chunk_0_1_٣"):
+        assert snapshots.chunk_elements(other) is None, other
+    assert snapshots.state_from_names(["snapshot.metadata", "chunks/", "streams/"]) == snapshots.IN_PROGRESS
+    assert snapshots.state_from_names(["snapshot.metadata", "DONE"]) == snapshots.COMPLETED
+    assert snapshots.state_from_names(["snapshot.metadata", "DONE", "ERROR"]) == snapshots.FAILED
+    assert snapshots.state_from_names(["other"]) == snapshots.UNKNOWN
+
+
+def test_errors_text_reads_as_tensorflow_said_it() -> None:
+    text = snapshots.error_text(ERROR_FILE)
+    assert text.startswith("INVALID_ARGUMENT: Error in user-defined function passed to MapDataset:8"), text
+    assert '[x < y] "café"\n\t [[{{node assert_less/Assert}}]]' in text, text
+    assert snapshots.error_text(b"plain words\n") == "plain words"
+    long = snapshots.error_text(b'code: INTERNAL\nmessage: "' + b"x" * 10_000 + b'"')
+    assert len(long) == snapshots.MAX_ERROR_CHARACTERS and long.endswith("…")
+
+
+def test_a_request_names_its_paths_within_bounds() -> None:
+    assert snapshots.query_paths({"path": ["/a", "gs://b/c", "/a"]}) == ("/a", "gs://b/c")
+    assert snapshots.query_paths({}) == ()
+    with pytest.raises(SnapshotsError, match="unknown query parameters: paths"):
+        snapshots.query_paths({"paths": ["/a"]})
+    with pytest.raises(SnapshotsError, match="at most 64 paths"):
+        snapshots.query_paths({"path": [f"/p{n}" for n in range(65)]})
+    with pytest.raises(SnapshotsError, match="a path must be 1 to 4096 characters"):
+        snapshots.query_paths({"path": [""]})
+
+
+def write_snapshot(root: Path, chunks: dict[str, int], streams: dict[str, bool], final: str | None = None) -> Path:
+    """A snapshot's files as TensorFlow lays them out: chunk name -> size, stream -> done."""
+    (root / "chunks").mkdir(parents=True)
+    (root / "snapshot.metadata").write_text('element_spec: "x"\ncompression: "SNAPPY"\n')
+    for name, size in chunks.items():
+        (root / "chunks" / name).write_bytes(b"c" * size)
+    for stream, done in streams.items():
+        (root / "streams" / stream).mkdir(parents=True)
+        if done:
+            (root / "streams" / stream / "DONE").write_bytes(b"")
+    if final == "DONE":
+        (root / "DONE").write_bytes(b"")
+    elif final == "ERROR":
+        (root / "ERROR").write_bytes(ERROR_FILE)
+    return root
+
+
+def test_one_snapshot_is_read_from_its_files(tmp_path: Path) -> None:
+    fs = LocalFileSystem()
+    path = write_snapshot(
+        tmp_path / "s",
+        {"chunk_0_0_254": 100, "chunk_1_0_253": 50, "chunk_0_1_2": 7, "tmp_chunk": 9},
+        {"stream_0": True, "stream_1": False},
+    )
+    progress = read_progress(fs, str(path), journaled=True).progress
+    assert progress.state == snapshots.IN_PROGRESS and progress.journaled, progress
+    assert (progress.streams_done, progress.streams_total) == (1, 2), progress
+    assert (progress.chunks, progress.elements, progress.bytes) == (3, 509, 157), progress
+    assert progress.started_at is not None and progress.finished_at is None and progress.error is None
+    (path / "streams" / "stream_1" / "DONE").write_bytes(b"")
+    (path / "DONE").write_bytes(b"")
+    done = read_progress(fs, str(path), journaled=True).progress
+    assert (done.state, done.streams_done, done.streams_total) == (snapshots.COMPLETED, 2, 2), done
+    assert done.finished_at is not None and "2/2 streams done, 509 elements" in done.describe()
+
+    failed = read_progress(fs, str(write_snapshot(tmp_path / "f", {}, {"stream_0": False}, "ERROR")), False).progress
+    assert failed.state == snapshots.FAILED and failed.error is not None, failed
+    assert failed.error.startswith("INVALID_ARGUMENT: ") and failed.finished_at is not None, failed
+
+    missing = read_progress(fs, str(tmp_path / "nothing"), journaled=False).progress
+    assert missing == SnapshotProgress(str(tmp_path / "nothing"), snapshots.MISSING), missing
+    (tmp_path / "plain").mkdir()
+    plain = read_progress(fs, str(tmp_path / "plain"), journaled=False).progress
+    assert plain.state == snapshots.UNKNOWN and "no snapshot.metadata" in (plain.detail or ""), plain
+    (tmp_path / "file").write_text("x")
+    assert read_progress(fs, str(tmp_path / "file"), journaled=False).progress.state == snapshots.MISSING
+
+
+def journal_record(update: Any) -> bytes:
+    data = update.SerializeToString()
+    return struct.pack("<Q", len(data)) + b"\0" * 4 + data + b"\0" * 4  # CRCs are not checked
+
+
+class CountingFileSystem(LocalFileSystem):
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def listdir(self, path: str) -> list[str]:
+        self.calls.append(("listdir", path))
+        return super().listdir(path)
+
+    def size_and_mtime(self, path: str) -> tuple[int, float]:
+        self.calls.append(("stat", path))
+        return super().size_and_mtime(path)
+
+
+def test_the_reader_lists_the_journaled_snapshots_and_reuses_a_reading_briefly(tmp_path: Path) -> None:
+    work_dir, data = tmp_path / "work", tmp_path / "data"
+    journal = work_dir / JOURNAL_DIR / "journal_0"
+    journal.parent.mkdir(parents=True)
+    update = update_class()
+    paths = [str(data / "a"), str(data / "b")]
+    # Byte for byte what TensorFlow 2.21 journals for a distributed_save (field 15, its path field 1).
+    assert update(snapshot={"path": "/tmp/snapx/run1/snap"}).SerializeToString() == (b"z\x16\n\x14/tmp/snapx/run1/snap")
+    records = [journal_record(update(acquire={"client": 1})), journal_record(update(snapshot={"path": paths[0]}))]
+    journal.write_bytes(b"".join(records))
+    write_snapshot(data / "a", {"chunk_0_0_10": 5}, {"stream_0": False})
+    clock, fs = Clock(100.0), CountingFileSystem()
+    reader = SnapshotReader(fs, str(work_dir), clock)
+
+    first = reader.report()
+    assert [s.path for s in first.snapshots] == [paths[0]] and first.snapshots[0].journaled, first
+    assert first.snapshots[0].state == snapshots.IN_PROGRESS
+    # A second snapshot journaled, its record cut in two by the read.
+    second = journal_record(update(snapshot={"path": paths[1]}))
+    with open(journal, "ab") as f:
+        f.write(second[:9])
+    (data / "a" / "DONE").write_bytes(b"")
+    clock.now += 1
+    calls = len(fs.calls)
+    again = reader.report()
+    assert len(fs.calls) == calls, "a reading less than REREAD_SECONDS old is reused"
+    assert again.snapshots[0].state == snapshots.IN_PROGRESS and again.snapshots[0].age_seconds == 1.0
+    with open(journal, "ab") as f:
+        f.write(second[9:])
+    clock.now += 5
+    later = reader.report()
+    assert [(s.path, s.state) for s in later.snapshots] == [
+        (paths[0], snapshots.COMPLETED),
+        (paths[1], snapshots.MISSING),
+    ], later
+    chunk_stats = [c for c in fs.calls if c[0] == "stat" and "/chunks/" in c[1]]
+    assert len(chunk_stats) == 1, "a committed chunk's size is read once"
+    # Asked by path: only those, journaled or not.
+    asked = reader.report([str(tmp_path / "elsewhere"), paths[0]])
+    assert [(s.path, s.journaled) for s in asked.snapshots] == [(str(tmp_path / "elsewhere"), False), (paths[0], True)]
+
+
+def test_a_dispatcher_without_a_journal_says_why_it_lists_nothing(tmp_path: Path) -> None:
+    report = SnapshotReader(LocalFileSystem(), None).report()
+    assert report.snapshots == () and "not fault tolerant" in report.journal
+
+
+def test_the_routes_answer_the_query_and_forward_it(tmp_path: Path) -> None:
+    reader = SnapshotReader(LocalFileSystem(), str(tmp_path))
+    bad = reader.route("paths=/x")
+    assert bad.status == 400 and b"unknown query parameters" in bad.body
+    good = reader.route("path=" + str(tmp_path / "none"))
+    assert good.status == 200 and good.content_type == "application/json"
+    assert SnapshotsReport.from_json(good.body).snapshots[0].state == snapshots.MISSING
+
+    state = health.ProbeState("dispatcher starting")
+    route = proxy_route(state, timeout=5)
+    waiting = route("")
+    assert waiting.status == 503 and b"not known yet: starting" in waiting.body
+    inner = health.HealthServer(
+        health.ProbeState("snapshots"), 0, host="127.0.0.1", query_routes={snapshots.SNAPSHOTS_PATH: reader.route}
+    )
+    inner.start()
+    try:
+        state.apply(health.status_line(health.RUNNING, True, "serving", snapshots_port=inner.port))
+        forwarded = route("path=" + str(tmp_path / "none"))
+        assert forwarded.status == 200 and forwarded.content_type == "application/json", forwarded
+        assert SnapshotsReport.from_json(forwarded.body).snapshots[0].path == str(tmp_path / "none")
+        refused = route("bogus=1")
+        assert refused.status == 400 and b"unknown query parameters: bogus" in refused.body
+    finally:
+        inner.stop()
+    gone = route("")
+    assert gone.status == 503 and b"did not answer" in gone.body
+    with pytest.raises(ValueError, match="malformed snapshots_port"):
+        state.apply(health.status_line(health.RUNNING, True, "serving", snapshots_port=70000))
+
+
+ENVIRON = {
+    "TFDATA_SERVICE_ADDRESS": "grpc://imagenet-dispatcher.ml.svc:5050",
+    "TFDATA_SHARDING_POLICY": "DYNAMIC",
+    "TFDATA_SERVICE_NAME": "imagenet",
+    "TFDATA_REPORT_URL": "http://imagenet-dispatcher.ml.svc:8080/v1/client-report",
+}
+
+
+def test_the_client_finds_the_path_and_the_progress_url_from_the_published_settings(tmp_path: Path) -> None:
+    empty = str(tmp_path)  # no mounted ConfigMap
+    target = client_snapshots.resolve(
+        "v3", "imagenet", environ={**ENVIRON, "TFDATA_SNAPSHOT_DIR": "gs://b/snaps/"}, directory=empty
+    )
+    assert target.path == "gs://b/snaps/v3" and target.address == ENVIRON["TFDATA_SERVICE_ADDRESS"]
+    assert target.snapshots_url == "http://imagenet-dispatcher.ml.svc:8080/v1/snapshots"
+    published = {**ENVIRON, "TFDATA_SNAPSHOTS_URL": "http://d:1/v1/snapshots", "TFDATA_SNAPSHOT_DIR": "/mnt/s"}
+    assert client_snapshots.resolve("v3", environ=published, directory=empty).snapshots_url == "http://d:1/v1/snapshots"
+    assert client_snapshots.resolve("v3", environ=published, directory=empty, snapshot_dir="/x").path == "/x/v3"
+    # No settings at all: the directory alone is enough to load.
+    alone = client_snapshots.resolve("v3", environ={"TFDATA_SNAPSHOT_DIR": "/mnt/s"}, directory=empty)
+    assert (alone.path, alone.address, alone.snapshots_url) == ("/mnt/s/v3", None, None)
+    with pytest.raises(client_snapshots.SnapshotError, match="no snapshot directory: pass snapshot_dir= or set"):
+        client_snapshots.resolve("v3", environ=ENVIRON, directory=empty)
+    with pytest.raises(client_snapshots.SnapshotError, match="a snapshot name must match"):
+        client_snapshots.resolve("../v3", environ=published, directory=empty)
+    with pytest.raises(client_snapshots.SnapshotError, match="no snapshot progress URL"):
+        client_snapshots.wait("v3", environ={"TFDATA_SNAPSHOT_DIR": "/mnt/s"}, directory=empty)
+    assert discovery.KEYS["snapshot_dir"] == client_snapshots.SNAPSHOT_DIR_ENV == "TFDATA_SNAPSHOT_DIR"
+
+
+def serve_states(states: list[SnapshotProgress]) -> health.HealthServer:
+    """A dispatcher's /v1/snapshots that answers each reading in turn, the last one from then on."""
+
+    def answer(query: str) -> health.Reply:
+        progress = states.pop(0) if len(states) > 1 else states[0]
+        return health.Reply(200, SnapshotsReport((progress,), "j").to_json().encode(), "application/json")
+
+    server = health.HealthServer(
+        health.ProbeState("x"), 0, host="127.0.0.1", query_routes={snapshots.SNAPSHOTS_PATH: answer}
+    )
+    server.start()
+    return server
+
+
+def test_wait_returns_when_completed_raises_on_failed_and_gives_up_at_its_timeout() -> None:
+    path = "/mnt/s/v3"
+    environ = {"TFDATA_SNAPSHOT_DIR": "/mnt/s"}
+    running = SnapshotProgress(path, snapshots.IN_PROGRESS, True, 2, 1, 1, 10, 100)
+    cases: list[tuple[list[SnapshotProgress], Any]] = [
+        ([SnapshotProgress(path, snapshots.MISSING), running, SnapshotProgress(path, "COMPLETED", True, 2, 2)], None),
+        ([running, SnapshotProgress(path, snapshots.FAILED, True, error="INVALID_ARGUMENT: boom")], "boom"),
+        ([running], "not completed after 0.3s: snapshot /mnt/s/v3 in progress: 1/2 streams done"),
+    ]
+    for states, raises in cases:
+        server = serve_states(list(states))
+        url = f"http://127.0.0.1:{server.port}{snapshots.SNAPSHOTS_PATH}"
+        seen: list[SnapshotProgress] = []
+        try:
+            kwargs: dict[str, Any] = {"snapshots_url": url, "environ": environ, "progress": seen.append}
+            if raises is None:
+                done = client_snapshots.wait("v3", timeout=10, poll_seconds=0.01, **kwargs)
+                assert done.state == snapshots.COMPLETED and [s.state for s in seen] == [
+                    "MISSING",
+                    "IN_PROGRESS",
+                    "COMPLETED",
+                ]
+            else:
+                error = (
+                    client_snapshots.SnapshotFailedError if raises == "boom" else client_snapshots.SnapshotTimeoutError
+                )
+                with pytest.raises(error, match=raises):
+                    client_snapshots.wait("v3", timeout=0.3, poll_seconds=0.05, **kwargs)
+        finally:
+            server.stop()
+    # A dispatcher that does not answer is waited for, and named when the wait gives up.
+    with pytest.raises(client_snapshots.SnapshotTimeoutError, match="did not answer") as gave_up:
+        client_snapshots.wait("v3", timeout=0.2, poll_seconds=0.05, snapshots_url=url, environ=environ)
+    assert gave_up.value.progress is None
