@@ -29,6 +29,7 @@ import pytest
 from kindpods import (
     elements,
     listing,
+    logs,
     pod_nodes,
     schedulable_nodes,
     start_reader,
@@ -46,7 +47,7 @@ POOL = "tfdata.dev/test-node-loss"  # the label of the two nodes the frozen pods
 
 
 @pytest.fixture(scope="module")
-def cluster(kubectl: Kubectl) -> Iterator[tuple[str, list[str]]]:
+def lab(kubectl: Kubectl) -> Iterator[tuple[str, list[str]]]:
     """The control plane and the two worker nodes, labelled POOL (the label is removed afterwards)."""
     names = schedulable_nodes(kubectl)
     plane = [n for n in names if n.endswith("-control-plane")]
@@ -96,13 +97,15 @@ def thaw(kubectl: Kubectl) -> Iterator[list[str]]:
         kubectl.run("wait", "--for=condition=Ready", f"node/{node}", "--timeout=180s", check=False, timeout=200)
 
 
-def service(name: str, namespace: str, workers: int, policy: str, **placement: dict[str, str]) -> dict[str, Any]:
+def service(
+    name: str, namespace: str, count: int, policy: str, workers_on: dict[str, str], dispatcher_on: dict[str, str]
+) -> dict[str, Any]:
     body = tfdata_service(name)
     body["metadata"]["namespace"] = namespace
     body["spec"]["shardingPolicy"] = policy
-    body["spec"]["workers"]["replicas"] = workers
-    body["spec"]["workers"]["nodeSelector"] = placement["workers"]
-    body["spec"]["dispatcher"]["nodeSelector"] = placement["dispatcher"]
+    body["spec"]["workers"]["replicas"] = count
+    body["spec"]["workers"]["nodeSelector"] = workers_on
+    body["spec"]["dispatcher"]["nodeSelector"] = dispatcher_on
     return body
 
 
@@ -116,75 +119,85 @@ def events(kubectl: Kubectl, namespace: str, name: str) -> str:
 
 
 def test_a_lost_worker_node_is_replaced_without_a_human(
-    kubectl: Kubectl, cluster: tuple[str, list[str]], namespace_unwatched: str, thaw: list[str]
+    kubectl: Kubectl, lab: tuple[str, list[str]], namespace_unwatched: str, thaw: list[str]
 ) -> None:
-    """Two services with workers on the two pool nodes and dispatchers on the control plane: a DYNAMIC
-    one with a reader that reads on, and a DATA one whose next job reads exactly once."""
-    plane, _ = cluster
-    ns, count = namespace_unwatched, 600
+    """Two services with workers on the two pool nodes and dispatchers on the control plane, a DYNAMIC
+    one and a DATA one: both back at full count off the frozen node without a person, and a new job
+    on each reads exactly once while the node is still away.
+
+    A DYNAMIC reader that was reading when the node froze waits on its request to the frozen worker:
+    TensorFlow's client sets no gRPC keepalive and no deadline on it, and a silent peer never closes
+    the connection. It reads on when the node comes back (the kubelet stops the deleted pod, which
+    closes the connection), at most once; the figures say how long it waited
+    (docs/operations.md#node-failure)."""
+    plane, pool = lab
+    ns, count = namespace_unwatched, 400
     on_plane, on_pool = {"kubernetes.io/hostname": plane}, {POOL: "yes"}
-    kubectl.apply(service("lostdyn", ns, 2, "DYNAMIC", workers=on_pool, dispatcher=on_plane))
-    kubectl.apply(service("loststatic", ns, 2, "DATA", workers=on_pool, dispatcher=on_plane))
+    kubectl.apply(service("lostdyn", ns, 2, "DYNAMIC", on_pool, on_plane))
+    kubectl.apply(service("loststatic", ns, 2, "DATA", on_pool, on_plane))
     for name in ("lostdyn", "loststatic"):
         wait_ready(kubectl, ns, name)
     placed = pod_nodes(kubectl, ns, "lostdyn")
     node = placed["lostdyn-worker-0"]
-    assert {placed["lostdyn-worker-0"], placed["lostdyn-worker-1"]} == set(cluster[1]), placed
+    assert {placed["lostdyn-worker-0"], placed["lostdyn-worker-1"]} == set(pool), placed
     static_placed = pod_nodes(kubectl, ns, "loststatic")
     assert node in static_placed.values(), f"no worker of loststatic on {node}: {static_placed}"
 
-    start_reader(kubectl, ns, "reader", "lostdyn", count, 0.25, plane, at_least=30)
-
+    start_reader(kubectl, ns, "reader", "lostdyn", count, 0.2, plane, at_least=30)
     thaw.append(node)
     node_action(kubectl, "freeze", node)
     stopped = time.monotonic()
-    marked = wait_for(lambda: unreachable_since(kubectl, node), 180, f"{node} marked unreachable", interval=1)
+    wait_for(lambda: unreachable_since(kubectl, node), 180, f"{node} marked unreachable", interval=1)
     unreachable_after = time.monotonic() - stopped
     for name in ("lostdyn", "loststatic"):
         wait_for(lambda n=name: whole_off(kubectl, ns, n, 2, node), 300, f"{name} Ready with 2 workers off {node}",
                  interval=1, show=lambda: listing(kubectl, ns))  # fmt: skip
     back = time.monotonic() - stopped
     replaced = events(kubectl, ns, "lostdyn")
-    assert "NodeLost" in replaced or "unreachable" in replaced, replaced
+    assert "ReplacedLostPod" in replaced, replaced
 
-    phase, log = wait_finished(kubectl, ns, "reader", 400)
+    for name, policy_count in (("lostdyn", 200), ("loststatic", 80)):
+        start_reader(kubectl, ns, f"{name}-after", name, policy_count, 0, plane)
+        phase, log = wait_finished(kubectl, ns, f"{name}-after", 240)
+        assert phase == "Succeeded" and sorted(elements(log)) == list(range(policy_count)), log[-2000:]
+    read_while_away = len(elements(logs(kubectl, ns, "reader")))
+
+    # The node comes back: its kubelet finds the pods deleted and stops them; the services stay whole,
+    # and the reader that waited on the frozen worker reads on.
+    node_action(kubectl, "thaw", node)
+    thaw.remove(node)
+    thawed = time.monotonic()
+    kubectl.run("wait", "--for=condition=Ready", f"node/{node}", "--timeout=180s", timeout=200)
+    phase, log = wait_finished(kubectl, ns, "reader", 300)
     got = elements(log)
     assert phase == "Succeeded" and log.rstrip().endswith("done"), log[-3000:]
     assert len(got) == len(set(got)) and set(got) <= set(range(count)), f"repeated: {len(got) - len(set(got))}"
-
-    start_reader(kubectl, ns, "static-after", "loststatic", 80, 0, plane)
-    phase, static_log = wait_finished(kubectl, ns, "static-after", 240)
-    assert phase == "Succeeded" and sorted(elements(static_log)) == list(range(80)), static_log[-2000:]
+    for name in ("lostdyn", "loststatic"):
+        wait_for(lambda n=name: whole_off(kubectl, ns, n, 2, "no node"), 120, f"{name} whole after the thaw",
+                 interval=1, show=lambda: listing(kubectl, ns))  # fmt: skip
     figures = {
-        "node": node, "unreachable_taint_after_s": round(unreachable_after, 1), "taint_added": marked,
-        "ready_at_full_count_after_s": round(back, 1), "reader_read": len(got), "reader_lost": count - len(got),
-        "reader_repeated": len(got) - len(set(got)),
+        "node": node, "unreachable_taint_after_s": round(unreachable_after, 1),
+        "ready_at_full_count_after_s": round(back, 1), "reader_read_while_node_away": read_while_away,
+        "reader_done_after_thaw_s": round(time.monotonic() - thawed, 1), "reader_read": len(got),
+        "reader_lost": count - len(got), "reader_repeated": len(got) - len(set(got)),
     }  # fmt: skip
     print(f"\nworker node lost: {json.dumps(figures)}")
 
-    # The node comes back: its kubelet finds the pods deleted and stops them; the services stay whole.
-    node_action(kubectl, "thaw", node)
-    thaw.remove(node)
-    kubectl.run("wait", "--for=condition=Ready", f"node/{node}", "--timeout=180s", timeout=200)
-    for name in ("lostdyn", "loststatic"):
-        wait_ready(kubectl, ns, name)
-        assert len(pod_nodes(kubectl, ns, name)) == 3, listing(kubectl, ns)
-
 
 def test_a_lost_dispatcher_node_comes_back_on_a_fresh_journal(
-    kubectl: Kubectl, cluster: tuple[str, list[str]], namespace_unwatched: str, thaw: list[str]
+    kubectl: Kubectl, lab: tuple[str, list[str]], namespace_unwatched: str, thaw: list[str]
 ) -> None:
     """The dispatcher on a pool node with its journal on that node's disk (local-path): Recover
     replaces the claim and the pod; the new dispatcher starts on a fresh journal on the other pool
     node; the status and an Event say the running jobs were lost; a new job reads exactly once."""
-    plane, _ = cluster
+    plane = lab[0]
     ns, name = namespace_unwatched, "lostdisp"
-    kubectl.apply(service(name, ns, 1, "DYNAMIC", workers={"kubernetes.io/hostname": plane}, dispatcher={POOL: "yes"}))
+    kubectl.apply(service(name, ns, 1, "DYNAMIC", {"kubernetes.io/hostname": plane}, {POOL: "yes"}))
     wait_ready(kubectl, ns, name)
     node = pod_nodes(kubectl, ns, name)[f"{name}-dispatcher-0"]
     claim = f"journal-{name}-dispatcher-0"
     volume = kubectl.json("get", "pvc", claim, "-n", ns)["spec"]["volumeName"]
-    start_reader(kubectl, ns, "reader", name, 100000, 0.1, plane, at_least=10)
+    start_reader(kubectl, ns, "disp-reader", name, 100000, 0.1, plane, at_least=10)
 
     thaw.append(node)
     node_action(kubectl, "freeze", node)
@@ -200,9 +213,9 @@ def test_a_lost_dispatcher_node_comes_back_on_a_fresh_journal(
     assert "lost" in said, said
 
     # The reader's job was on the old journal: it ends with an error. A new job reads exactly once.
-    kubectl.run("delete", "pod", "reader", "-n", ns, "--wait=false")
-    start_reader(kubectl, ns, "after", name, 80, 0, plane)
-    phase, log = wait_finished(kubectl, ns, "after", 240)
+    kubectl.run("delete", "pod", "disp-reader", "-n", ns, "--wait=false")
+    start_reader(kubectl, ns, "disp-after", name, 80, 0, plane)
+    phase, log = wait_finished(kubectl, ns, "disp-after", 240)
     assert phase == "Succeeded" and sorted(elements(log)) == list(range(80)), log[-2000:]
     figures = {"node": node, "unreachable_taint_after_s": round(unreachable_after, 1), "ready_after_s": round(back, 1)}
     print(f"\ndispatcher node lost: {json.dumps(figures)}")
