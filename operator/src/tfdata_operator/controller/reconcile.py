@@ -39,9 +39,10 @@ from tfdata_operator.plan import desired as plan
 from tfdata_operator.plan import drain, hold, nodeloss, scaling, status
 from tfdata_operator.plan.diagnose import Finding, claims_to_read, explain, from_readiness, needs_events, unready_server
 from tfdata_operator.render import builders
-from tfdata_operator.wire import serverinfo, signals
+from tfdata_operator.wire import serverinfo, signals, snapshots
 from tfdata_operator.wire.serverinfo import ServerInfo
 from tfdata_operator.wire.signals import ServiceSignals
+from tfdata_operator.wire.snapshots import SnapshotsReport
 
 log = logging.getLogger(__name__)
 Manifest = dict[str, Any]
@@ -83,6 +84,8 @@ class Autoscaling:
 
     windows: signalsource.Windows = field(default_factory=signalsource.Windows)
     fetch: Callable[[str], ServiceSignals | str] = probes.fetch
+    # The dispatcher's /v1/snapshots: read only when a change would take workers away (the hold).
+    fetch_snapshots: Callable[[str], SnapshotsReport | str] = probes.fetch_snapshots
     # What a running but unready server says on its /readyz (for the status's explanation).
     read_readiness: Callable[[str], str | None] = probes.read_readiness
     clock: Callable[[], float] = time.time
@@ -491,13 +494,16 @@ def _autoscale(run: Run, autoscaling: Autoscaling) -> tuple[spec.ServiceSpec, Ma
     return svc, autoscalestatus.build(old, decision, window, datetime.now(timezone.utc))
 
 
-def _signals_url(svc: spec.ServiceSpec, config: OperatorConfig, children: plan.Children) -> str:
-    """The dispatcher pod's ``/v1/signals``: by the pod's IP where the cache knows it (an operator
-    outside the cluster cannot resolve Service names), else through the dispatcher Service."""
+def _signals_url(
+    svc: spec.ServiceSpec, config: OperatorConfig, children: plan.Children, path: str = signals.SIGNALS_PATH
+) -> str:
+    """The dispatcher pod's ``/v1/signals`` (or another ``path`` on its health port): by the pod's IP
+    where the cache knows it (an operator outside the cluster cannot resolve Service names), else
+    through the dispatcher Service."""
     for pod in children.pods_of(builders.DISPATCHER):
         if (ip := (pod.get("status") or {}).get("podIP")) and not pod["metadata"].get("deletionTimestamp"):
-            return f"http://{ip}:{svc.dispatcher.health_port}{signals.SIGNALS_PATH}"
-    return builders.dispatcher_health_url(svc, config.build, signals.SIGNALS_PATH)
+            return f"http://{ip}:{svc.dispatcher.health_port}{path}"
+    return builders.dispatcher_health_url(svc, config.build, path)
 
 
 def _hold_decision(
@@ -507,22 +513,31 @@ def _hold_decision(
     config: OperatorConfig,
     autoscaling: Autoscaling | None,
 ) -> hold.HoldDecision:
-    """Whether a change that would break readers goes ahead; the signal is read only if that depends on it.
+    """Whether a change that would break readers or take workers away goes ahead. The dispatcher's
+    snapshots are read only if that depends on them, and its signal only if, besides, no snapshot
+    holds the change already.
 
     It is the same ``/v1/signals`` answer the TFData autoscaler reads, through the same ``fetch``.
     """
     live_list = scaling.live_worker_list(builders.read_config(children.dispatcher))
     pending = hold.pending_change(svc, children.dispatcher, children.workers, live_list)
     running = hold.dispatcher_running(children.pods_of(builders.DISPATCHER))
+    saves: hold.Snapshots | None = None
+    if hold.needs_snapshots(svc, pending, running):
+        if autoscaling is None:
+            saves = hold.Unknown("this operator has no way to read them")
+        else:
+            answer = autoscaling.fetch_snapshots(_signals_url(svc, config, children, snapshots.SNAPSHOTS_PATH))
+            saves = hold.Unknown(answer) if isinstance(answer, str) else answer
     signal: hold.Signal | None = None
-    if hold.needs_signal(svc, pending, running):
+    if hold.needs_signal(svc, pending, running) and hold.writing(svc, saves) is None:
         if autoscaling is None:
             signal = hold.Unknown("this operator has no way to read it")
         else:
             fetched = autoscaling.fetch(_signals_url(svc, config, children))
             signal = hold.Unknown(fetched) if isinstance(fetched, str) else fetched
     since = coretypes.parse_time(((body.get("status") or {}).get("held") or {}).get("since"))
-    return hold.decide(svc, pending, running, signal, since, datetime.now(timezone.utc))
+    return hold.decide(svc, pending, running, signal, since, datetime.now(timezone.utc), saves)
 
 
 def _drain_decision(run: Run) -> drain.DrainDecision:
