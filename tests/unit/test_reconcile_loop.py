@@ -1026,3 +1026,25 @@ def test_the_autoscalers_scale_down_is_held_while_a_snapshot_is_written() -> Non
     observed = reconcile.Observed(api.observed().objects, [dispatcher_pod()])
     reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
     assert replicas(api, "demo-worker") == to
+
+
+def test_drains_wait_while_a_snapshot_is_written_and_the_snapshots_are_read_every_30_s() -> None:
+    api, clock, saves = FakeApi(), Clock(), FakeSnapshots(imagenet="IN_PROGRESS")
+    readers = reconcile.Autoscaling(fetch=FakeSignals(reading=False, idle=60), fetch_snapshots=saves, clock=clock)
+    body = service(snapshots={"directory": "gs://b"})
+    run(api, body)
+    settle(api, "demo-dispatcher")
+    settle(api, "demo-worker")
+    api.take_calls()
+    outcome = run_drains(api, body, readers)
+    assert budget(api) == 0 and saves.reads == 1 and outcome.requeue_after == drain.RECHECK_SECONDS
+    assert ("event", "DrainsHeld") in api.take_calls()
+    assert "snapshot gs://b/imagenet is being written" in api.status["drains"]["message"]  # type: ignore[index]
+    clock.now += 10
+    run_drains(api, body, readers)
+    assert saves.reads == 1 and api.take_calls() == []
+    saves.states["imagenet"] = "COMPLETED"
+    clock.now += 20
+    run_drains(api, body, readers)
+    assert saves.reads == 2 and budget(api) == 1 and "drains" not in api.status  # type: ignore[operator]
+    assert ("event", "DrainsAllowed") in api.take_calls()

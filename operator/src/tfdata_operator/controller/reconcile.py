@@ -94,6 +94,8 @@ class Autoscaling:
     readiness: cache.Recent[str | None] = field(default_factory=cache.Recent)
     # The last signal read for a static service's disruption budget, with when: by (namespace, name).
     drains: cache.Recent[tuple[float, hold.Signal]] = field(default_factory=cache.Recent)
+    # The last snapshots read for the budget of a service with spec.snapshots, with when: by (namespace, name).
+    drain_snapshots: cache.Recent[tuple[float, hold.Snapshots]] = field(default_factory=cache.Recent)
     # What each ready dispatcher pod runs (its /serverinfo), by pod uid: read once, off the reconcile.
     read_server_info: Callable[[str], ServerInfo | None] = field(default=lambda url: probes.read_server_info(url))
     server_info: cache.Background[ServerInfo] = field(default_factory=cache.Background)
@@ -543,32 +545,62 @@ def _hold_decision(
 def _drain_decision(run: Run) -> drain.DrainDecision:
     """The workers' disruption budget (``plan.drain``). The signal is read only when the budget depends
     on it (a static WhenIdle service whose dispatcher and workers run), and at most once per
-    ``drain.valid_for`` of the last reading: the reconcile comes back when that reading expires
-    (every reconcile asks for that same moment, so the queue runs one)."""
+    ``drain.valid_for`` of the last reading; the snapshots likewise (a service with spec.snapshots),
+    at most once per ``drain.RECHECK_SECONDS``."""
     svc, children, readers = run.svc, run.children, run.autoscaling
     running = hold.dispatcher_running(children.pods_of(builders.DISPATCHER))
     workers = len(children.pods_of(builders.WORKER))
     since = coretypes.parse_time(((run.body.get("status") or {}).get("drains") or {}).get("since"))
     now = datetime.now(timezone.utc)
+    unread = hold.Unknown("this operator has no way to read it")
     signal: hold.Signal | None = None
     if drain.needs_signal(svc, running, workers):
-        if readers is None:
-            signal = hold.Unknown("this operator has no way to read it")
-        else:
-            url, clock = _signals_url(svc, run.config, children), readers.clock()
-
-            def read() -> tuple[float, hold.Signal]:
-                fetched = readers.fetch(url)
-                return clock, hold.Unknown(fetched) if isinstance(fetched, str) else fetched
-
-            read_at, signal = readers.drains.get(
-                (svc.namespace, svc.name), read, clock, lambda kept: drain.valid_for(kept[1])
+        signal = (
+            unread
+            if readers is None
+            else _kept_read(run, readers.drains, readers.fetch, signals.SIGNALS_PATH, drain.valid_for)
+        )
+    saves: hold.Snapshots | None = None
+    if drain.needs_snapshots(svc, running, workers):
+        saves = (
+            unread
+            if readers is None
+            else _kept_read(
+                run,
+                readers.drain_snapshots,
+                readers.fetch_snapshots,
+                snapshots.SNAPSHOTS_PATH,
+                drain.snapshots_valid_for,
             )
-            expires = max(0.5, read_at + drain.valid_for(signal) - clock)
-            run.outcome.requeue_after = _sooner(run.outcome.requeue_after, expires)
-    decision = drain.decide(svc, running, workers, signal, since, now)
+        )
+    decision = drain.decide(svc, running, workers, signal, since, now, saves)
     run.outcome.requeue_after = _sooner(run.outcome.requeue_after, decision.requeue_after)
     return decision
+
+
+R = TypeVar("R")
+
+
+def _kept_read(
+    run: Run,
+    kept: cache.Recent[tuple[float, R | hold.Unknown]],
+    fetch: Callable[[str], R | str],
+    path: str,
+    valid_for: Callable[[R | hold.Unknown], float],
+) -> R | hold.Unknown:
+    """The dispatcher's answer at ``path`` (its signals or its snapshots) for the budget, read at most
+    once per ``valid_for`` of the last answer (kept in ``kept``); the reconcile comes back when it
+    expires (every reconcile asks for that same moment, so the queue runs one)."""
+    assert run.autoscaling is not None
+    url, clock = _signals_url(run.svc, run.config, run.children, path), run.autoscaling.clock()
+
+    def read() -> tuple[float, R | hold.Unknown]:
+        answer = fetch(url)
+        return clock, hold.Unknown(answer) if isinstance(answer, str) else answer
+
+    read_at, answer = kept.get((run.svc.namespace, run.svc.name), read, clock, lambda k: valid_for(k[1]))
+    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, max(0.5, read_at + valid_for(answer) - clock))
+    return answer
 
 
 # A dispatcher's /serverinfo is read again after this long when it did not answer.

@@ -215,8 +215,10 @@ def decide(
     return HoldDecision(HOLD, pending, message, wait.requeue(RECHECK_SECONDS))
 
 
-# A held change names at most this many snapshot paths (each up to 4096 characters).
+# A held change names at most this many snapshot paths, each cut to MAX_PATH_CHARACTERS: a path
+# may be 4096 characters long, and status.held.message and a condition's message hold at most 4096.
 MAX_NAMED_SNAPSHOTS = 3
+MAX_PATH_CHARACTERS = 256
 
 
 def writing(svc: ServiceSpec, snapshots: Snapshots | None) -> str | None:
@@ -230,12 +232,13 @@ def writing(svc: ServiceSpec, snapshots: Snapshots | None) -> str | None:
     if isinstance(snapshots, Unknown):
         if not configured:
             return None
-        return f"whether a snapshot is being written is unknown ({snapshots.why}), so it counts as being written"
+        why = _cut(snapshots.why, 2 * MAX_PATH_CHARACTERS)
+        return f"whether a snapshot is being written is unknown ({why}), so it counts as being written"
     states = (snapshotwire.IN_PROGRESS, snapshotwire.UNKNOWN) if configured else (snapshotwire.IN_PROGRESS,)
     paths = [s.path for s in snapshots.snapshots if s.state in states]
     if not paths:
         return None
-    named = ", ".join(paths[:MAX_NAMED_SNAPSHOTS])
+    named = ", ".join(_cut(p, MAX_PATH_CHARACTERS) for p in paths[:MAX_NAMED_SNAPSHOTS])
     if len(paths) > MAX_NAMED_SNAPSHOTS:
         named += f" and {len(paths) - MAX_NAMED_SNAPSHOTS} more"
     unreadable = [s.path for s in snapshots.snapshots if s.state == snapshotwire.UNKNOWN and s.path in paths]
@@ -303,6 +306,10 @@ def effective_spec(svc: ServiceSpec, decision: HoldDecision) -> ServiceSpec:
     else:
         replicas = max(svc.workers.replicas, current) if decision.snapshot else svc.workers.replicas
     return replace(svc, suspend=False, workers=replace(svc.workers, replicas=replicas))
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _capital(text: str) -> str:
