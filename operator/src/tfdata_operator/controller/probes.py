@@ -46,8 +46,10 @@ MAX_SNAPSHOTS_BYTES = 4 * 1024 * 1024
 
 
 def fetch_snapshots(url: str, timeout: float = SNAPSHOTS_TIMEOUT_SECONDS) -> SnapshotsReport | str:
-    """The dispatcher's ``/v1/snapshots``, or why it could not be read."""
-    return _document(url, timeout, MAX_SNAPSHOTS_BYTES, SnapshotsReport.from_json)
+    """The dispatcher's ``/v1/snapshots``, or why it could not be read; counted (``metrics.SNAPSHOT_READS``)."""
+    fetched = _document(url, timeout, MAX_SNAPSHOTS_BYTES, SnapshotsReport.from_json)
+    metrics.SNAPSHOT_READS.labels("false" if isinstance(fetched, str) else "true").inc()
+    return fetched
 
 
 T = TypeVar("T")
