@@ -352,6 +352,63 @@ BAD_SPECS = [
         "rescaleMaxWaitSeconds applies only with rescalePolicy WhenIdle",
         "rescaleMaxWaitSeconds applies only with rescalePolicy WhenIdle",
     ),
+    # --- Snapshots.
+    BadSpec(
+        "snapshots-without-journal",
+        "dispatcher: {faultTolerantMode: false}\nsnapshots: {directory: gs://bucket/tfdata}",
+        "spec.snapshots needs spec.dispatcher.faultTolerantMode true",
+        "spec.snapshots needs spec.dispatcher.faultTolerantMode true: TensorFlow refuses a snapshot",
+    ),
+    BadSpec(
+        "snapshots-volume-at-a-url",
+        "snapshots: {directory: gs://bucket/tfdata, volume: {claimName: shared}}",
+        "spec.snapshots.volume is mounted at spec.snapshots.directory, so the directory must be an absolute path",
+        "spec.snapshots.volume is mounted at spec.snapshots.directory, so the directory must be an absolute path",
+    ),
+    BadSpec(
+        "snapshots-relative-directory",
+        "snapshots: {directory: data/snapshots}",
+        "should match",
+        "spec.snapshots.directory must be an absolute path or a URL such as gs://bucket/path, got 'data/snapshots'",
+    ),
+    BadSpec(
+        "snapshots-volume-over-tmp",
+        "snapshots: {directory: /tmp, volume: {claimName: shared}}",
+        "spec.snapshots.directory must not be /, /tmp or /var/lib/tfdata",
+        "spec.snapshots.directory must not be /tmp when a volume is mounted there",
+    ),
+    BadSpec(
+        "snapshots-without-directory",
+        "snapshots: {volume: {claimName: shared}}",
+        "spec.snapshots.directory: Required value",
+        "spec.snapshots.directory is required",
+    ),
+    BadSpec(
+        "snapshots-bad-claim-name",
+        "snapshots: {directory: /snapshots, volume: {claimName: Shared_Data}}",
+        "should match",
+        "spec.snapshots.volume.claimName has an invalid value 'Shared_Data'",
+    ),
+    BadSpec(
+        "snapshots-unknown-field",
+        "snapshots: {dir: /snapshots, directory: /snapshots}",
+        'unknown field "spec.snapshots.dir"',
+        "spec.snapshots has unknown fields: dir",
+    ),
+    BadSpec(
+        "snapshots-mount-taken",
+        "snapshots: {directory: /snapshots, volume: {claimName: shared}}\n"
+        "workers: {volumes: [{name: data, emptyDir: {}}], volumeMounts: [{name: data, mountPath: /snapshots}]}",
+        "spec.dispatcher.volumeMounts and spec.workers.volumeMounts must not mount at spec.snapshots.directory",
+        "spec.workers.volumeMounts[0].mountPath must not be /snapshots: the operator mounts its own snapshots volume",
+    ),
+    BadSpec(
+        "snapshots-volume-name-taken",
+        "snapshots: {directory: /snapshots, volume: {claimName: shared}}\n"
+        "dispatcher: {volumes: [{name: snapshots, emptyDir: {}}]}",
+        "spec.dispatcher.volumes and spec.workers.volumes must not use the name snapshots",
+        "spec.dispatcher.volumes must not use the name snapshots: the operator adds its own snapshots volume",
+    ),
     # --- Node loss.
     BadSpec(
         "unknown-node-loss-dispatcher", "nodeLoss: {dispatcher: Later}", 'Unsupported value: "Later"', "must be one of"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -96,6 +97,26 @@ def on_kwok_nodes(*parts: str) -> str:
     the taint of kwok's nodes, so they are scheduled there and kwok reports them Running and Ready
     as a kubelet would. On a cluster with real nodes the toleration changes nothing."""
     return json.dumps({"spec": {part: {"tolerations": [devcluster.KWOK_TOLERATION]} for part in parts}})
+
+
+def apply_on_fake_dispatcher(
+    kubectl: Kubectl, namespace: str, name: str, dispatcher: Pages, spec: dict[str, Any]
+) -> None:
+    """Apply TFDataService ``name`` with ``spec``, its dispatcher's health port that of ``dispatcher`` (a
+    fake on 127.0.0.1) and its pods on kwok's nodes; skip on a cluster whose kubelets report pod status
+    (a pod's address could not be pointed at the fake: patch its podIP to 127.0.0.1 once it runs)."""
+    if kubelet_nodes(kubectl.json("get", "nodes")):
+        pytest.skip("this cluster's kubelets report pod status, so a pod cannot be pointed at a fake dispatcher")
+    port = int(dispatcher.base.rsplit(":", 1)[1])
+    manifest: dict[str, Any] = {
+        "apiVersion": "tfdata.dev/v1alpha1",
+        "kind": "TFDataService",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {**spec, "dispatcher": {**spec.get("dispatcher", {}), "healthPort": port}},
+    }
+    for part, fields in json.loads(on_kwok_nodes("dispatcher", "workers"))["spec"].items():
+        manifest["spec"][part] = {**manifest["spec"].get(part, {}), **fields}
+    kubectl.apply(manifest)
 
 
 def to_run(*parts: str, priority_class: str | None) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import Kubectl, OperatorProcess, Pages, kubelet_nodes, on_kwok_nodes, service_signals, wait_for
+from support import Kubectl, OperatorProcess, Pages, apply_on_fake_dispatcher, service_signals, wait_for
 
 from tfdata_operator.plan import drain
 from tfdata_operator.wire.signals import SIGNALS_PATH
@@ -44,19 +44,8 @@ def dispatcher_signals() -> Iterator[Pages]:
 
 @pytest.fixture(scope="module")
 def service(kubectl: Kubectl, namespace: str, operator: OperatorProcess, dispatcher_signals: Pages) -> Iterator[None]:
-    if kubelet_nodes(kubectl.json("get", "nodes")):
-        pytest.skip("this cluster's kubelets report pod status, so a pod cannot be pointed at a fake dispatcher")
-    port = int(dispatcher_signals.base.rsplit(":", 1)[1])
-    manifest = {
-        "apiVersion": "tfdata.dev/v1alpha1",
-        "kind": "TFDataService",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {"shardingPolicy": "FILE", "dispatcher": {"healthPort": port}, "workers": {"replicas": 2}},
-    }
-    patch = json.loads(on_kwok_nodes("dispatcher", "workers"))
-    for part, fields in patch["spec"].items():
-        manifest["spec"][part].update(fields)
-    kubectl.apply(manifest)
+    spec = {"shardingPolicy": "FILE", "workers": {"replicas": 2}}
+    apply_on_fake_dispatcher(kubectl, namespace, NAME, dispatcher_signals, spec)
     yield
 
 

@@ -610,6 +610,33 @@ def test_the_operators_own_volumes_and_env_are_what_spec_reserves(settings: Buil
         assert sorted(e["name"] for e in container(sts)["env"]) == sorted(spec.RESERVED_ENV)
 
 
+def test_the_snapshots_claim_is_mounted_at_the_directory_in_the_dispatcher_and_every_worker(
+    settings: BuildSettings,
+) -> None:
+    snapshots = {"directory": "/shared/snapshots/", "volume": {"claimName": "shared-data"}}
+    svc = parse(shardingPolicy="DYNAMIC", snapshots=snapshots)
+    for sts, journal in [
+        (builders.build_dispatcher_statefulset(svc, settings, 2), True),
+        (builders.build_worker_statefulset(svc, settings, 2), False),
+    ]:
+        template = sts["spec"]["template"]["spec"]
+        assert {"name": "snapshots", "persistentVolumeClaim": {"claimName": "shared-data"}} in template["volumes"]
+        assert {"name": "snapshots", "mountPath": "/shared/snapshots"} in container(sts)["volumeMounts"]
+        # The same list spec reserves against the user's volumes and mounts.
+        own = spec.operator_volumes(journal=journal, snapshots=svc.snapshots)
+        assert {m["name"]: m["mountPath"] for m in container(sts)["volumeMounts"]} == own
+
+
+@pytest.mark.parametrize("snapshots", [None, {"directory": "gs://bucket/tfdata"}, {"directory": "/mnt/nfs"}])
+def test_without_a_snapshots_volume_the_pods_mount_nothing_more(settings: BuildSettings, snapshots: Any) -> None:
+    svc = parse(shardingPolicy="DYNAMIC", **({"snapshots": snapshots} if snapshots else {}))
+    plain = parse(shardingPolicy="DYNAMIC")
+    assert builders.build_worker_statefulset(svc, settings, 2) == builders.build_worker_statefulset(plain, settings, 2)
+    assert builders.build_dispatcher_statefulset(svc, settings, 2) == builders.build_dispatcher_statefulset(
+        plain, settings, 2
+    )
+
+
 @pytest.mark.parametrize(
     ("image", "program", "injected"),
     [

@@ -108,3 +108,21 @@ def test_what_the_servers_reported_is_published_once_they_have(settings: BuildSe
     assert data["TFDATA_SERVER_PRELOADED_OPS"] == "TFText>A,TFText>B"
     read = discovery.from_data(data, "the ConfigMap")
     assert (read.server_tensorflow, read.server_graph_def_version) == ("2.16.2", "1766")
+
+
+@pytest.mark.parametrize("directory", ["gs://bucket/tfdata", "/snapshots"])
+def test_with_spec_snapshots_the_configmap_publishes_the_directory_and_the_progress_url(
+    settings: BuildSettings, directory: str
+) -> None:
+    svc = parse(shardingPolicy="DYNAMIC", snapshots={"directory": directory}, dispatcher={"healthPort": 9090})
+    data = builders.build_client_configmap(svc, settings)["data"]
+    assert data["TFDATA_SNAPSHOT_DIR"] == directory
+    assert data["TFDATA_SNAPSHOTS_URL"] == "http://demo-dispatcher.ml.svc.cluster.local:9090/v1/snapshots"
+    # The trainer's helper reads both back (client.snapshots: save, wait, progress).
+    read = discovery.load("demo", environ=data, directory="/nonexistent")
+    assert (read.snapshot_dir, read.snapshots_url) == (directory, data["TFDATA_SNAPSHOTS_URL"])
+
+
+def test_without_spec_snapshots_neither_snapshot_key_is_published(settings: BuildSettings) -> None:
+    data = builders.build_client_configmap(parse(shardingPolicy="DYNAMIC"), settings)["data"]
+    assert "TFDATA_SNAPSHOT_DIR" not in data and "TFDATA_SNAPSHOTS_URL" not in data

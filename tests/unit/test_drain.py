@@ -11,6 +11,8 @@ from support import service_signals
 from tfdata_operator.api import reasons, spec
 from tfdata_operator.plan import drain, hold
 from tfdata_operator.render import builders
+from tfdata_operator.wire import snapshots as snapshotwire
+from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
 from cases import parse
 
@@ -150,3 +152,62 @@ def test_the_events_of_a_change_of_the_budget() -> None:
     )
     immediate = drain.decide(svc(rescalePolicy="Immediate"), True, 3, None, None, NOW)
     assert drain.event(immediate, "x-worker")[1].endswith("Drains go ahead: rescalePolicy Immediate.")
+
+
+# --- A snapshot being written holds drains where spec.snapshots is set -----------------------------
+
+
+def snapshots_svc(policy: str = "DYNAMIC", **workers: Any) -> spec.ServiceSpec:
+    return parse(shardingPolicy=policy, workers={"replicas": 3, **workers}, snapshots={"directory": "gs://b"})
+
+
+def report(state: str) -> SnapshotsReport:
+    return SnapshotsReport((SnapshotProgress("gs://b/imagenet", state, journaled=True),), "journal")
+
+
+SAVES = {
+    "in progress": report(snapshotwire.IN_PROGRESS),
+    "completed": report(snapshotwire.COMPLETED),
+    "failed": report(snapshotwire.FAILED),
+    "unknown": hold.Unknown("GET http://10.0.0.1:8080/v1/snapshots failed: timed out"),
+    "not read": None,
+}
+
+
+@pytest.mark.parametrize("policy", ["DYNAMIC", *STATIC])
+@pytest.mark.parametrize("saves", list(SAVES))
+def test_a_snapshot_being_written_holds_drains_of_a_service_with_spec_snapshots(policy: str, saves: str) -> None:
+    held = saves in ("in progress", "unknown", "not read")
+    decision = drain.decide(snapshots_svc(policy), True, 3, IDLE, None, NOW, SAVES[saves])
+    assert decision.max_unavailable == (0 if held else 1)
+    assert decision.waiting is held
+    if held:
+        assert decision.message.startswith("Drains wait: ")
+        assert "snapshot" in decision.message and "rescalePolicy: Immediate" in decision.message
+    if saves == "in progress":
+        assert "snapshot gs://b/imagenet is being written" in decision.message
+        assert drain.event(decision, "demo-worker")[0] == reasons.DRAINS_HELD
+
+
+@pytest.mark.parametrize(
+    ("service", "running", "workers", "needed"),
+    [
+        (snapshots_svc(), True, 3, True),
+        (snapshots_svc(), False, 3, False),  # no dispatcher pod runs
+        (snapshots_svc(), True, 0, False),  # no worker to drain
+        (snapshots_svc(rescalePolicy="Immediate"), True, 3, False),
+        (snapshots_svc("OFF"), True, 3, False),  # no budget at all
+        (svc("DYNAMIC"), True, 3, False),  # no spec.snapshots: the budget never reads them
+    ],
+)
+def test_the_snapshots_are_read_for_the_budget_only_where_they_decide_it(
+    service: spec.ServiceSpec, running: bool, workers: int, needed: bool
+) -> None:
+    assert drain.needs_snapshots(service, running, workers) is needed
+
+
+def test_past_the_maximum_wait_a_snapshot_no_longer_holds_drains() -> None:
+    service = snapshots_svc(rescaleMaxWaitSeconds=600)
+    decision = drain.decide(service, True, 3, None, NOW - timedelta(seconds=601), NOW, SAVES["in progress"])
+    assert (decision.max_unavailable, decision.forced, decision.waiting) == (1, True, True)
+    assert decision.message.startswith("Drains go ahead although snapshot gs://b/imagenet is being written")

@@ -24,6 +24,7 @@ from tfdata_operator.plan import drain, hold
 from tfdata_operator.render import builders
 from tfdata_operator.wire.serverinfo import GraphDefVersions, ServerInfo
 from tfdata_operator.wire.signals import ServiceSignals
+from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
 from cases import STALLED_SIGNALS
 from fixtures.fakes import Clock, FakeApi, service
@@ -903,3 +904,147 @@ def test_what_the_ready_dispatcher_runs_is_read_once_per_pod_into_the_status() -
         clock.now += 400
         again()
     assert api.take_calls() == [] and len(asked) == 1, "the same pod is never asked again"
+
+
+# --- Held while a snapshot is written: every change that takes workers away -------------------
+
+
+class FakeSnapshots:
+    """The dispatcher's /v1/snapshots as the test sets it (a state per path, or an error); counts the reads."""
+
+    def __init__(self, **states: str) -> None:
+        self.states, self.reads = states, 0
+        self.error: str | None = None
+
+    def __call__(self, url: str) -> SnapshotsReport | str:
+        self.reads += 1
+        assert url == "http://10.0.0.9:8080/v1/snapshots", url
+        if self.error:
+            return self.error
+        found = tuple(SnapshotProgress(f"gs://b/{name}", state, journaled=True) for name, state in self.states.items())
+        return SnapshotsReport(found, "snapshots named in the journal")
+
+
+def run_saving(
+    api: FakeApi, body: Manifest, saves: FakeSnapshots, signals: FakeSignals | None = None, clock: Clock | None = None
+) -> reconcile.Outcome:
+    observed = reconcile.Observed(api.observed().objects, [dispatcher_pod()])
+    readers = reconcile.Autoscaling(
+        fetch=signals or FakeSignals(reading=False, idle=60), fetch_snapshots=saves, clock=clock or Clock()
+    )
+    return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
+
+
+def test_a_dynamic_scale_down_waits_while_a_snapshot_is_written_then_goes_ahead() -> None:
+    api, saves, signals = FakeApi(), FakeSnapshots(imagenet="IN_PROGRESS"), FakeSignals(reading=False, idle=60)
+    run_saving(api, service(workers={"replicas": 3}), saves, signals)
+    api.take_calls()
+    assert saves.reads == 0, "a settled service never reads its snapshots"
+
+    down = service(workers={"replicas": 2})
+    outcome = run_saving(api, down, saves, signals)
+    assert api.take_calls() == [("event", "RescaleHeld"), ("status", "demo")]
+    assert saves.reads == 1 and signals.reads == 0  # a dynamic scale-down breaks no reader: no signal read
+    assert outcome.requeue_after == hold.SNAPSHOT_RECHECK_SECONDS
+    assert replicas(api, "demo-worker") == 3
+    held = api.status["held"]  # type: ignore[index]
+    assert held["change"] == "workers 3→2"
+    assert held["message"].startswith("Scale-down 3→2 waits: snapshot gs://b/imagenet is being written")
+    event = next(m for _, r, m in api.events if r == "RescaleHeld")
+    assert "gs://b/imagenet" in event
+    workers = condition(api, "WorkersReady")
+    assert workers["reason"] == "RescaleHeld" and "gs://b/imagenet" in workers["message"]
+
+    run_saving(api, down, saves, signals)  # still written: one read, nothing written
+    assert api.take_calls() == [] and saves.reads == 2
+
+    saves.states["imagenet"] = "COMPLETED"
+    run_saving(api, down, saves, signals)
+    calls = api.take_calls()
+    assert ("apply", "StatefulSet/demo-worker") in calls and ("event", "HeldChangeCarriedOut") in calls
+    assert replicas(api, "demo-worker") == 2 and "held" not in (api.status or {})
+    run_saving(api, down, saves, signals)
+    assert saves.reads == 3, "settled again: no read"
+
+
+def test_an_unreadable_snapshots_endpoint_holds_only_a_service_with_spec_snapshots() -> None:
+    for snapshots, kept in [({"snapshots": {"directory": "gs://b"}}, 3), ({}, 2)]:
+        api, saves = FakeApi(), FakeSnapshots()
+        saves.error = "GET http://10.0.0.9:8080/v1/snapshots answered 503 Service Unavailable"
+        run_saving(api, service(workers={"replicas": 3}, **snapshots), saves)
+        run_saving(api, service(workers={"replicas": 2}, **snapshots), saves)
+        assert replicas(api, "demo-worker") == kept
+        if kept == 3:
+            assert "503 Service Unavailable), so it counts as being written" in api.status["held"]["message"]  # type: ignore[index]
+
+
+def test_a_suspend_and_a_static_rescale_wait_for_the_snapshot_before_the_readers() -> None:
+    api, saves, signals = FakeApi(), FakeSnapshots(a="COMPLETED", b="IN_PROGRESS"), FakeSignals(reading=False, idle=60)
+    run_saving(api, static(), saves, signals)
+    api.take_calls()
+    run_saving(api, static(workers={"replicas": 3}), saves, signals)
+    assert replicas(api, "demo-worker") == 2 and listed(api) == 2
+    assert saves.reads == 1 and signals.reads == 0, "the snapshot holds it: the signal is not read"
+    assert "snapshot gs://b/b is being written" in api.status["held"]["message"]  # type: ignore[index]
+    run_saving(api, static(suspend=True), saves, signals)
+    assert replicas(api, "demo-dispatcher") == 1 and replicas(api, "demo-worker") == 2
+    assert api.status["held"]["change"] == "suspend"  # type: ignore[index]
+    saves.states["b"] = "FAILED"
+    run_saving(api, static(suspend=True), saves, signals)
+    assert replicas(api, "demo-dispatcher") == 0 and replicas(api, "demo-worker") == 0
+    assert saves.reads == 3 and signals.reads == 1
+
+
+def test_the_autoscalers_scale_down_is_held_while_a_snapshot_is_written() -> None:
+    api, clock, saves = FakeApi(), Clock(), FakeSnapshots(imagenet="IN_PROGRESS")
+    signals = FakeSignals(reading=True)
+    body = service(workers={"replicas": 3}, autoscaling={"minReplicas": 1, "maxReplicas": 4})
+    readers = reconcile.Autoscaling(fetch=signals, fetch_snapshots=saves, clock=clock)
+    observed = reconcile.Observed(api.observed().objects, [dispatcher_pod()])
+    reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)  # 3 workers run
+    assert replicas(api, "demo-worker") == 3
+    signals.reading, signals.idle = False, 600.0  # the trainers are gone
+    scaled: list[tuple[str, str]] = []
+    for _ in range(120):  # a reading every 5 s for ten minutes
+        observed = reconcile.Observed(api.observed().objects, [dispatcher_pod()])
+        reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
+        if scaled := [c for c in api.take_calls() if c[0] == "scale"]:
+            break
+        clock.now += 5
+    assert scaled, "the autoscaler never scaled an idle service down"
+    ((_, what),) = scaled
+    to = int(what.split("=")[1])
+    assert to < 3
+    # The same pass kept every worker, and says which snapshot holds them.
+    assert replicas(api, "demo-worker") == 3
+    assert api.status["held"]["change"] == f"workers 3→{to}"  # type: ignore[index]
+    assert "snapshot gs://b/imagenet is being written" in api.status["held"]["message"]  # type: ignore[index]
+
+    body["spec"]["workers"]["replicas"] = to  # what the Scale wrote
+    saves.states["imagenet"] = "COMPLETED"
+    clock.now += 1
+    observed = reconcile.Observed(api.observed().objects, [dispatcher_pod()])
+    reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
+    assert replicas(api, "demo-worker") == to
+
+
+def test_drains_wait_while_a_snapshot_is_written_and_the_snapshots_are_read_every_30_s() -> None:
+    api, clock, saves = FakeApi(), Clock(), FakeSnapshots(imagenet="IN_PROGRESS")
+    readers = reconcile.Autoscaling(fetch=FakeSignals(reading=False, idle=60), fetch_snapshots=saves, clock=clock)
+    body = service(snapshots={"directory": "gs://b"})
+    run(api, body)
+    settle(api, "demo-dispatcher")
+    settle(api, "demo-worker")
+    api.take_calls()
+    outcome = run_drains(api, body, readers)
+    assert budget(api) == 0 and saves.reads == 1 and outcome.requeue_after == drain.RECHECK_SECONDS
+    assert ("event", "DrainsHeld") in api.take_calls()
+    assert "snapshot gs://b/imagenet is being written" in api.status["drains"]["message"]  # type: ignore[index]
+    clock.now += 10
+    run_drains(api, body, readers)
+    assert saves.reads == 1 and api.take_calls() == []
+    saves.states["imagenet"] = "COMPLETED"
+    clock.now += 20
+    run_drains(api, body, readers)
+    assert saves.reads == 2 and budget(api) == 1 and "drains" not in api.status  # type: ignore[operator]
+    assert ("event", "DrainsAllowed") in api.take_calls()

@@ -19,6 +19,7 @@ from tfdata_operator.autoscaling.policy import Policy
 from tfdata_operator.controller import probes
 from tfdata_operator.server.health import RUNNING, HealthServer, ProbeState, status_line
 from tfdata_operator.wire.signals import SIGNALS_PATH
+from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
 from cases import STALLED_SIGNALS
 
@@ -134,6 +135,20 @@ def test_a_connection_dropped_mid_answer_is_described(dispatcher: Callable[[Hand
 
     result = probes.fetch(dispatcher(drop))
     assert isinstance(result, str) and "ended 499 bytes short of its Content-Length" in result, result
+
+
+def test_reads_the_snapshots_and_counts_each_read(dispatcher: Callable[[Handler], str]) -> None:
+    def count(answered: str) -> float:
+        return REGISTRY.get_sample_value("tfdata_operator_snapshot_reads_total", {"answered": answered}) or 0.0
+
+    report = SnapshotsReport((SnapshotProgress("gs://b/s", "IN_PROGRESS", journaled=True, chunks=2),), "journal")
+    before = count("true"), count("false")
+    assert probes.fetch_snapshots(dispatcher(reply(200, report.to_json().encode()))) == report
+    refused = probes.fetch_snapshots(dispatcher(reply(503, b"starting")))
+    assert isinstance(refused, str) and "answered 503" in refused
+    other = probes.fetch_snapshots(dispatcher(reply(200, b'{"snapshots": 3, "journal": ""}')))
+    assert isinstance(other, str) and "snapshots must be a list" in other
+    assert (count("true") - before[0], count("false") - before[1]) == (1, 2)
 
 
 # --- Windows ----------------------------------------------------------------------------------

@@ -330,3 +330,26 @@ def test_zero_workers_only_for_a_service_that_scales_to_zero() -> None:
     for fields in ({}, {"autoscaling": {"minReplicas": 1, "maxReplicas": 4}}):
         with pytest.raises(spec.SpecError, match=re.escape(refused)):
             parse(shardingPolicy="DYNAMIC", workers={"replicas": 0}, **fields)
+
+
+@pytest.mark.parametrize(
+    ("snapshots", "parsed"),
+    [
+        ({"directory": "gs://bucket/tfdata"}, spec.SnapshotsSpec("gs://bucket/tfdata")),
+        ({"directory": "s3://bucket/tfdata"}, spec.SnapshotsSpec("s3://bucket/tfdata")),
+        ({"directory": "/mnt/nfs/tfdata"}, spec.SnapshotsSpec("/mnt/nfs/tfdata")),
+        (
+            {"directory": "/snapshots", "volume": {"claimName": "shared-data"}},
+            spec.SnapshotsSpec("/snapshots", claim_name="shared-data"),
+        ),
+    ],
+)
+def test_spec_snapshots_is_parsed(snapshots: dict[str, object], parsed: spec.SnapshotsSpec) -> None:
+    assert parse(snapshots=snapshots).snapshots == parsed
+    assert parse().snapshots is None
+
+
+def test_a_snapshots_directory_of_1025_characters_is_refused_and_1024_accepted() -> None:
+    assert parse(snapshots={"directory": "/" + "d" * 1023}).snapshots is not None
+    with pytest.raises(spec.SpecError, match=r"spec\.snapshots\.directory must be 1 to 1024 characters long, got 1025"):
+        parse(snapshots={"directory": "/" + "d" * 1024})

@@ -50,6 +50,10 @@ _QUANTITY = re.compile(
 )
 _ABSOLUTE_PATH = re.compile(r"/[^\0]*")
 _WORK_DIR = re.compile(r"^(/|(file|gs)://)\S*$")
+# spec.snapshots.directory: an absolute path, or a URL of any filesystem the server image has
+# (TensorFlow 2.21 registers file:// and gs://; an image with tensorflow-io adds s3:// and others).
+_SNAPSHOT_DIR = re.compile(r"^(/|[a-z][a-z0-9+.-]*://)\S*$")
+MAX_SNAPSHOT_DIR_LENGTH = 1024
 # Service names are DNS-1035 labels (a letter first), and the Services are named after the service.
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Names of other objects (PriorityClass, ServiceAccount, StorageClass, Secret).
@@ -70,6 +74,7 @@ _MAX_MS = 604_800_000
 # another configuration, pod name or namespace than its own).
 TMP_VOLUME, TMP_MOUNT = "tmp", "/tmp"  # readOnlyRootFilesystem: TensorFlow still needs a /tmp
 JOURNAL_VOLUME, JOURNAL_MOUNT = "journal", "/var/lib/tfdata"  # the dispatcher's, with spec.dispatcher.storage
+SNAPSHOTS_VOLUME = "snapshots"  # spec.snapshots.volume, mounted at spec.snapshots.directory
 RESERVED_ENV = (serverconfig.CONFIG_ENV, serverconfig.POD_NAME_ENV, serverconfig.POD_NAMESPACE_ENV)
 # Bounds of spec.<component>.volumes, volumeMounts, env and envFrom (the CRD's maxItems).
 MAX_VOLUMES, MAX_MOUNTS, MAX_ENV, MAX_ENV_FROM = 16, 16, 64, 16
@@ -106,10 +111,23 @@ class PodSettings:
     env_from: tuple[Mapping[str, Any], ...] = ()
 
 
-def operator_volumes(journal: bool) -> dict[str, str]:
+def operator_volumes(journal: bool, snapshots: SnapshotsSpec | None = None) -> dict[str, str]:
     """The volumes the operator mounts into a server container (name -> mount path): the tmp
-    emptyDir always, and the journal claim on a dispatcher with ``spec.dispatcher.storage``."""
-    return {TMP_VOLUME: TMP_MOUNT, **({JOURNAL_VOLUME: JOURNAL_MOUNT} if journal else {})}
+    emptyDir always, the journal claim on a dispatcher with ``spec.dispatcher.storage``, and the
+    snapshots claim in every server with ``spec.snapshots.volume``."""
+    mounts = {TMP_VOLUME: TMP_MOUNT, **({JOURNAL_VOLUME: JOURNAL_MOUNT} if journal else {})}
+    if snapshots is not None and snapshots.claim_name is not None:
+        mounts[SNAPSHOTS_VOLUME] = snapshots.directory.rstrip("/") or "/"
+    return mounts
+
+
+@dataclass(frozen=True)
+class SnapshotsSpec:
+    """Where tf.data distributed snapshots of this service go (``spec.snapshots``)."""
+
+    directory: str
+    # A ReadWriteMany claim mounted at ``directory`` in the dispatcher and every worker.
+    claim_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +248,7 @@ class ServiceSpec:
     autoscaling: AutoscalingSpec | None = None
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
     node_loss: NodeLossSpec = NodeLossSpec()
+    snapshots: SnapshotsSpec | None = None
     # No pod runs: the Services, the journal claim and the address stay.
     suspend: bool = False
     # spec.serverProgram resolved: the server program is copied into the pods.
@@ -379,8 +398,9 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
     pull_policy = spec.enum("imagePullPolicy", ("Always", "IfNotPresent", "Never"), None)
     pull_secrets = _pull_secrets(spec.raw("imagePullSecrets"), problems)
     suspend = spec.boolean("suspend", False)
-    dispatcher = _dispatcher(spec.child("dispatcher"))
-    workers = _workers(spec.child("workers"))
+    snapshots = _snapshots(spec.child("snapshots")) if spec.has("snapshots") else None
+    dispatcher = _dispatcher(spec.child("dispatcher"), snapshots)
+    workers = _workers(spec.child("workers"), snapshots)
     autoscaling = _autoscaling(spec.child("autoscaling")) if spec.has("autoscaling") else None
     network_policy = _network_policy(spec.child("networkPolicy"))
     node_loss = _node_loss(spec.child("nodeLoss"))
@@ -408,6 +428,12 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
                 "no worker running, the dispatcher's journal is how the operator sees a client waiting. Set "
                 "faultTolerantMode to true (its default), or minReplicas to 1 or more"
             )
+    if snapshots is not None and not dispatcher.fault_tolerant_mode:
+        problems.append(
+            "spec.snapshots needs spec.dispatcher.faultTolerantMode true: TensorFlow refuses a snapshot "
+            "(distributed_save) on a dispatcher without a journal. Set faultTolerantMode to true (its default), "
+            "or remove spec.snapshots"
+        )
     if workers.replicas == 0 and (autoscaling is None or autoscaling.min_replicas > 0):
         problems.append(
             "spec.workers.replicas 0 is allowed only with spec.autoscaling.minReplicas 0 (scale to zero): "
@@ -430,6 +456,7 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
         autoscaling=autoscaling,
         network_policy=network_policy,
         node_loss=node_loss,
+        snapshots=snapshots,
         suspend=suspend,
         inject_server=server_program == SERVER_PROGRAM_INJECTED
         or (server_program == SERVER_PROGRAM_AUTO and image != default_image),
@@ -494,7 +521,39 @@ def _node_loss(r: _Reader) -> NodeLossSpec:
     return NodeLossSpec(replace_after_seconds=after, dispatcher=dispatcher)
 
 
-def _dispatcher(r: _Reader) -> DispatcherSpec:
+def _snapshots(r: _Reader) -> SnapshotsSpec | None:
+    directory = r.string("directory", None, max_length=MAX_SNAPSHOT_DIR_LENGTH)
+    volume = r.child("volume")
+    claim = volume.string("claimName", pattern=_DNS_SUBDOMAIN) if r.has("volume") else None
+    volume.finish()
+    r.finish()
+    if directory is None:
+        if not r.has("directory"):
+            r.problems.append(f"{r.path}.directory is required: where the snapshots go (gs://bucket/path or /path)")
+        return None
+    if not _SNAPSHOT_DIR.match(directory):
+        r.problems.append(
+            f"{r.path}.directory must be an absolute path or a URL such as gs://bucket/path, got {directory!r}"
+        )
+        return None
+    if r.has("volume") and claim is None and not volume.has("claimName"):
+        r.problems.append(f"{r.path}.volume.claimName is required: the ReadWriteMany claim to mount at the directory")
+    if claim is not None and not directory.startswith("/"):
+        r.problems.append(
+            f"{r.path}.volume is mounted at {r.path}.directory, so the directory must be an absolute path, "
+            f"got {directory!r}: remove the volume to write to a URL, or give a path such as /snapshots"
+        )
+        return None
+    if claim is not None and (directory.rstrip("/") or "/") in ("/", TMP_MOUNT, JOURNAL_MOUNT):
+        r.problems.append(
+            f"{r.path}.directory must not be {directory} when a volume is mounted there: the pods need it "
+            "for themselves. Use another path, such as /snapshots"
+        )
+        return None
+    return SnapshotsSpec(directory=directory, claim_name=claim)
+
+
+def _dispatcher(r: _Reader, snapshots: SnapshotsSpec | None = None) -> DispatcherSpec:
     d = DispatcherSpec()
     port = r.integer("port", d.port, 1, 65535)
     health_port = r.integer("healthPort", d.health_port, 1, 65535)
@@ -513,8 +572,8 @@ def _dispatcher(r: _Reader) -> DispatcherSpec:
     ms["jobGcTimeoutMs"] = r.integer("jobGcTimeoutMs", None, -1, _MAX_MS)  # -1: never collect jobs
     if ms["jobGcTimeoutMs"] == 0:
         r.problems.append("spec.dispatcher.jobGcTimeoutMs must be -1 (keep jobs forever) or at least 1")
-    snapshots = r.integer("workerMaxConcurrentSnapshots", None, 0, 1000)
-    pod = _pod_settings(r, operator_volumes(journal=storage.enabled))
+    concurrent_snapshots = r.integer("workerMaxConcurrentSnapshots", None, 0, 1000)
+    pod = _pod_settings(r, operator_volumes(journal=storage.enabled, snapshots=snapshots))
     r.finish()
     if port == health_port:
         r.problems.append(_same_ports(r, port))
@@ -536,7 +595,7 @@ def _dispatcher(r: _Reader) -> DispatcherSpec:
         job_gc_timeout_ms=ms["jobGcTimeoutMs"],
         client_timeout_ms=ms["clientTimeoutMs"],
         worker_timeout_ms=ms["workerTimeoutMs"],
-        worker_max_concurrent_snapshots=snapshots,
+        worker_max_concurrent_snapshots=concurrent_snapshots,
         pod=pod,
     )
 
@@ -553,7 +612,7 @@ def _storage(r: _Reader) -> StorageSpec:
     return storage
 
 
-def _workers(r: _Reader) -> WorkersSpec:
+def _workers(r: _Reader, snapshots: SnapshotsSpec | None = None) -> WorkersSpec:
     d = WorkersSpec()
     # 0 only for a service scaled to zero (spec.autoscaling.minReplicas 0; parse checks).
     replicas = r.integer("replicas", d.replicas, 0, 1000)
@@ -565,7 +624,7 @@ def _workers(r: _Reader) -> WorkersSpec:
     transfer_port = r.integer("dataTransferPort", None, 1, 65535)
     rescale_policy = r.enum("rescalePolicy", RESCALE_POLICIES, RESCALE_WHEN_IDLE)
     max_wait = r.integer("rescaleMaxWaitSeconds", None, 1, 604_800)
-    pod = _pod_settings(r, operator_volumes(journal=False))
+    pod = _pod_settings(r, operator_volumes(journal=False, snapshots=snapshots))
     r.finish()
     if port == health_port:
         r.problems.append(_same_ports(r, port))

@@ -40,6 +40,12 @@ SIGNAL_READS = Counter(
     "budget), by whether it answered with a signals document.",
     ["answered"],
 )
+SNAPSHOT_READS = Counter(
+    "tfdata_operator_snapshot_reads_total",
+    "GETs of a dispatcher's /v1/snapshots (a change that would take workers away, the disruption budget of a "
+    "service with spec.snapshots), by whether it answered with a snapshots document.",
+    ["answered"],
+)
 CHANGES = Counter(
     "tfdata_operator_changes_total",
     "Changes the operator made to children, by the reason of their Event (Created, Scaled, RollingOut, ...).",

@@ -1,8 +1,9 @@
-"""What the operator reads from the server pods over HTTP: the dispatcher's signals, a server's readiness.
+"""What the operator reads from the server pods over HTTP: the dispatcher's signals and snapshots, a server's readiness.
 
 ``fetch`` reads one ``signals.ServiceSignals`` from a dispatcher pod's ``/v1/signals``: a
 short timeout, a bounded body, and never an exception (a dispatcher that is down, restarting
-or of another version is an ordinary moment, described in words). ``read_readiness`` reads
+or of another version is an ordinary moment, described in words). ``fetch_snapshots`` reads its
+``/v1/snapshots`` (``snapshots.SnapshotsReport``) the same way. ``read_readiness`` reads
 what a server's ``/readyz`` says about itself, for the status's explanation; ``read_server_info``
 what it runs (``/serverinfo``), for ``status.server``.
 """
@@ -12,11 +13,14 @@ from __future__ import annotations
 import http.client
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from typing import TypeVar
 
 from tfdata_operator.controller import metrics
 from tfdata_operator.wire import serverinfo
 from tfdata_operator.wire.serverinfo import ServerInfo
-from tfdata_operator.wire.signals import ServiceSignals, SignalsError
+from tfdata_operator.wire.signals import ServiceSignals
+from tfdata_operator.wire.snapshots import SnapshotsReport
 
 # The dispatcher answers from memory (its poll of the workers runs apart): anything slower is a
 # dispatcher in trouble, and the reconcile thread must not wait on it.
@@ -29,15 +33,44 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 def fetch(url: str, timeout: float = TIMEOUT_SECONDS) -> ServiceSignals | str:
     """The dispatcher's signals, or why they could not be read; counted (``metrics.SIGNAL_READS``)."""
-    fetched = _fetch(url, timeout)
+    fetched = _document(url, timeout, MAX_BYTES, ServiceSignals.from_json)
     metrics.SIGNAL_READS.labels("false" if isinstance(fetched, str) else "true").inc()
     return fetched
 
 
-def _fetch(url: str, timeout: float) -> ServiceSignals | str:
+# The dispatcher reads the snapshots' files (through tf.io.gfile, gs:// included) when its last
+# reading is older than 5 s: slower than its signals, never this slow.
+SNAPSHOTS_TIMEOUT_SECONDS = 5.0
+# One entry is well under 1 KiB plus its path and error text (each bounded by the dispatcher).
+MAX_SNAPSHOTS_BYTES = 4 * 1024 * 1024
+
+
+def fetch_snapshots(url: str, timeout: float = SNAPSHOTS_TIMEOUT_SECONDS) -> SnapshotsReport | str:
+    """The dispatcher's ``/v1/snapshots``, or why it could not be read; counted (``metrics.SNAPSHOT_READS``)."""
+    fetched = _document(url, timeout, MAX_SNAPSHOTS_BYTES, SnapshotsReport.from_json)
+    metrics.SNAPSHOT_READS.labels("false" if isinstance(fetched, str) else "true").inc()
+    return fetched
+
+
+T = TypeVar("T")
+
+
+def _document(url: str, timeout: float, max_bytes: int, parse: Callable[[bytes], T]) -> T | str:
+    """One JSON document parsed (its ``parse`` raises a ValueError saying what is wrong), or why there is none."""
+    body = _get(url, timeout, max_bytes)
+    if isinstance(body, str):
+        return body
+    try:
+        return parse(body)
+    except ValueError as exc:  # SignalsError, SnapshotsError
+        return f"GET {url}: {exc}"
+
+
+def _get(url: str, timeout: float, max_bytes: int) -> bytes | str:
+    """A bounded body, or why there is none."""
     try:
         with _OPENER.open(url, timeout=timeout) as response:
-            body = response.read(MAX_BYTES + 1)
+            body: bytes = response.read(max_bytes + 1)
             # A bounded read returns what came before the connection dropped, without an error:
             # what the Content-Length still promised says so.
             missing = getattr(response, "length", None)
@@ -47,14 +80,11 @@ def _fetch(url: str, timeout: float) -> ServiceSignals | str:
         return f"GET {url} failed: {exc.reason}"
     except (OSError, http.client.HTTPException) as exc:  # timeouts, resets, a garbled answer
         return f"GET {url} failed: {type(exc).__name__}: {exc or 'no detail'}"
-    if len(body) > MAX_BYTES:
-        return f"GET {url} answered more than {MAX_BYTES} bytes: not a signals document"
+    if len(body) > max_bytes:
+        return f"GET {url} answered more than {max_bytes} bytes"
     if missing:
         return f"GET {url} failed: the answer ended {missing} bytes short of its Content-Length"
-    try:
-        return ServiceSignals.from_json(body)
-    except SignalsError as exc:
-        return f"GET {url}: {exc}"
+    return body
 
 
 # A readiness detail is one line; more is not a detail.

@@ -39,9 +39,10 @@ from tfdata_operator.plan import desired as plan
 from tfdata_operator.plan import drain, hold, nodeloss, scaling, status
 from tfdata_operator.plan.diagnose import Finding, claims_to_read, explain, from_readiness, needs_events, unready_server
 from tfdata_operator.render import builders
-from tfdata_operator.wire import serverinfo, signals
+from tfdata_operator.wire import serverinfo, signals, snapshots
 from tfdata_operator.wire.serverinfo import ServerInfo
 from tfdata_operator.wire.signals import ServiceSignals
+from tfdata_operator.wire.snapshots import SnapshotsReport
 
 log = logging.getLogger(__name__)
 Manifest = dict[str, Any]
@@ -83,6 +84,8 @@ class Autoscaling:
 
     windows: signalsource.Windows = field(default_factory=signalsource.Windows)
     fetch: Callable[[str], ServiceSignals | str] = probes.fetch
+    # The dispatcher's /v1/snapshots: read only when a change would take workers away (the hold).
+    fetch_snapshots: Callable[[str], SnapshotsReport | str] = probes.fetch_snapshots
     # What a running but unready server says on its /readyz (for the status's explanation).
     read_readiness: Callable[[str], str | None] = probes.read_readiness
     clock: Callable[[], float] = time.time
@@ -91,6 +94,8 @@ class Autoscaling:
     readiness: cache.Recent[str | None] = field(default_factory=cache.Recent)
     # The last signal read for a static service's disruption budget, with when: by (namespace, name).
     drains: cache.Recent[tuple[float, hold.Signal]] = field(default_factory=cache.Recent)
+    # The last snapshots read for the budget of a service with spec.snapshots, with when: by (namespace, name).
+    drain_snapshots: cache.Recent[tuple[float, hold.Snapshots]] = field(default_factory=cache.Recent)
     # What each ready dispatcher pod runs (its /serverinfo), by pod uid: read once, off the reconcile.
     read_server_info: Callable[[str], ServerInfo | None] = field(default=lambda url: probes.read_server_info(url))
     server_info: cache.Background[ServerInfo] = field(default_factory=cache.Background)
@@ -491,13 +496,16 @@ def _autoscale(run: Run, autoscaling: Autoscaling) -> tuple[spec.ServiceSpec, Ma
     return svc, autoscalestatus.build(old, decision, window, datetime.now(timezone.utc))
 
 
-def _signals_url(svc: spec.ServiceSpec, config: OperatorConfig, children: plan.Children) -> str:
-    """The dispatcher pod's ``/v1/signals``: by the pod's IP where the cache knows it (an operator
-    outside the cluster cannot resolve Service names), else through the dispatcher Service."""
+def _signals_url(
+    svc: spec.ServiceSpec, config: OperatorConfig, children: plan.Children, path: str = signals.SIGNALS_PATH
+) -> str:
+    """The dispatcher pod's ``/v1/signals`` (or another ``path`` on its health port): by the pod's IP
+    where the cache knows it (an operator outside the cluster cannot resolve Service names), else
+    through the dispatcher Service."""
     for pod in children.pods_of(builders.DISPATCHER):
         if (ip := (pod.get("status") or {}).get("podIP")) and not pod["metadata"].get("deletionTimestamp"):
-            return f"http://{ip}:{svc.dispatcher.health_port}{signals.SIGNALS_PATH}"
-    return builders.dispatcher_health_url(svc, config.build, signals.SIGNALS_PATH)
+            return f"http://{ip}:{svc.dispatcher.health_port}{path}"
+    return builders.dispatcher_health_url(svc, config.build, path)
 
 
 def _hold_decision(
@@ -507,53 +515,92 @@ def _hold_decision(
     config: OperatorConfig,
     autoscaling: Autoscaling | None,
 ) -> hold.HoldDecision:
-    """Whether a change that would break readers goes ahead; the signal is read only if that depends on it.
+    """Whether a change that would break readers or take workers away goes ahead. The dispatcher's
+    snapshots are read only if that depends on them, and its signal only if, besides, no snapshot
+    holds the change already.
 
     It is the same ``/v1/signals`` answer the TFData autoscaler reads, through the same ``fetch``.
     """
     live_list = scaling.live_worker_list(builders.read_config(children.dispatcher))
     pending = hold.pending_change(svc, children.dispatcher, children.workers, live_list)
     running = hold.dispatcher_running(children.pods_of(builders.DISPATCHER))
+    saves: hold.Snapshots | None = None
+    if hold.needs_snapshots(svc, pending, running):
+        if autoscaling is None:
+            saves = hold.Unknown("this operator has no way to read them")
+        else:
+            answer = autoscaling.fetch_snapshots(_signals_url(svc, config, children, snapshots.SNAPSHOTS_PATH))
+            saves = hold.Unknown(answer) if isinstance(answer, str) else answer
     signal: hold.Signal | None = None
-    if hold.needs_signal(svc, pending, running):
+    if hold.needs_signal(svc, pending, running) and hold.writing(svc, saves) is None:
         if autoscaling is None:
             signal = hold.Unknown("this operator has no way to read it")
         else:
             fetched = autoscaling.fetch(_signals_url(svc, config, children))
             signal = hold.Unknown(fetched) if isinstance(fetched, str) else fetched
     since = coretypes.parse_time(((body.get("status") or {}).get("held") or {}).get("since"))
-    return hold.decide(svc, pending, running, signal, since, datetime.now(timezone.utc))
+    return hold.decide(svc, pending, running, signal, since, datetime.now(timezone.utc), saves)
 
 
 def _drain_decision(run: Run) -> drain.DrainDecision:
     """The workers' disruption budget (``plan.drain``). The signal is read only when the budget depends
     on it (a static WhenIdle service whose dispatcher and workers run), and at most once per
-    ``drain.valid_for`` of the last reading: the reconcile comes back when that reading expires
-    (every reconcile asks for that same moment, so the queue runs one)."""
+    ``drain.valid_for`` of the last reading; the snapshots likewise (a service with spec.snapshots),
+    at most once per ``drain.RECHECK_SECONDS``."""
     svc, children, readers = run.svc, run.children, run.autoscaling
     running = hold.dispatcher_running(children.pods_of(builders.DISPATCHER))
     workers = len(children.pods_of(builders.WORKER))
     since = coretypes.parse_time(((run.body.get("status") or {}).get("drains") or {}).get("since"))
     now = datetime.now(timezone.utc)
+    unread = hold.Unknown("this operator has no way to read it")
     signal: hold.Signal | None = None
     if drain.needs_signal(svc, running, workers):
-        if readers is None:
-            signal = hold.Unknown("this operator has no way to read it")
-        else:
-            url, clock = _signals_url(svc, run.config, children), readers.clock()
-
-            def read() -> tuple[float, hold.Signal]:
-                fetched = readers.fetch(url)
-                return clock, hold.Unknown(fetched) if isinstance(fetched, str) else fetched
-
-            read_at, signal = readers.drains.get(
-                (svc.namespace, svc.name), read, clock, lambda kept: drain.valid_for(kept[1])
+        signal = (
+            unread
+            if readers is None
+            else _kept_read(run, readers.drains, readers.fetch, signals.SIGNALS_PATH, drain.valid_for)
+        )
+    saves: hold.Snapshots | None = None
+    if drain.needs_snapshots(svc, running, workers):
+        saves = (
+            unread
+            if readers is None
+            else _kept_read(
+                run,
+                readers.drain_snapshots,
+                readers.fetch_snapshots,
+                snapshots.SNAPSHOTS_PATH,
+                drain.snapshots_valid_for,
             )
-            expires = max(0.5, read_at + drain.valid_for(signal) - clock)
-            run.outcome.requeue_after = _sooner(run.outcome.requeue_after, expires)
-    decision = drain.decide(svc, running, workers, signal, since, now)
+        )
+    decision = drain.decide(svc, running, workers, signal, since, now, saves)
     run.outcome.requeue_after = _sooner(run.outcome.requeue_after, decision.requeue_after)
     return decision
+
+
+R = TypeVar("R")
+
+
+def _kept_read(
+    run: Run,
+    kept: cache.Recent[tuple[float, R | hold.Unknown]],
+    fetch: Callable[[str], R | str],
+    path: str,
+    valid_for: Callable[[R | hold.Unknown], float],
+) -> R | hold.Unknown:
+    """The dispatcher's answer at ``path`` (its signals or its snapshots) for the budget, read at most
+    once per ``valid_for`` of the last answer (kept in ``kept``); the reconcile comes back when it
+    expires (every reconcile asks for that same moment, so the queue runs one)."""
+    assert run.autoscaling is not None
+    url, clock = _signals_url(run.svc, run.config, run.children, path), run.autoscaling.clock()
+
+    def read() -> tuple[float, R | hold.Unknown]:
+        answer = fetch(url)
+        return clock, hold.Unknown(answer) if isinstance(answer, str) else answer
+
+    read_at, answer = kept.get((run.svc.namespace, run.svc.name), read, clock, lambda k: valid_for(k[1]))
+    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, max(0.5, read_at + valid_for(answer) - clock))
+    return answer
 
 
 # A dispatcher's /serverinfo is read again after this long when it did not answer.

@@ -10,6 +10,15 @@ and ``1`` again after ``rescaleMaxWaitSeconds`` of waiting, on the same clock as
 (``hold.bound``). ``Immediate`` and DYNAMIC (a drain loses at most a worker's in-flight splits)
 always allow one worker at a time; "OFF" has no budget (a replaced worker just starts over).
 
+A snapshot being written holds drains too, where ``spec.snapshots`` is set: a drained worker comes
+back at the same address and picks its stream up from its last checkpoint, but its committed
+work since then is written again, and a worker that does not come back (its new pod cannot be
+scheduled) stalls the snapshot for good. So the budget is ``0`` while the dispatcher's
+``/v1/snapshots`` says one is ``IN_PROGRESS`` (or cannot be read), on the same clock, for any
+sharding policy that has a budget. That costs one more GET per ``RECHECK_SECONDS`` for a service
+with ``spec.snapshots`` whose workers run, even a settled one: a budget must be right before a
+drain asks, not when it does.
+
 Every budget lets an unready worker go (``unhealthyPodEvictionPolicy: AlwaysAllow``, in the
 builder): it serves nobody, so it never blocks a drain.
 
@@ -58,14 +67,37 @@ def needs_signal(svc: ServiceSpec, running: bool, workers: int) -> bool:
     return svc.is_static and svc.workers.rescale_policy != RESCALE_IMMEDIATE and running and workers > 0
 
 
+def needs_snapshots(svc: ServiceSpec, running: bool, workers: int) -> bool:
+    """Whether the budget depends on the dispatcher's snapshots: a service with ``spec.snapshots`` and a
+    budget, under WhenIdle, whose dispatcher and workers run."""
+    return (
+        svc.snapshots is not None
+        and svc.sharding_policy != "OFF"
+        and svc.workers.rescale_policy != RESCALE_IMMEDIATE
+        and running
+        and workers > 0
+    )
+
+
 def decide(
-    svc: ServiceSpec, running: bool, workers: int, signal: hold.Signal | None, since: datetime | None, now: datetime
+    svc: ServiceSpec,
+    running: bool,
+    workers: int,
+    signal: hold.Signal | None,
+    since: datetime | None,
+    now: datetime,
+    snapshots: hold.Snapshots | None = None,
 ) -> DrainDecision:
     """The budget. ``running``: a dispatcher pod runs; ``workers``: how many worker pods exist;
     ``signal``: what the dispatcher answered (read only when ``needs_signal``); ``since``: when
-    readers started holding drains (status.drains), None if they do not."""
+    readers or a snapshot started holding drains (status.drains), None if they do not;
+    ``snapshots``: the dispatcher's ``/v1/snapshots`` (read only when ``needs_snapshots``)."""
     if svc.sharding_policy == "OFF":
         return DrainDecision(None)
+    if needs_snapshots(svc, running, workers):
+        saving = hold.writing(svc, snapshots or hold.Unknown("the snapshots were not read"))
+        if saving is not None:
+            return _held_by_snapshot(svc, saving, since, now)
     if not needs_signal(svc, running, workers):
         return DrainDecision(1, detail=_why_free(svc, running))
     if signal is None:
@@ -80,21 +112,49 @@ def decide(
         )
     else:
         who = "a client reads this static service"
-    detail = hold.readers_why(signal)
+    why = (
+        "a worker moved to another node would read its shard again from the start (the job would get those "
+        "elements twice)"
+    )
+    forced = (
+        "A worker a drain moves to another node reads its shard again from the start: the reading job gets "
+        "those elements twice."
+    )
+    until = "within a minute after the last reader stops"
+    return _held(svc, since, now, who, hold.readers_why(signal), why, forced, until)
+
+
+def _held_by_snapshot(svc: ServiceSpec, saving: str, since: datetime | None, now: datetime) -> DrainDecision:
+    why = (
+        "a drained worker writes its stream again from its last checkpoint (one that does not come back stalls "
+        "the snapshot for good)"
+    )
+    forced = (
+        "A drained worker writes its stream again from its last checkpoint, and one that does not come back "
+        "stalls the snapshot for good."
+    )
+    return _held(svc, since, now, saving, saving, why, forced, "once no snapshot is being written")
+
+
+def _held(
+    svc: ServiceSpec, since: datetime | None, now: datetime, who: str, detail: str, why: str, forced: str, until: str
+) -> DrainDecision:
+    """Drains held because ``who`` (readers, or a snapshot being written) and ``why`` a drain would harm
+    them; they go ahead ``until``, or after ``rescaleMaxWaitSeconds`` (``hold.bound``), then ``forced``."""
     wait = hold.bound(svc, since, now)
     if wait.over:
-        message = (
-            f"Drains go ahead although {who}: they waited rescaleMaxWaitSeconds ({wait.max_wait} s). A worker a "
-            "drain moves to another node reads its shard again from the start: the reading job gets those "
-            "elements twice."
-        )
+        message = f"Drains go ahead although {who}: they waited rescaleMaxWaitSeconds ({wait.max_wait} s). {forced}"
         return DrainDecision(1, message, detail, waiting=True, forced=True)
     message = (
-        f"Drains wait: {who}, and a worker moved to another node would read its shard again from the start "
-        f"(the job would get those elements twice). They go ahead within a minute after the last reader stops"
-        f"{wait.deadline}; set spec.workers.rescalePolicy: Immediate to let them go now."
+        f"Drains wait: {who}, and {why}. They go ahead {until}{wait.deadline}; set spec.workers.rescalePolicy: "
+        "Immediate to let them go now."
     )
     return DrainDecision(0, message, detail, waiting=True, requeue_after=wait.requeue(RECHECK_SECONDS))
+
+
+def snapshots_valid_for(_: hold.Snapshots) -> float:
+    """How long a reading of the snapshots decides the budget."""
+    return RECHECK_SECONDS
 
 
 def valid_for(signal: hold.Signal) -> float:

@@ -29,6 +29,7 @@ from tfdata_operator.api.spec import (
     CPU_METRIC,
     JOURNAL_MOUNT,
     JOURNAL_VOLUME,
+    SNAPSHOTS_VOLUME,
     TFDATA_METRIC,
     TMP_MOUNT,
     TMP_VOLUME,
@@ -37,7 +38,7 @@ from tfdata_operator.api.spec import (
     default_requests,
     parse_quantity,
 )
-from tfdata_operator.wire import discovery, serverconfig, serverinfo, signals
+from tfdata_operator.wire import discovery, serverconfig, serverinfo, signals, snapshots
 
 DEFAULT_WORK_DIR = f"{JOURNAL_MOUNT}/journal"
 DEFAULT_INJECTOR_IMAGE = f"tfdata-operator:{__version__}"
@@ -622,6 +623,11 @@ def _pod_template(
         "terminationGracePeriodSeconds": 30,
         "volumes": [{"name": TMP_VOLUME, "emptyDir": {}}, *_as_stored(pod.volumes)],
     }
+    if svc.snapshots is not None and svc.snapshots.claim_name is not None:
+        # Every server writes (workers: the chunks) or reads (the dispatcher: the progress) the snapshots.
+        container["volumeMounts"].append({"name": SNAPSHOTS_VOLUME, "mountPath": svc.snapshots.directory.rstrip("/")})
+        claim = {"claimName": svc.snapshots.claim_name}
+        pod_spec["volumes"].append({"name": SNAPSHOTS_VOLUME, "persistentVolumeClaim": claim})
     if svc.inject_server:
         container["volumeMounts"].append(_program_mount(read_only=True))
         pod_spec["initContainers"] = [_injector(settings)]
@@ -725,6 +731,8 @@ def client_settings(
         server_tensorflow=server.get("tensorflowVersion") or None,
         server_graph_def_version=str(graph_def) if graph_def is not None else None,
         server_preloaded_ops=",".join(server.get("preloadedOps") or ()) or None,
+        snapshot_dir=svc.snapshots.directory if svc.snapshots else None,
+        snapshots_url=dispatcher_health_url(svc, settings, snapshots.SNAPSHOTS_PATH) if svc.snapshots else None,
     )
 
 

@@ -59,10 +59,10 @@ class ClientSettings:
     server_preloaded_ops: str | None = None
     # Where ``client.snapshots`` keeps tf.data distributed snapshots: ``<snapshot_dir>/<name>``, a
     # directory every worker and trainer reaches by the same path, on a file system with atomic
-    # rename (gs://, a ReadWriteMany volume). Not published yet: trainers set the variable.
+    # rename (gs://, a ReadWriteMany volume). Published with spec.snapshots.directory.
     snapshot_dir: str | None = None
     # Where a trainer reads snapshot progress (snapshots.SNAPSHOTS_PATH on the dispatcher pod's health
-    # port). Not published yet: the client derives it from report_url, the same port.
+    # port). Published with spec.snapshots; without it the client derives it from report_url, the same port.
     snapshots_url: str | None = None
 
     @property
