@@ -276,6 +276,36 @@ def test_a_dispatcher_on_a_local_path_volume_loses_its_claim_first_and_with_wait
     assert [c for c in api.take_calls() if c[0] != "status"] == [("get", "Node/node-a")]
 
 
+def test_the_workers_of_a_replaced_dispatcher_restart_to_reach_the_new_one() -> None:
+    """Their heartbeats went to the lost dispatcher's silent address; a worker on the lost node is
+    force-deleted as lost, the others are restarted (and nothing happens to them while it waits)."""
+    api, body = FakeApi(), service()
+    started(api, body)
+    with_node(api, 120)
+    api.objects[("Node", "node-b")] = node("node-b", ready="True", taint=None)
+    lost_dispatcher, lost_worker = pod("demo-dispatcher-0"), pod("demo-worker-0")
+    healthy = pod("demo-worker-1", on="node-b", ready=True)
+    for one in (lost_dispatcher, lost_worker, healthy):
+        api.objects[("Pod", one["metadata"]["name"])] = one
+    reconcile_with(api, body, [lost_dispatcher, lost_worker, healthy])
+    calls = [c for c in api.take_calls() if c[0] in ("delete", "force-delete", "event")]
+    assert calls == [
+        ("force-delete", "Pod/demo-dispatcher-0"),
+        ("event", "ReplacedLostPod"),
+        ("force-delete", "Pod/demo-worker-0"),
+        ("event", "ReplacedLostPod"),
+        ("delete", "Pod/demo-worker-1"),
+        ("event", "RestartedStaleWorker"),
+    ], calls
+    assert "would not reach the new one" in api.events[-1][2]
+
+    decision = nodeloss.NodeLoss(replace=[nodeloss.Replacement(lost_worker, "ReplacedLostPod", "m")])
+    assert nodeloss.stranded_workers(decision, "demo-dispatcher-0", [lost_worker, healthy]) == []
+    going = {**healthy, "metadata": {**healthy["metadata"], "deletionTimestamp": stamp(1)}}
+    with_dispatcher = nodeloss.NodeLoss(replace=[nodeloss.Replacement(lost_dispatcher, "ReplacedLostPod", "m")])
+    assert nodeloss.stranded_workers(with_dispatcher, "demo-dispatcher-0", [going]) == []
+
+
 def test_the_pods_of_one_lost_node_cost_one_read_of_it_per_five_seconds() -> None:
     """Every event of a lost node's pods queues a reconcile: the Node is read once for all of them,
     and again only after NODE_READ_SECONDS (the pods' own watch brings the next change)."""

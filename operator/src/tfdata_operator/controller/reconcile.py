@@ -363,6 +363,10 @@ def replace_lost_pods(run: Run) -> bool:
         if run.api.delete("v1", "Pod", namespace, meta["name"], uid=meta.get("uid"), grace_period_seconds=0):
             run.record(replacement.reason, replacement.message, replacement.event_type)
             run.outcome.result = "changed"
+    dispatcher_pod = f"{builders.dispatcher_name(svc)}-0"
+    for worker in nodeloss.stranded_workers(run.node_loss, dispatcher_pod, run.children.pods_of(builders.WORKER)):
+        why = "it was registered with the dispatcher pod lost with its node, and would not reach the new one"
+        _replace_pod(run, worker, reasons.RESTARTED_STALE_WORKER, why)
     dispatcher = run.node_loss.dispatcher
     if dispatcher is not None and dispatcher.reason == reasons.DISPATCHER_NODE_LOST:
         old = (run.body.get("status") or {}).get("conditions") or []

@@ -186,6 +186,19 @@ def decide(svc: ServiceSpec, lost: Sequence[Lost], journal_local: bool, now: dat
     )
 
 
+def stranded_workers(decision: NodeLoss, dispatcher_pod: str, workers: Sequence[Manifest]) -> list[Manifest]:
+    """The workers to restart when the dispatcher pod ``dispatcher_pod`` is replaced now: every worker
+    not itself being replaced nor already going. A worker's heartbeat to the lost dispatcher was sent
+    to an address that no longer answers, and a silent peer never closes the connection (TensorFlow
+    sets no keepalive on it), so the worker would not reach the new dispatcher for as long as its
+    ``dispatcher_timeout_ms``; and after a fresh journal the new dispatcher hands out task ids the
+    workers still hold. A restarted worker registers with the new dispatcher at once."""
+    if not any(r.pod["metadata"].get("name") == dispatcher_pod for r in decision.replace):
+        return []
+    going = {r.pod["metadata"].get("name") for r in decision.replace}
+    return [w for w in workers if w["metadata"].get("name") not in going and not w["metadata"].get("deletionTimestamp")]
+
+
 def _wait_message(one: Lost, where: str) -> str:
     return (
         f"pod {one.name}: {where}, and spec.nodeLoss.dispatcher is Wait, so it is not replaced. "
