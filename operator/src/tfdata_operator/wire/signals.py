@@ -30,6 +30,17 @@ SIGNALS_PATH = "/v1/signals"
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
+def json_object(text: str | bytes, what: str, error: type[Exception]) -> dict[str, Any]:
+    """``text`` parsed as a JSON object; otherwise ``error`` saying that ``what`` must be one."""
+    try:
+        data: Any = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise error(f"{what} must be a JSON object: {exc}") from exc
+    if not isinstance(data, dict):
+        raise error(f"{what} must be a JSON object")
+    return data
+
+
 class ReportError(ValueError):
     """A report that cannot be used; the message says what is wrong."""
 
@@ -70,12 +81,7 @@ class ClientReport:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ClientReport:
-        try:
-            data: Any = json.loads(text)
-        except (TypeError, ValueError) as exc:
-            raise ReportError(f"a client report must be a JSON object: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ReportError("a client report must be a JSON object")
+        data = json_object(text, "a client report", ReportError)
         known = set(cls.__dataclass_fields__)
         if unknown := sorted(set(data) - known):
             raise ReportError(f"unknown fields in a client report: {', '.join(unknown)}")

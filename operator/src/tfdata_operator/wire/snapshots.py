@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from tfdata_operator.wire.signals import json_object
+
 # GET, optionally ?path=P&path=Q: one SnapshotsReport as JSON.
 SNAPSHOTS_PATH = "/v1/snapshots"
 PATH_PARAMETER = "path"
@@ -126,12 +128,7 @@ class SnapshotsReport:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> SnapshotsReport:
-        try:
-            data: Any = json.loads(text)
-        except (TypeError, ValueError) as exc:
-            raise SnapshotsError(f"a snapshots report must be a JSON object: {exc}") from exc
-        if not isinstance(data, dict):
-            raise SnapshotsError("a snapshots report must be a JSON object")
+        data = json_object(text, "a snapshots report", SnapshotsError)
         items, journal = data.get("snapshots"), data.get("journal")
         if not isinstance(items, list):
             raise SnapshotsError(f"snapshots must be a list, got {items!r}")
