@@ -24,11 +24,15 @@ from fixtures.cluster import create_namespace
 
 HERE = Path(__file__).resolve().parent
 LAST = HERE / "test_pods_stayed_healthy.py"
+# Freezes nodes: after every other kind test (it thaws them, but a frozen node's pods restart).
+NODE_LOSS = HERE / "test_node_loss.py"
 POD_HEALTH = pytest.StashKey[PodHealth]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Moves the pod health check right after the tier's last other test."""
+    """Moves the node-loss tests after the tier's other tests, and the pod health check right after
+    them."""
+    items[:] = [item for item in items if item.path != NODE_LOSS] + [item for item in items if item.path == NODE_LOSS]
     last = [item for item in items if item.path == LAST]
     rest = [item for item in items if item.path != LAST]
     kind = [n for n, item in enumerate(rest) if item.path.parent == HERE]

@@ -157,6 +157,17 @@ def schedulable_nodes(kubectl: Kubectl) -> list[str]:
     return sorted(names)
 
 
+def wait_schedulable(kubectl: Kubectl, count: int, timeout: float = 180) -> list[str]:
+    """Waits until ``count`` nodes take pods (a thawed node is Ready a few seconds before the node
+    lifecycle controller lifts its taints) and returns them."""
+    return wait_for(
+        lambda: names if len(names := schedulable_nodes(kubectl)) >= count else None, timeout,
+        f"{count} schedulable nodes (kind/cluster.sh up with KIND_NODES={count})", interval=2,
+        show=lambda: kubectl.run("get", "nodes", "-o", "custom-columns=NAME:.metadata.name,TAINTS:.spec.taints",
+                                 check=False).stdout,
+    )  # fmt: skip
+
+
 def elements(log: str) -> list[int]:
     """What a reader script printed: one ``element N`` line per element."""
     return [int(line.split()[1]) for line in log.splitlines() if line.startswith("element ")]

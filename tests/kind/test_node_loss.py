@@ -31,11 +31,11 @@ from kindpods import (
     listing,
     logs,
     pod_nodes,
-    schedulable_nodes,
     start_reader,
     tfdata_service,
     wait_finished,
     wait_ready,
+    wait_schedulable,
     whole_off,
 )
 from support import Kubectl, wait_for
@@ -49,7 +49,7 @@ POOL = "tfdata.dev/test-node-loss"  # the label of the two nodes the frozen pods
 @pytest.fixture(scope="module")
 def lab(kubectl: Kubectl) -> Iterator[tuple[str, list[str]]]:
     """The control plane and the two worker nodes, labelled POOL (the label is removed afterwards)."""
-    names = schedulable_nodes(kubectl)
+    names = wait_schedulable(kubectl, 3)
     plane = [n for n in names if n.endswith("-control-plane")]
     pool = [n for n in names if not n.endswith("-control-plane")]
     if len(plane) != 1 or len(pool) < 2:
@@ -95,6 +95,8 @@ def thaw(kubectl: Kubectl) -> Iterator[list[str]]:
         node_action(kubectl, "thaw", node)
     for node in frozen:
         kubectl.run("wait", "--for=condition=Ready", f"node/{node}", "--timeout=180s", check=False, timeout=200)
+    if frozen:
+        wait_schedulable(kubectl, 3)
 
 
 def service(
@@ -163,6 +165,7 @@ def test_a_lost_worker_node_is_replaced_without_a_human(
     thaw.remove(node)
     thawed = time.monotonic()
     kubectl.run("wait", "--for=condition=Ready", f"node/{node}", "--timeout=180s", timeout=200)
+    wait_schedulable(kubectl, 3)
     phase, log = wait_finished(kubectl, ns, "reader", 300)
     reader_done = time.monotonic() - thawed
     got = elements(log)
@@ -222,4 +225,5 @@ def test_a_lost_dispatcher_node_comes_back_on_a_fresh_journal(
     node_action(kubectl, "thaw", node)
     thaw.remove(node)
     kubectl.run("wait", "--for=condition=Ready", f"node/{node}", "--timeout=180s", timeout=200)
+    wait_schedulable(kubectl, 3)
     wait_ready(kubectl, ns, name)

@@ -18,12 +18,12 @@ from kindpods import (
     elements,
     listing,
     pod_nodes,
-    schedulable_nodes,
     start_pod,
     start_reader,
     tfdata_service,
     wait_finished,
     wait_ready,
+    wait_schedulable,
     whole_off,
 )
 from support import Kubectl, wait_for
@@ -34,12 +34,7 @@ STATIC = "spreadstatic"
 
 @pytest.fixture(scope="module")
 def nodes(kubectl: Kubectl) -> list[str]:
-    names = schedulable_nodes(kubectl)
-    if len(names) < 3:
-        pytest.fail(
-            f"these tests need 3 schedulable nodes (kind/cluster.sh up with KIND_NODES=3); the cluster has {names}"
-        )
-    return names
+    return wait_schedulable(kubectl, 3)
 
 
 @pytest.fixture(scope="module")
