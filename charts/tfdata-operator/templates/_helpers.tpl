@@ -84,6 +84,15 @@ operator/src/tfdata_operator/children.py says it does. */}}
 - apiGroups: ["tfdata.dev"]
   resources: ["tfdataservices/scale"]
   verbs: ["patch"]
+# TFDataSnapshots are watched, their status written (state, progress), and their finalizer
+# added and removed with a patch (deletionPolicy Delete: the data is deleted before the object
+# goes). Without: `kubectl get tfdatasnapshots` shows no state, and a deletion deletes no data.
+- apiGroups: ["tfdata.dev"]
+  resources: ["tfdatasnapshots"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: ["tfdata.dev"]
+  resources: ["tfdatasnapshots/status"]
+  verbs: ["patch"]
 # Children carry ownerReferences with blockOwnerDeletion: true. Where the
 # OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift, hardened
 # clusters), that needs update on the owner's finalizers: without it every child is

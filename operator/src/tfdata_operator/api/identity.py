@@ -22,3 +22,9 @@ MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGER}"
 CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"
 # Pods with this label, valued with the TFDataService's name, may connect to its servers.
 CLIENT_LABEL = f"{API_GROUP}/client"
+
+# The TFDataSnapshot resource: one tf.data distributed snapshot that a service's workers write.
+SNAPSHOT_KIND = "TFDataSnapshot"
+SNAPSHOT_PLURAL = "tfdatasnapshots"
+# On a TFDataSnapshot with deletionPolicy Delete: its files are deleted before the object goes.
+SNAPSHOT_FINALIZER = f"{API_GROUP}/snapshot-data"

@@ -22,8 +22,8 @@ from typing import Any
 
 import kopf
 
-from tfdata_operator.api.identity import API_GROUP, INSTANCE_LABEL, MANAGED_SELECTOR, PLURAL, VERSION
-from tfdata_operator.controller import cache, election, metrics, reconcile
+from tfdata_operator.api.identity import API_GROUP, INSTANCE_LABEL, MANAGED_SELECTOR, PLURAL, SNAPSHOT_PLURAL, VERSION
+from tfdata_operator.controller import cache, election, metrics, reconcile, snapshots
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.kube import Kube, load_client_config
 from tfdata_operator.controller.state import OperatorState
@@ -53,6 +53,8 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **indi
         asyncio.create_task(queue.drain(lambda key: _reconcile(memo, key))) for _ in range(config.concurrent_reconciles)
     ]
     memo.tasks.append(asyncio.create_task(_resync_forever(memo)))
+    memo.snapshot_queue = WorkQueue()
+    memo.tasks.append(asyncio.create_task(memo.snapshot_queue.drain(lambda key: _reconcile_snapshot(memo, key))))
     if config.election is None:
         memo.kube = Kube(api)
         _start_leading(memo)
@@ -71,6 +73,8 @@ def _start_leading(memo: OperatorState) -> None:
     metrics.LEADER.set(1)
     for key in list(memo.indices[SERVICES_INDEX]):
         memo.queue.add(key)
+    for key in list(memo.snapshot_bodies):
+        memo.snapshot_queue.add(key)
 
 
 def _trigger(memo: OperatorState, key: cache.InstanceKey) -> None:
@@ -100,6 +104,21 @@ async def index_service(body: kopf.Body, namespace: str | None, name: str, **_: 
 async def service_event(namespace: str | None, name: str, memo: OperatorState, **_: Any) -> None:
     memo.indexed.set()  # kopf runs event handlers only once every index is filled
     _trigger(memo, (namespace or "", name))
+
+
+@kopf.on.event(API_GROUP, VERSION, SNAPSHOT_PLURAL)
+async def snapshot_event(
+    event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, memo: OperatorState, **_: Any
+) -> None:
+    """TFDataSnapshots are few and small: each one's last body is kept whole, outside kopf's indexes
+    (an index of a kind whose CRD is not installed would hold up every reconcile)."""
+    key = (namespace or "", name)
+    if event.get("type") == "DELETED":
+        memo.snapshot_bodies.pop(key, None)
+        return
+    memo.snapshot_bodies[key] = {**body, "apiVersion": f"{API_GROUP}/{VERSION}", "kind": "TFDataSnapshot"}
+    if memo.leading.is_set():
+        memo.snapshot_queue.add(key)
 
 
 def _watch(kind: children.Kind) -> None:
@@ -186,6 +205,36 @@ async def _reconcile(memo: OperatorState, key: Any) -> bool:
     if outcome.requeue_after is not None:
         memo.queue.add_after(key, outcome.requeue_after)
     metrics.RECONCILES.labels(*key, outcome.result).inc()
+    return True
+
+
+async def _reconcile_snapshot(memo: OperatorState, key: Any) -> bool:
+    await memo.indexed.wait()
+    body = memo.snapshot_bodies.get(key)
+    if body is None:
+        return True
+    namespace = key[0]
+    service_name = str((body.get("spec") or {}).get("service", ""))
+    service_body, observed = snapshot(memo, (namespace, service_name))
+    service = snapshots.Service(service_body)
+    if service_body is not None:
+        service = snapshots.Service(service_body, reconcile.observe_children(service_body, observed))
+    try:
+        loop = asyncio.get_running_loop()
+        outcome = await loop.run_in_executor(
+            memo.pool, snapshots.reconcile_snapshot, memo.kube, memo.config, body, service, memo.snapshot_readers
+        )
+    except Exception as exc:  # retried with backoff
+        log.error("Reconcile of TFDataSnapshot %s/%s failed, will retry: %s: %s", *key, type(exc).__name__, exc)
+        log.debug("Reconcile of TFDataSnapshot %s/%s failed", *key, exc_info=True)
+        return False
+    # A write's answer is the object as it is now: the next reconcile starts from it, not from a
+    # body the watch has not replaced yet (a stale resourceVersion would fail the finalizer's patch).
+    for written in outcome.written:
+        if key in memo.snapshot_bodies and written.get("metadata", {}).get("name") == key[1]:
+            memo.snapshot_bodies[key] = {**memo.snapshot_bodies[key], **written}
+    if outcome.requeue_after is not None:
+        memo.snapshot_queue.add_after(key, outcome.requeue_after)
     return True
 
 

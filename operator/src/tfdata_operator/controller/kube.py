@@ -157,6 +157,16 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
+    def patch(self, api_version: str, kind: str, namespace: str, name: str, patch: Manifest) -> Manifest:
+        """A JSON merge patch of the object itself (a TFDataSnapshot's finalizers, with its
+        resourceVersion: refused with 409 if the object changed since it was read)."""
+        return self.call(
+            "PATCH",
+            path(api_version, kind, namespace, name),
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
+
     def scale(self, namespace: str, name: str, replicas: int) -> Manifest:
         """Sets a TFDataService's worker count through its scale subresource (what `kubectl scale` does)."""
         return self.call(

@@ -124,3 +124,27 @@ def read_server_info(url: str, timeout: float = TIMEOUT_SECONDS) -> ServerInfo |
         return serverinfo.from_json(body)
     except serverinfo.ServerInfoError:
         return None
+
+
+# A deletion lists what it removed: one line per stream and chunk at most.
+MAX_DELETION_BYTES = 4 * 1024 * 1024
+# Deleting a snapshot's chunks from object storage can take a while.
+DELETION_TIMEOUT_SECONDS = 120.0
+
+
+def delete_snapshot(url: str, timeout: float = DELETION_TIMEOUT_SECONDS) -> str | None:
+    """``DELETE`` of one snapshot's data on the dispatcher (``url`` names the path): None once it is
+    deleted, else why not (a refusal's own words: a snapshot being written is refused)."""
+    request = urllib.request.Request(url, method="DELETE")
+    try:
+        with _OPENER.open(request, timeout=timeout) as response:
+            response.read(MAX_DELETION_BYTES)
+    except urllib.error.HTTPError as exc:
+        said = exc.read(MAX_READINESS_BYTES).decode("utf-8", "replace").strip()
+        exc.close()
+        return f"DELETE {url} answered {exc.code} {exc.reason}" + (f": {said}" if said else "")
+    except urllib.error.URLError as exc:
+        return f"DELETE {url} failed: {exc.reason}"
+    except (OSError, http.client.HTTPException) as exc:
+        return f"DELETE {url} failed: {type(exc).__name__}: {exc or 'no detail'}"
+    return None

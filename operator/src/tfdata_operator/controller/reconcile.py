@@ -206,11 +206,16 @@ def observe(
     api: Api, config: OperatorConfig, body: Manifest, observed: Observed, autoscaling: Autoscaling | None
 ) -> Run:
     """The service's own children, as the watches' cache has them: no request."""
+    children = observe_children(body, observed)
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Run(api, config, body, observed, autoscaling, children, now, live=dict(children.objects))
+
+
+def observe_children(body: Manifest, observed: Observed) -> plan.Children:
+    """The objects of ``observed`` that this service owns (by uid: not a namesake's), and its pods."""
     uid = body["metadata"]["uid"]
     owned = {k: v for k, v in observed.objects.items() if plan.owned_by(v, uid)}
-    children = plan.Children(name=body["metadata"]["name"], objects=owned, pods=observed.pods)
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Run(api, config, body, observed, autoscaling, children, now, live=dict(owned))
+    return plan.Children(name=body["metadata"]["name"], objects=owned, pods=observed.pods)
 
 
 def validate(run: Run) -> bool:
@@ -482,7 +487,7 @@ def _autoscale(run: Run, autoscaling: Autoscaling) -> tuple[spec.ServiceSpec, Ma
         return svc, old
     if window.history == autoscaler.History() and not window.samples:
         window.history = autoscalestatus.history_from_status(old)  # a restarted operator
-    fetched = autoscaling.fetch(_dispatcher_url(svc, run.config, run.children))
+    fetched = autoscaling.fetch(dispatcher_url(svc, run.config, run.children))
     decision = autoscaling.windows.decide(
         key, autoscaler.Policy.of(svc.autoscaling), svc.workers.replicas, fetched, now
     )
@@ -500,7 +505,7 @@ def _autoscale(run: Run, autoscaling: Autoscaling) -> tuple[spec.ServiceSpec, Ma
     return svc, autoscalestatus.build(old, decision, window, datetime.now(timezone.utc))
 
 
-def _dispatcher_url(
+def dispatcher_url(
     svc: spec.ServiceSpec, config: OperatorConfig, children: plan.Children, path: str = signals.SIGNALS_PATH
 ) -> str:
     """The dispatcher pod's ``/v1/signals`` (or another ``path`` on its health port): by the pod's IP
@@ -533,14 +538,14 @@ def _hold_decision(
         if autoscaling is None:
             saves = hold.Unknown("this operator has no way to read them")
         else:
-            answer = autoscaling.fetch_snapshots(_dispatcher_url(svc, config, children, snapshots.SNAPSHOTS_PATH))
+            answer = autoscaling.fetch_snapshots(dispatcher_url(svc, config, children, snapshots.SNAPSHOTS_PATH))
             saves = hold.Unknown(answer) if isinstance(answer, str) else answer
     signal: hold.Signal | None = None
     if hold.needs_signal(svc, pending, running) and hold.writing(svc, saves) is None:
         if autoscaling is None:
             signal = hold.Unknown("this operator has no way to read it")
         else:
-            fetched = autoscaling.fetch(_dispatcher_url(svc, config, children))
+            fetched = autoscaling.fetch(dispatcher_url(svc, config, children))
             signal = hold.Unknown(fetched) if isinstance(fetched, str) else fetched
     since = coretypes.parse_time(((body.get("status") or {}).get("held") or {}).get("since"))
     return hold.decide(svc, pending, running, signal, since, datetime.now(timezone.utc), saves)
@@ -596,7 +601,7 @@ def _kept_read(
     once per ``valid_for`` of the last answer (kept in ``kept``); the reconcile comes back when it
     expires (every reconcile asks for that same moment, so the queue runs one)."""
     assert run.autoscaling is not None
-    url, clock = _dispatcher_url(run.svc, run.config, run.children, path), run.autoscaling.clock()
+    url, clock = dispatcher_url(run.svc, run.config, run.children, path), run.autoscaling.clock()
 
     def read() -> tuple[float, R | hold.Unknown]:
         answer = fetch(url)

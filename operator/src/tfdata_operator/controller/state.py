@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdata_operator.controller import cache, election, reconcile
+from tfdata_operator.controller import cache, election, reconcile, snapshots
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.kube import Kube
 from tfdata_operator.controller.workqueue import WorkQueue
@@ -35,6 +35,10 @@ class OperatorState:
     # The rest is made by the startup handler, on kopf's event loop.
     indices: dict[str, Any] = field(init=False)
     queue: WorkQueue = field(init=False)
+    # TFDataSnapshots: their queue (keys (namespace, name)), and each one's body as last watched.
+    snapshot_queue: WorkQueue = field(init=False)
+    snapshot_bodies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    snapshot_readers: snapshots.Readers = field(default_factory=snapshots.Readers)
     pool: ThreadPoolExecutor = field(init=False)
     tasks: list[asyncio.Task[None]] = field(init=False)
     kube: Kube = field(init=False)

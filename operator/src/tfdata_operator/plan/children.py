@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tfdata_operator.api.identity import API_GROUP, API_VERSION, KIND, PLURAL
+from tfdata_operator.api.identity import API_GROUP, API_VERSION, KIND, PLURAL, SNAPSHOT_KIND, SNAPSHOT_PLURAL
 from tfdata_operator.api.spec import ServiceSpec
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings, Counts, Named
@@ -113,7 +113,15 @@ TFDATASERVICE = Kind(API_VERSION, KIND, PLURAL, (), "the resource itself")
 # Only with leader election (several replicas), only in the operator's own namespace: read, create
 # and renew the Lease the replicas elect on (election.py).
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases", ("get", "create", "update"), "leader election")
-BY_KIND: dict[str, Kind] = {k.kind: k for k in (*OBSERVED, *NODE_LOSS_READS, TFDATASERVICE, LEASE)}
+# Watched (list, watch); its status written, and its finalizer added and removed (patch).
+TFDATASNAPSHOT = Kind(
+    API_VERSION,
+    SNAPSHOT_KIND,
+    SNAPSHOT_PLURAL,
+    ("patch",),
+    "a snapshot's progress; its finalizer (deletionPolicy Delete)",
+)
+BY_KIND: dict[str, Kind] = {k.kind: k for k in (*OBSERVED, *NODE_LOSS_READS, TFDATASERVICE, TFDATASNAPSHOT, LEASE)}
 # Kinds without a namespace (their objects' paths have none).
 CLUSTER_SCOPED: tuple[Kind, ...] = (NODE, PERSISTENT_VOLUME)
 EVENT = Kind(
@@ -155,6 +163,9 @@ def namespaced_rules() -> set[Rule]:
     rules.add((API_GROUP, f"{PLURAL}/scale", "patch"))
     # ownerReferences with blockOwnerDeletion need it where OwnerReferencesPermissionEnforcement runs.
     rules.add((API_GROUP, f"{PLURAL}/finalizers", "update"))
+    snapshots = TFDATASNAPSHOT
+    rules |= {(snapshots.group, snapshots.plural, verb) for verb in ("list", "watch", *snapshots.verbs)}
+    rules.add((snapshots.group, f"{snapshots.plural}/status", "patch"))
     rules |= {(EVENT.group, EVENT.plural, verb) for verb in EVENT.verbs}
     rules |= {(CLAIM.group, CLAIM.plural, verb) for verb in CLAIM.verbs}
     return rules

@@ -1,0 +1,57 @@
+"""The TFDataSnapshot resource as the operator reads it: which service writes it, under what name,
+and what deleting it does to its files.
+
+The CRD (crds/tfdata.dev_tfdatasnapshots.yaml) refuses what it can; ``parse`` says the same for
+an object the API server took before a rule existed. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfdata_operator.api.spec import SnapshotsSpec, SpecError
+
+RETAIN, DELETE = "Retain", "Delete"
+DELETION_POLICIES = (RETAIN, DELETE)
+_SERVICE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+MAX_SERVICE_LENGTH, MAX_NAME_LENGTH = 41, 253
+
+
+@dataclass(frozen=True)
+class SnapshotSpec:
+    namespace: str
+    name: str  # metadata.name
+    service: str
+    snapshot_name: str  # spec.snapshotName, else metadata.name: the last part of the path
+    deletion_policy: str = RETAIN
+
+    def path(self, snapshots: SnapshotsSpec) -> str:
+        """Where the service's workers write it: ``<spec.snapshots.directory>/<snapshot name>``, as
+        ``client.snapshots`` joins them."""
+        return f"{snapshots.directory.rstrip('/')}/{self.snapshot_name}"
+
+
+def parse(body: Mapping[str, Any]) -> SnapshotSpec:
+    meta, spec = body.get("metadata") or {}, body.get("spec")
+    problems: list[str] = []
+    if not isinstance(spec, Mapping):
+        raise SpecError(["spec is required: at least spec.service, the TFDataService that writes the snapshot"])
+    service = spec.get("service")
+    if not isinstance(service, str) or len(service) > MAX_SERVICE_LENGTH or not _SERVICE.match(service):
+        problems.append(f"spec.service must name a TFDataService in this namespace, got {service!r}")
+    name = spec.get("snapshotName", meta.get("name"))
+    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH or not _NAME.match(name):
+        problems.append(
+            f"spec.snapshotName must be letters, digits, '.', '_' or '-' (at most {MAX_NAME_LENGTH}), "
+            f"not starting with '.' or '-', got {name!r}"
+        )
+    policy = spec.get("deletionPolicy", RETAIN)
+    if policy not in DELETION_POLICIES:
+        problems.append(f"spec.deletionPolicy must be Retain or Delete, got {policy!r}")
+    if problems or not isinstance(service, str) or not isinstance(name, str):
+        raise SpecError(problems)
+    return SnapshotSpec(meta.get("namespace") or "", meta.get("name") or "", service, name, policy)

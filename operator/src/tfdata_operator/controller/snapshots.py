@@ -1,0 +1,188 @@
+"""Follows one TFDataSnapshot: its status from the service's dispatcher, and its finalizer.
+
+What the status says and what a deletion does is decided in ``plan/snapshot.py``; this module
+reads (the dispatcher's ``/v1/snapshots?path=P``, only while the snapshot may still change) and
+writes (the status, when it differs; the finalizer; Events on the TFDataSnapshot). It never reads
+the snapshot's storage: the dispatcher does, and deletes the data when asked
+(``DELETE /v1/snapshots?path=P``).
+"""
+
+from __future__ import annotations
+
+import logging
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from kubernetes.client.exceptions import ApiException
+
+from tfdata_operator.api import snapshot as snapshotapi
+from tfdata_operator.api import spec
+from tfdata_operator.api.identity import API_VERSION, SNAPSHOT_FINALIZER, SNAPSHOT_KIND
+from tfdata_operator.controller import probes
+from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.reconcile import Outcome, dispatcher_url
+from tfdata_operator.plan import desired as plan
+from tfdata_operator.plan import snapshot as plansnap
+from tfdata_operator.wire import snapshots as wire
+from tfdata_operator.wire.snapshots import SnapshotsReport
+
+log = logging.getLogger(__name__)
+Manifest = dict[str, Any]
+
+
+class Api(Protocol):
+    """The writes this module makes (``kube.Kube``)."""
+
+    def patch(self, api_version: str, kind: str, namespace: str, name: str, patch: Manifest) -> Manifest: ...
+
+    def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: Manifest) -> Manifest: ...
+
+    def event(self, owner: Mapping[str, Any], event_type: str, reason: str, message: str) -> None: ...
+
+
+@dataclass
+class Readers:
+    """How the dispatcher is asked (a fake in unit tests)."""
+
+    fetch: Callable[[str], SnapshotsReport | str] = probes.fetch_snapshots
+    delete: Callable[[str], str | None] = probes.delete_snapshot
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+
+
+@dataclass(frozen=True)
+class Service:
+    """The snapshot's TFDataService as the cache has it (``body`` None: there is none) and its children."""
+
+    body: Manifest | None
+    children: plan.Children | None = None
+
+
+def reconcile_snapshot(
+    api: Api, config: OperatorConfig, body: Manifest, service: Service, readers: Readers | None = None
+) -> Outcome:
+    readers = readers or Readers()
+    outcome = Outcome()
+    meta = body["metadata"]
+    old: Manifest = dict(body.get("status") or {})
+    try:
+        snap = snapshotapi.parse(body)
+    except spec.SpecError as exc:
+        _write(api, body, old, {**old, "reason": plansnap.INVALID_SPEC, "message": f"Invalid spec: {exc}"}, outcome)
+        return outcome
+    target = plansnap.target(snap, service.body, config.server_image)
+    deleting = bool(meta.get("deletionTimestamp"))
+    finalizers = list(meta.get("finalizers") or [])
+    wants_finalizer = snap.deletion_policy == snapshotapi.DELETE
+    if not deleting and wants_finalizer != (SNAPSHOT_FINALIZER in finalizers):
+        body = _set_finalizer(api, body, wants_finalizer, outcome)
+
+    reading: plansnap.Reading | None = None
+    if plansnap.needs_reading(old, target) and target.path is not None:
+        reading = _read(readers, _url(service, config, target.path), target.path)
+    observed = plansnap.observe(snap, target, reading, old, readers.clock())
+    status, outcome.requeue_after = observed.status, observed.requeue_after
+    release: plansnap.Deletion | None = None
+    if deleting and SNAPSHOT_FINALIZER in finalizers:
+        fresh = isinstance(reading, wire.SnapshotProgress)
+        status, release = _finalize(config, snap, target, service, status, fresh, readers, outcome)
+    _write(api, body, old, status, outcome)
+    for event_type, reason, message in observed.events:
+        _event(api, body, event_type, reason, message)
+    if release is not None:
+        if release.reason:
+            _event(api, body, release.event_type, release.reason, release.message)
+        _set_finalizer(api, body, False, outcome)
+    return outcome
+
+
+def _finalize(
+    config: OperatorConfig,
+    snap: snapshotapi.SnapshotSpec,
+    target: plansnap.Target,
+    service: Service,
+    status: Manifest,
+    fresh: bool,
+    readers: Readers,
+    outcome: Outcome,
+) -> tuple[Manifest, plansnap.Deletion | None]:
+    """The finalizer's work: the data deleted by the dispatcher when that is asked for and safe. The
+    status to write, and the release (the finalizer to remove, with an Event) once it is done."""
+    decision = plansnap.deletion(snap, target, status, fresh)
+    if decision.delete_data and target.path is not None:
+        failed = readers.delete(_url(service, config, target.path))
+        if failed is not None:
+            message = (
+                f"the data at {target.path} could not be deleted ({failed}); the deletion tries again in "
+                f"{plansnap.POLL_SECONDS:.0f}s. Remove the finalizer {SNAPSHOT_FINALIZER} to keep the files and "
+                "let the resource go"
+            )
+            outcome.requeue_after = plansnap.POLL_SECONDS
+            return {**status, "reason": plansnap.DELETE_FAILED, "message": message}, None
+        decision = plansnap.Deletion(
+            release=True,
+            reason=plansnap.DATA_DELETED,
+            message=f"the data at {target.path} was deleted by the dispatcher",
+        )
+    if decision.release:
+        outcome.requeue_after = None
+        return ({**status, "dataDeleted": True} if decision.reason == plansnap.DATA_DELETED else status), decision
+    outcome.requeue_after = decision.requeue_after
+    return {**status, "reason": decision.reason, "message": decision.message}, None
+
+
+def _url(service: Service, config: OperatorConfig, path: str) -> str:
+    assert service.body is not None and service.children is not None
+    svc = spec.parse(service.body, config.server_image)
+    query = urllib.parse.urlencode({wire.PATH_PARAMETER: path})
+    return f"{dispatcher_url(svc, config, service.children, wire.SNAPSHOTS_PATH)}?{query}"
+
+
+def _read(readers: Readers, url: str, path: str) -> plansnap.Reading:
+    answer = readers.fetch(url)
+    if isinstance(answer, str):
+        return plansnap.Unreadable(answer)
+    entry = answer.get(path)
+    return entry if entry is not None else plansnap.Unreadable(f"the answer has no entry for {path}")
+
+
+def _write(api: Api, body: Manifest, old: Manifest, new: Manifest, outcome: Outcome) -> None:
+    new = {**new, "observedGeneration": body["metadata"].get("generation")}
+    new = {k: v for k, v in new.items() if v is not None}
+    if new == old:
+        return
+    meta = body["metadata"]
+    try:
+        written = api.patch_status(API_VERSION, SNAPSHOT_KIND, meta["namespace"], meta["name"], new)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return
+    outcome.written.append(written)
+    outcome.result = "changed"
+
+
+def _set_finalizer(api: Api, body: Manifest, present: bool, outcome: Outcome) -> Manifest:
+    """Adds or removes the finalizer, guarded by the resourceVersion read (a 409 is retried by the queue)."""
+    meta = body["metadata"]
+    finalizers = [f for f in meta.get("finalizers") or [] if f != SNAPSHOT_FINALIZER]
+    if present:
+        finalizers.append(SNAPSHOT_FINALIZER)
+    patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
+    try:
+        written = api.patch(API_VERSION, SNAPSHOT_KIND, meta["namespace"], meta["name"], patch)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return body
+    outcome.written.append(written)
+    outcome.result = "changed"
+    return {**body, "metadata": {**meta, **(written.get("metadata") or {})}}
+
+
+def _event(api: Api, body: Manifest, event_type: str, reason: str, message: str) -> None:
+    meta = body["metadata"]
+    log.info("%s/%s: %s: %s", meta["namespace"], meta["name"], reason, message)
+    api.event({**body, "apiVersion": API_VERSION, "kind": SNAPSHOT_KIND}, event_type, reason, message)

@@ -1,0 +1,299 @@
+"""A TFDataSnapshot's status, and what its deletion does, from what the service's dispatcher says.
+
+The operator cannot start a snapshot: ``distributed_save`` needs the trainer's dataset, so a
+trainer starts it (``client.snapshots.save``). The resource names it (service and name, hence
+the path), and the operator follows it through the dispatcher's ``/v1/snapshots``, which reads
+the files TensorFlow writes (the operator never reads shared storage itself):
+
+- ``TRIGGER_PENDING``: nothing at the path yet, or the service cannot take a snapshot (no
+  ``spec.snapshots``, no such service, a path holding something else); ``reason`` says which.
+- ``IN_PROGRESS``, ``COMPLETED``, ``FAILED``: TensorFlow's own states (``ERROR``'s text in ``error``).
+- ``ABANDONED``: nobody will finish it. Its files say it is being written, but the dispatcher's
+  journal does not name it (a dispatcher that came back on a fresh journal: its node was lost), or
+  its files went away after it had started.
+
+Deletion with ``deletionPolicy: Delete`` (the finalizer): a snapshot being written is left alone
+(TensorFlow has no cancel) and the deletion waits; otherwise the dispatcher deletes the data
+(``DELETE /v1/snapshots``, which keeps the few files its journal needs to start again), then the
+finalizer goes. A service that is gone has no dispatcher to ask: the finalizer goes, and a
+Warning says where the files stay.
+
+Pure: the controller (``controller/snapshots.py``) reads, writes, and gives this what it saw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from tfdata_operator.api import spec
+from tfdata_operator.api.identity import SNAPSHOT_FINALIZER
+from tfdata_operator.api.snapshot import DELETE, SnapshotSpec
+from tfdata_operator.wire import snapshots as wire
+from tfdata_operator.wire.snapshots import SnapshotProgress
+
+Manifest = dict[str, Any]
+
+TRIGGER_PENDING, IN_PROGRESS, COMPLETED, FAILED, ABANDONED = (
+    "TRIGGER_PENDING",
+    "IN_PROGRESS",
+    "COMPLETED",
+    "FAILED",
+    "ABANDONED",
+)
+STATES = (TRIGGER_PENDING, IN_PROGRESS, COMPLETED, FAILED, ABANDONED)
+# States that change only by a person's hand (the files are final, or nobody writes them):
+# the dispatcher is not asked again.
+FINAL = (COMPLETED, FAILED, ABANDONED)
+# How often a snapshot that may still change is read (the dispatcher keeps a reading for 5 s).
+POLL_SECONDS = 15.0
+# How often a snapshot the service cannot take yet is looked at again (a service edited, created).
+RECHECK_SECONDS = 30.0
+# A snapshot being written that the journal does not name is ABANDONED only after this long since
+# it started: TensorFlow writes the files and the journal entry one after the other.
+UNJOURNALED_GRACE_SECONDS = 60.0
+
+# Reasons (status.reason, and the Events').
+SERVICE_NOT_FOUND = "ServiceNotFound"
+NO_SNAPSHOT_STORAGE = "NoSnapshotStorage"
+INVALID_SERVICE = "InvalidService"
+INVALID_SPEC = "InvalidSpec"
+WAITING_FOR_SAVE = "WaitingForSave"
+PATH_UNUSABLE = "PathUnusable"
+DISPATCHER_UNREADABLE = "DispatcherUnreadable"
+WRITING = "Writing"
+DONE = "Completed"
+FAILED_REASON = "Failed"
+NOT_JOURNALED = "NotJournaled"
+FILES_GONE = "FilesGone"
+DELETION_WAITS = "DeletionWaits"
+DATA_DELETED = "DataDeleted"
+DATA_KEPT = "DataKept"
+DELETE_FAILED = "DataDeletionFailed"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The service as far as this snapshot is concerned. ``path`` is None when it cannot take one;
+    then ``reason`` and ``message`` say why."""
+
+    path: str | None
+    reason: str = ""
+    message: str = ""
+    exists: bool = True  # False: no such TFDataService
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """The dispatcher's answer could not be had; ``why`` says what went wrong."""
+
+    why: str
+
+
+Reading = SnapshotProgress | Unreadable
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The status to write, and the Events that say how it changed."""
+
+    status: Manifest
+    events: tuple[tuple[str, str, str], ...] = ()
+    requeue_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """What the finalizer does now: ``delete_data`` asks the dispatcher; ``release`` removes the
+    finalizer (after the data is deleted, when that is asked for)."""
+
+    delete_data: bool = False
+    release: bool = False
+    reason: str = ""
+    message: str = ""
+    event_type: str = "Normal"
+    requeue_after: float | None = None
+    events: tuple[tuple[str, str, str], ...] = field(default_factory=tuple)
+
+
+def target(snap: SnapshotSpec, service: Manifest | None, default_image: str | None) -> Target:
+    """Where the snapshot goes, from its TFDataService as the cache has it (None: no such service)."""
+    if service is None:
+        return Target(
+            None,
+            SERVICE_NOT_FOUND,
+            f"TFDataService {snap.service} does not exist in namespace {snap.namespace}: create it, "
+            "or create this snapshot for another service (spec.service cannot change)",
+            exists=False,
+        )
+    try:
+        svc = spec.parse(service, default_image)
+    except spec.SpecError as exc:
+        return Target(None, INVALID_SERVICE, f"TFDataService {snap.service} is invalid as written: {exc}")
+    if svc.snapshots is None:
+        return Target(
+            None,
+            NO_SNAPSHOT_STORAGE,
+            f"TFDataService {snap.service} has no spec.snapshots, so it cannot take a snapshot: set "
+            "spec.snapshots.directory to a URL every worker reaches (gs://bucket/path) or to a path with "
+            "spec.snapshots.volume, a ReadWriteMany claim mounted in the dispatcher and every worker",
+        )
+    return Target(snap.path(svc.snapshots))
+
+
+def needs_reading(old_status: Manifest, target: Target) -> bool:
+    """Whether the dispatcher is asked: only for a snapshot that may still change, on a service that can take one."""
+    return target.path is not None and old_status.get("state") not in FINAL
+
+
+def observe(
+    snap: SnapshotSpec, target: Target, reading: Reading | None, old_status: Manifest, now: datetime
+) -> Observation:
+    """The status from the last reading (None: not read, the state is final or the target unusable)."""
+    old_state = old_status.get("state") or TRIGGER_PENDING
+    base = {k: v for k, v in old_status.items() if k not in ("reason", "message")}
+    if target.path is None:
+        status = {**base, "state": old_state, "reason": target.reason, "message": target.message}
+        return _changed(snap, old_status, status, RECHECK_SECONDS if old_state not in FINAL else None)
+    base["path"] = target.path
+    if reading is None:
+        return _changed(snap, old_status, {**old_status, "path": target.path}, None)
+    if isinstance(reading, Unreadable):
+        status = {
+            **base,
+            "state": old_state,
+            "reason": DISPATCHER_UNREADABLE,
+            "message": f"the dispatcher's {wire.SNAPSHOTS_PATH} could not be read ({reading.why}); "
+            f"the state is the last one read, and is read again in {POLL_SECONDS:.0f}s",
+        }
+        return _changed(snap, old_status, status, POLL_SECONDS)
+    state, reason, message = _state(snap, target.path, reading, old_state, now)
+    status = {**base, **_progress(reading), "state": state, "reason": reason, "message": message}
+    return _changed(snap, old_status, status, None if state in FINAL else POLL_SECONDS)
+
+
+def _state(
+    snap: SnapshotSpec, path: str, reading: SnapshotProgress, old_state: str, now: datetime
+) -> tuple[str, str, str]:
+    started = old_state != TRIGGER_PENDING
+    if reading.state == wire.MISSING:
+        if started:
+            return ABANDONED, FILES_GONE, f"{path} is gone: its files were removed after the snapshot had started"
+        return (
+            TRIGGER_PENDING,
+            WAITING_FOR_SAVE,
+            f"nothing is at {path} yet: a trainer starts the snapshot with "
+            f"tfdata_operator.client.snapshots.save(dataset, {snap.snapshot_name!r}, {snap.service!r})",
+        )
+    if reading.state == wire.UNKNOWN:
+        if started:
+            return (
+                old_state,
+                PATH_UNUSABLE,
+                f"{path} could not be read ({reading.detail}); the state is the last one read",
+            )
+        return (
+            TRIGGER_PENDING,
+            PATH_UNUSABLE,
+            f"{path} cannot take a snapshot: {reading.detail}. Nothing there was touched; give this "
+            "snapshot another name (spec.snapshotName), or clear the path",
+        )
+    if reading.state == wire.IN_PROGRESS:
+        age = now.timestamp() - reading.started_at if reading.started_at is not None else 0.0
+        if not reading.journaled and age >= UNJOURNALED_GRACE_SECONDS:
+            return (
+                ABANDONED,
+                NOT_JOURNALED,
+                f"{path} was being written, but the dispatcher's journal does not name it: the dispatcher "
+                "that started it is gone with its journal, and nobody will finish it. Its files stay; "
+                "save it again under another name",
+            )
+        return IN_PROGRESS, WRITING, reading.describe()
+    if reading.state == wire.COMPLETED:
+        return COMPLETED, DONE, f"{reading.describe()}; read it with Dataset.load({path!r})"
+    return FAILED, FAILED_REASON, reading.describe()
+
+
+def _progress(reading: SnapshotProgress) -> Manifest:
+    progress: Manifest = {
+        "streams": f"{reading.streams_done}/{reading.streams_total}",
+        "streamsDone": reading.streams_done,
+        "streamsTotal": reading.streams_total,
+        "chunks": reading.chunks,
+        "elements": reading.elements,
+        "bytes": reading.bytes,
+    }
+    if reading.started_at is not None:
+        progress["startedAt"] = _timestamp(reading.started_at)
+    if reading.finished_at is not None:
+        progress["finishedAt"] = _timestamp(reading.finished_at)
+    if reading.error:
+        progress["error"] = reading.error[: wire.MAX_ERROR_CHARACTERS]
+    return progress
+
+
+def _timestamp(unix: float) -> str:
+    return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_EVENTS = {
+    IN_PROGRESS: ("Normal", "SnapshotStarted"),
+    COMPLETED: ("Normal", "SnapshotCompleted"),
+    FAILED: ("Warning", "SnapshotFailed"),
+    ABANDONED: ("Warning", "SnapshotAbandoned"),
+}
+
+
+def _changed(snap: SnapshotSpec, old: Manifest, new: Manifest, requeue: float | None) -> Observation:
+    new = {k: v for k, v in new.items() if v is not None}
+    events: tuple[tuple[str, str, str], ...] = ()
+    state = new.get("state")
+    if state != old.get("state") and state in _EVENTS:
+        kind, reason = _EVENTS[state]
+        events = ((kind, reason, str(new.get("message", ""))),)
+    if new.get("reason") != old.get("reason") and new.get("reason") in (PATH_UNUSABLE, NO_SNAPSHOT_STORAGE):
+        events += (("Warning", str(new["reason"]), str(new.get("message", ""))),)
+    return Observation(new, events, requeue)
+
+
+def deletion(snap: SnapshotSpec, target: Target, status: Manifest, fresh: bool) -> Deletion:
+    """What the finalizer does for a TFDataSnapshot being deleted; ``fresh``: the dispatcher answered
+    for the path in this reconcile (a snapshot that had not started may have started since)."""
+    path = status.get("path") or target.path
+    if snap.deletion_policy != DELETE:
+        return Deletion(release=True)
+    if not target.exists:
+        return Deletion(
+            release=True,
+            reason=DATA_KEPT,
+            event_type="Warning",
+            message=f"the files at {path or 'its path'} were not deleted: TFDataService {snap.service} is gone, "
+            "and only its dispatcher deletes them safely. Delete them by hand",
+        )
+    if status.get("state") == IN_PROGRESS:
+        return Deletion(
+            reason=DELETION_WAITS,
+            message=f"the deletion waits: {path} is being written, and TensorFlow cannot cancel a snapshot. "
+            "Its data is deleted once it completes or fails; or remove the finalizer "
+            f"{SNAPSHOT_FINALIZER} to keep the files and let the resource go now",
+            requeue_after=POLL_SECONDS,
+        )
+    if target.path is None:
+        return Deletion(
+            release=True,
+            reason=DATA_KEPT,
+            event_type="Warning",
+            message=f"the files at {path or 'its path'} were not deleted: {target.message}",
+        )
+    if status.get("state", TRIGGER_PENDING) == TRIGGER_PENDING:
+        if not fresh:
+            return Deletion(
+                reason=DELETION_WAITS,
+                message=f"the deletion waits for the dispatcher to say whether anything was written at "
+                f"{target.path} ({status.get('message', 'not read yet')}); or remove the finalizer "
+                f"{SNAPSHOT_FINALIZER} to let the resource go without deleting anything",
+                requeue_after=POLL_SECONDS,
+            )
+        return Deletion(release=True)
+    return Deletion(delete_data=True)

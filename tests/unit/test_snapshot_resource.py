@@ -1,0 +1,327 @@
+"""The TFDataSnapshot resource: its spec, the status from the dispatcher's answers, and its deletion
+(plan/snapshot.py), and the controller's reads and writes around them (controller/snapshots.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from tfdata_operator.api import snapshot as snapshotapi
+from tfdata_operator.api.identity import SNAPSHOT_FINALIZER
+from tfdata_operator.api.spec import SpecError
+from tfdata_operator.controller import snapshots as controller
+from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.plan import snapshot as plansnap
+from tfdata_operator.plan.desired import Children
+from tfdata_operator.wire import snapshots as wire
+from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
+
+from cases import body as service_body
+
+NOW = datetime(2026, 11, 27, 12, 0, 0, tzinfo=timezone.utc)
+DIRECTORY = "gs://bucket/snaps"
+PATH = f"{DIRECTORY}/imagenet-v3"
+
+
+def snapshot_body(deletion: str | None = None, status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "tfdata.dev/v1alpha1",
+        "kind": "TFDataSnapshot",
+        "metadata": {"name": "imagenet-v3", "namespace": "ml", "generation": 1, "resourceVersion": "7", "uid": "u1"},
+        "spec": {"service": "demo", **spec},
+    }
+    if deletion:
+        body["spec"]["deletionPolicy"] = deletion
+    if status is not None:
+        body["status"] = status
+    return body
+
+
+def snap(**spec: Any) -> snapshotapi.SnapshotSpec:
+    return snapshotapi.parse(snapshot_body(**spec))
+
+
+def with_snapshots(**extra: Any) -> dict[str, Any]:
+    return service_body(
+        shardingPolicy="DYNAMIC", image="tfdata-server:test", snapshots={"directory": DIRECTORY}, **extra
+    )
+
+
+def progress(state: str, journaled: bool = True, started_ago: float = 5.0, **counts: Any) -> SnapshotProgress:
+    started = NOW.timestamp() - started_ago
+    finished = NOW.timestamp() if state in wire.FINAL_STATES else None
+    return SnapshotProgress(PATH, state, journaled, started_at=started, finished_at=finished, **counts)
+
+
+# --- The spec ------------------------------------------------------------------------------
+
+
+def test_the_name_defaults_to_the_objects_and_the_path_joins_the_services_directory() -> None:
+    assert snap().snapshot_name == "imagenet-v3"
+    assert snap(snapshotName="imagenet_v3.2").snapshot_name == "imagenet_v3.2"
+    assert snap().deletion_policy == snapshotapi.RETAIN
+    target = plansnap.target(snap(), with_snapshots(), None)
+    assert target.path == PATH
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ({"service": "Demo"}, "spec.service must name a TFDataService"),
+        ({"snapshotName": "../up"}, "spec.snapshotName must be letters"),
+        ({"snapshotName": ".hidden"}, "spec.snapshotName must be letters"),
+        ({"deletionPolicy": "Purge"}, "spec.deletionPolicy must be Retain or Delete"),
+    ],
+)
+def test_a_bad_spec_says_what_to_fix(spec: dict[str, Any], said: str) -> None:
+    with pytest.raises(SpecError, match=said):
+        snapshotapi.parse(snapshot_body(**spec))
+
+
+def test_a_service_that_cannot_take_a_snapshot_says_why() -> None:
+    missing = plansnap.target(snap(), None, None)
+    assert (missing.path, missing.reason, missing.exists) == (None, plansnap.SERVICE_NOT_FOUND, False)
+    plain = plansnap.target(snap(), service_body(shardingPolicy="DYNAMIC", image="tfdata-server:test"), None)
+    assert plain.reason == plansnap.NO_SNAPSHOT_STORAGE and "spec.snapshots.directory" in plain.message
+    invalid = plansnap.target(snap(), service_body(shardingPolicy="SOMETIMES"), None)
+    assert invalid.reason == plansnap.INVALID_SERVICE and "shardingPolicy" in invalid.message
+
+
+# --- The status ----------------------------------------------------------------------------
+
+
+def observe(reading: plansnap.Reading | None, old: dict[str, Any] | None = None) -> plansnap.Observation:
+    return plansnap.observe(snap(), plansnap.Target(PATH), reading, old or {}, NOW)
+
+
+def test_nothing_at_the_path_waits_for_a_trainer_and_says_the_call() -> None:
+    seen = observe(progress(wire.MISSING))
+    assert seen.status["state"] == plansnap.TRIGGER_PENDING
+    assert seen.status["reason"] == plansnap.WAITING_FOR_SAVE
+    assert "snapshots.save(dataset, 'imagenet-v3', 'demo')" in seen.status["message"]
+    assert seen.requeue_after == plansnap.POLL_SECONDS and seen.events == ()
+
+
+def test_the_states_follow_the_files_with_progress_and_one_event_per_change() -> None:
+    writing = observe(progress(wire.IN_PROGRESS, streams_total=2, streams_done=1, chunks=3, elements=90, bytes=900))
+    assert writing.status | {"message": ""} == {
+        "state": plansnap.IN_PROGRESS,
+        "reason": plansnap.WRITING,
+        "message": "",
+        "path": PATH,
+        "streams": "1/2",
+        "streamsDone": 1,
+        "streamsTotal": 2,
+        "chunks": 3,
+        "elements": 90,
+        "bytes": 900,
+        "startedAt": "2026-11-27T11:59:55Z",
+    }
+    assert [e[1] for e in writing.events] == ["SnapshotStarted"]
+    again = observe(progress(wire.IN_PROGRESS, streams_total=2, streams_done=2, chunks=4), writing.status)
+    assert again.events == () and again.status["streams"] == "2/2"
+    done = observe(progress(wire.COMPLETED, streams_total=2, streams_done=2, elements=120), again.status)
+    assert done.status["state"] == plansnap.COMPLETED and done.requeue_after is None
+    assert done.status["finishedAt"] == "2026-11-27T12:00:00Z"
+    assert f"Dataset.load({PATH!r})" in done.status["message"]
+    assert [(e[0], e[1]) for e in done.events] == [("Normal", "SnapshotCompleted")]
+
+
+def test_a_failed_snapshot_carries_tensorflows_error_and_warns() -> None:
+    failed = observe(progress(wire.FAILED, error="INVALID_ARGUMENT: bad element"), {"state": plansnap.IN_PROGRESS})
+    assert failed.status["state"] == plansnap.FAILED and failed.status["error"] == "INVALID_ARGUMENT: bad element"
+    assert [(e[0], e[1]) for e in failed.events] == [("Warning", "SnapshotFailed")]
+
+
+def test_a_snapshot_nobody_journals_is_abandoned_only_after_a_grace() -> None:
+    fresh = observe(progress(wire.IN_PROGRESS, journaled=False, started_ago=5))
+    assert fresh.status["state"] == plansnap.IN_PROGRESS
+    old = observe(progress(wire.IN_PROGRESS, journaled=False, started_ago=plansnap.UNJOURNALED_GRACE_SECONDS))
+    assert (old.status["state"], old.status["reason"]) == (plansnap.ABANDONED, plansnap.NOT_JOURNALED)
+    assert old.requeue_after is None
+
+
+def test_files_gone_after_the_start_abandon_it() -> None:
+    gone = observe(progress(wire.MISSING), {"state": plansnap.IN_PROGRESS, "path": PATH})
+    assert (gone.status["state"], gone.status["reason"]) == (plansnap.ABANDONED, plansnap.FILES_GONE)
+
+
+def test_a_path_holding_something_else_is_refused_before_anything_is_written() -> None:
+    other = replace(progress(wire.UNKNOWN), detail="it holds no tf.data snapshot (no snapshot.metadata)")
+    seen = observe(other)
+    assert (seen.status["state"], seen.status["reason"]) == (plansnap.TRIGGER_PENDING, plansnap.PATH_UNUSABLE)
+    assert "Nothing there was touched" in seen.status["message"]
+    assert [(e[0], e[1]) for e in seen.events] == [("Warning", plansnap.PATH_UNUSABLE)]
+
+
+def test_an_unreadable_dispatcher_keeps_the_last_state_and_says_why() -> None:
+    seen = observe(plansnap.Unreadable("connection refused"), {"state": plansnap.IN_PROGRESS, "elements": 5})
+    assert seen.status["state"] == plansnap.IN_PROGRESS and seen.status["elements"] == 5
+    assert seen.status["reason"] == plansnap.DISPATCHER_UNREADABLE and "connection refused" in seen.status["message"]
+    assert seen.events == ()
+
+
+def test_a_final_snapshot_is_not_read_again() -> None:
+    assert plansnap.needs_reading({}, plansnap.Target(PATH))
+    assert plansnap.needs_reading({"state": plansnap.IN_PROGRESS}, plansnap.Target(PATH))
+    for state in plansnap.FINAL:
+        assert not plansnap.needs_reading({"state": state}, plansnap.Target(PATH))
+    assert not plansnap.needs_reading({}, plansnap.Target(None, plansnap.NO_SNAPSHOT_STORAGE))
+
+
+# --- Deletion ------------------------------------------------------------------------------
+
+
+def deletion(state: str | None, policy: str = "Delete", target: plansnap.Target | None = None, fresh: bool = True):  # type: ignore[no-untyped-def]
+    status = {"path": PATH} | ({"state": state} if state else {})
+    return plansnap.deletion(snap(deletionPolicy=policy), target or plansnap.Target(PATH), status, fresh)
+
+
+def test_retain_lets_the_resource_go_and_touches_nothing() -> None:
+    for state in (*plansnap.STATES, None):
+        d = deletion(state, policy="Retain")
+        assert d.release and not d.delete_data
+
+
+def test_delete_waits_while_written_and_deletes_data_once_final() -> None:
+    waits = deletion(plansnap.IN_PROGRESS)
+    assert not waits.release and not waits.delete_data and waits.reason == plansnap.DELETION_WAITS
+    assert SNAPSHOT_FINALIZER in waits.message and waits.requeue_after == plansnap.POLL_SECONDS
+    for state in (plansnap.COMPLETED, plansnap.FAILED, plansnap.ABANDONED):
+        d = deletion(state)
+        assert d.delete_data and not d.release
+
+
+def test_delete_of_a_snapshot_never_started_releases_only_on_a_fresh_missing_reading() -> None:
+    assert deletion(plansnap.TRIGGER_PENDING).release
+    unsure = deletion(plansnap.TRIGGER_PENDING, fresh=False)
+    assert not unsure.release and not unsure.delete_data and unsure.requeue_after == plansnap.POLL_SECONDS
+
+
+def test_delete_without_the_service_or_its_storage_keeps_the_files_and_warns() -> None:
+    gone = deletion(plansnap.COMPLETED, target=plansnap.Target(None, plansnap.SERVICE_NOT_FOUND, "gone", exists=False))
+    assert gone.release and not gone.delete_data and gone.event_type == "Warning" and PATH in gone.message
+    bare = deletion(plansnap.COMPLETED, target=plansnap.Target(None, plansnap.NO_SNAPSHOT_STORAGE, "no storage"))
+    assert bare.release and not bare.delete_data and "no storage" in bare.message
+
+
+# --- The controller ------------------------------------------------------------------------
+
+
+@dataclass
+class FakeApi:
+    statuses: list[dict[str, Any]] = field(default_factory=list)
+    patches: list[dict[str, Any]] = field(default_factory=list)
+    events: list[tuple[str, str]] = field(default_factory=list)
+    conflict: bool = False
+
+    def patch(self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        if self.conflict:
+            raise ApiException(status=409, reason="Conflict")
+        self.patches.append(patch)
+        return {"metadata": {"name": name, "namespace": namespace, **patch["metadata"], "resourceVersion": "8"}}
+
+    def patch_status(
+        self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.statuses.append(status)
+        return {"metadata": {"name": name}, "status": status}
+
+    def event(self, owner: Any, event_type: str, reason: str, message: str) -> None:
+        self.events.append((event_type, reason))
+
+
+@dataclass
+class FakeDispatcher:
+    answer: SnapshotsReport | str
+    refuse: str | None = None
+    asked: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+    def readers(self) -> controller.Readers:
+        return controller.Readers(self.fetch, self.delete, lambda: NOW)
+
+    def fetch(self, url: str) -> SnapshotsReport | str:
+        self.asked.append(url)
+        return self.answer
+
+    def delete(self, url: str) -> str | None:
+        self.deleted.append(url)
+        return self.refuse
+
+
+def service() -> controller.Service:
+    body = with_snapshots()
+    return controller.Service(body, Children(name="demo"))
+
+
+def run(body: dict[str, Any], dispatcher: FakeDispatcher, api: FakeApi | None = None) -> FakeApi:
+    api = api or FakeApi()
+    controller.reconcile_snapshot(api, OperatorConfig(), body, service(), dispatcher.readers())
+    return api
+
+
+def report(*entries: SnapshotProgress) -> SnapshotsReport:
+    return SnapshotsReport(entries, "journal")
+
+
+def test_the_controller_adds_the_finalizer_reads_the_path_and_writes_the_status_once() -> None:
+    dispatcher = FakeDispatcher(report(progress(wire.IN_PROGRESS, streams_total=2)))
+    api = run(snapshot_body("Delete"), dispatcher)
+    assert api.patches == [{"metadata": {"finalizers": [SNAPSHOT_FINALIZER], "resourceVersion": "7"}}]
+    assert len(dispatcher.asked) == 1 and "path=gs%3A%2F%2Fbucket%2Fsnaps%2Fimagenet-v3" in dispatcher.asked[0]
+    assert "/v1/snapshots?" in dispatcher.asked[0] and "demo-dispatcher" in dispatcher.asked[0]
+    assert [s["state"] for s in api.statuses] == [plansnap.IN_PROGRESS]
+    assert api.events == [("Normal", "SnapshotStarted")]
+    settled = snapshot_body("Delete", status=api.statuses[0])
+    settled["metadata"]["finalizers"] = [SNAPSHOT_FINALIZER]
+    quiet = run(settled, dispatcher)
+    assert (quiet.patches, quiet.statuses, quiet.events) == ([], [], [])
+
+
+def test_a_completed_snapshot_is_not_read_and_retain_removes_a_left_finalizer() -> None:
+    dispatcher = FakeDispatcher("should not be asked")
+    body = snapshot_body(status={"state": plansnap.COMPLETED, "path": PATH, "observedGeneration": 1})
+    body["metadata"]["finalizers"] = ["other", SNAPSHOT_FINALIZER]
+    api = run(body, dispatcher)
+    assert dispatcher.asked == [] and api.statuses == []
+    assert api.patches == [{"metadata": {"finalizers": ["other"], "resourceVersion": "7"}}]
+
+
+def deleting(state: str) -> dict[str, Any]:
+    body = snapshot_body("Delete", status={"state": state, "path": PATH, "observedGeneration": 1})
+    body["metadata"] |= {"finalizers": [SNAPSHOT_FINALIZER], "deletionTimestamp": "2026-11-27T12:00:00Z"}
+    return body
+
+
+def test_deleting_a_completed_snapshot_asks_the_dispatcher_then_releases() -> None:
+    dispatcher = FakeDispatcher("not read")
+    api = run(deleting(plansnap.COMPLETED), dispatcher)
+    assert len(dispatcher.deleted) == 1 and "path=" in dispatcher.deleted[0]
+    assert api.patches == [{"metadata": {"finalizers": [], "resourceVersion": "7"}}]
+    assert api.events == [("Normal", plansnap.DATA_DELETED)]
+
+
+def test_a_refused_deletion_keeps_the_finalizer_and_says_why() -> None:
+    dispatcher = FakeDispatcher("not read", refuse="DELETE ... answered 409 Conflict: being written")
+    api = run(deleting(plansnap.COMPLETED), dispatcher)
+    assert api.patches == []
+    assert api.statuses[-1]["reason"] == plansnap.DELETE_FAILED and "409" in api.statuses[-1]["message"]
+
+
+def test_deleting_a_snapshot_being_written_waits_without_deleting() -> None:
+    dispatcher = FakeDispatcher(report(progress(wire.IN_PROGRESS)))
+    api = run(deleting(plansnap.IN_PROGRESS), dispatcher)
+    assert dispatcher.deleted == [] and api.patches == []
+    assert api.statuses[-1]["reason"] == plansnap.DELETION_WAITS
+
+
+def test_deleting_when_the_dispatcher_cannot_say_waits() -> None:
+    dispatcher = FakeDispatcher("connection refused")
+    api = run(deleting(plansnap.TRIGGER_PENDING), dispatcher)
+    assert dispatcher.deleted == [] and api.patches == []
+    assert api.statuses[-1]["reason"] == plansnap.DELETION_WAITS
