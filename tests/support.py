@@ -387,7 +387,8 @@ def service_signals(reading: bool, idle_seconds: float = 0.0, reasons: tuple[str
 class Pages:
     """A real HTTP server on 127.0.0.1 that answers GET ``path`` with ``pages[path]`` (JSON), and 404 otherwise.
 
-    ``statuses[path]`` answers with that status (and an empty body) instead.
+    ``statuses[path]`` answers with that status (and an empty body) instead. DELETE ``path`` is
+    recorded in ``deleted`` and answered with ``delete_status`` (and ``{}``).
     """
 
     def __init__(self, pages: dict[str, str], statuses: dict[str, int] | None = None) -> None:
@@ -396,6 +397,8 @@ class Pages:
         self.pages = pages
         self.statuses = statuses or {}
         self.requests: list[str] = []
+        self.deleted: list[str] = []
+        self.delete_status = 200
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -405,6 +408,15 @@ class Pages:
                 status = outer.statuses.get(self.path, 200 if body is not None else 404)
                 self.send_response(status)
                 data = (body or "").encode() if status == 200 else b""
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_DELETE(self) -> None:
+                outer.deleted.append(self.path)
+                data = b"{}"
+                self.send_response(outer.delete_status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

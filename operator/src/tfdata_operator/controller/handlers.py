@@ -113,9 +113,13 @@ async def snapshot_event(
     """TFDataSnapshots are few and small: each one's last body is kept whole, outside kopf's indexes
     (an index of a kind whose CRD is not installed would hold up every reconcile)."""
     key = (namespace or "", name)
+    uid = body.get("metadata", {}).get("uid")
     if event.get("type") == "DELETED":
         memo.snapshot_bodies.pop(key, None)
+        memo.snapshots_released.discard(uid)
         return
+    if uid in memo.snapshots_released:
+        return  # its finalizer is gone, the object with it: an event from before that says otherwise
     memo.snapshot_bodies[key] = {**body, "apiVersion": f"{API_GROUP}/{VERSION}", "kind": "TFDataSnapshot"}
     if memo.leading.is_set():
         memo.snapshot_queue.add(key)
@@ -233,7 +237,10 @@ async def _reconcile_snapshot(memo: OperatorState, key: Any) -> bool:
     for written in outcome.written:
         if key in memo.snapshot_bodies and written.get("metadata", {}).get("name") == key[1]:
             memo.snapshot_bodies[key] = {**memo.snapshot_bodies[key], **written}
-    if outcome.requeue_after is not None:
+    if outcome.result == snapshots.RELEASED:
+        memo.snapshots_released.add(body["metadata"].get("uid"))
+        memo.snapshot_bodies.pop(key, None)
+    elif outcome.requeue_after is not None:
         memo.snapshot_queue.add_after(key, outcome.requeue_after)
     return True
 

@@ -31,6 +31,9 @@ from tfdata_operator.wire.snapshots import SnapshotsReport
 
 log = logging.getLogger(__name__)
 Manifest = dict[str, Any]
+# Outcome.result of a reconcile that removed the finalizer of a TFDataSnapshot being deleted: it is
+# gone, whatever a late watch event still says.
+RELEASED = "released"
 
 
 class Api(Protocol):
@@ -88,13 +91,14 @@ def reconcile_snapshot(
     if deleting and SNAPSHOT_FINALIZER in finalizers:
         fresh = isinstance(reading, wire.SnapshotProgress)
         status, release = _finalize(config, snap, target, service, status, fresh, readers, outcome)
-    _write(api, body, old, status, outcome)
+    body = _write(api, body, old, status, outcome)
     for event_type, reason, message in observed.events:
         _event(api, body, event_type, reason, message)
     if release is not None:
         if release.reason:
             _event(api, body, release.event_type, release.reason, release.message)
         _set_finalizer(api, body, False, outcome)
+        outcome.result = RELEASED
     return outcome
 
 
@@ -111,6 +115,8 @@ def _finalize(
     """The finalizer's work: the data deleted by the dispatcher when that is asked for and safe. The
     status to write, and the release (the finalizer to remove, with an Event) once it is done."""
     decision = plansnap.deletion(snap, target, status, fresh)
+    if decision.delete_data and status.get("dataDeleted"):  # deleted before; the finalizer's patch failed
+        return status, plansnap.Deletion(release=True)
     if decision.delete_data and target.path is not None:
         failed = readers.delete(_url(service, config, target.path))
         if failed is not None:
@@ -148,20 +154,23 @@ def _read(readers: Readers, url: str, path: str) -> plansnap.Reading:
     return entry if entry is not None else plansnap.Unreadable(f"the answer has no entry for {path}")
 
 
-def _write(api: Api, body: Manifest, old: Manifest, new: Manifest, outcome: Outcome) -> None:
+def _write(api: Api, body: Manifest, old: Manifest, new: Manifest, outcome: Outcome) -> Manifest:
+    """Writes the status if it differs; the body with the resourceVersion the write made (a finalizer
+    patched after it is guarded by that one)."""
     new = {**new, "observedGeneration": body["metadata"].get("generation")}
     new = {k: v for k, v in new.items() if v is not None}
     if new == old:
-        return
+        return body
     meta = body["metadata"]
     try:
         written = api.patch_status(API_VERSION, SNAPSHOT_KIND, meta["namespace"], meta["name"], new)
     except ApiException as exc:
         if exc.status != 404:
             raise
-        return
+        return body
     outcome.written.append(written)
     outcome.result = "changed"
+    return _updated(body, written)
 
 
 def _set_finalizer(api: Api, body: Manifest, present: bool, outcome: Outcome) -> Manifest:
@@ -179,7 +188,12 @@ def _set_finalizer(api: Api, body: Manifest, present: bool, outcome: Outcome) ->
         return body
     outcome.written.append(written)
     outcome.result = "changed"
-    return {**body, "metadata": {**meta, **(written.get("metadata") or {})}}
+    return _updated(body, written)
+
+
+def _updated(body: Manifest, written: Manifest) -> Manifest:
+    version = (written.get("metadata") or {}).get("resourceVersion")
+    return {**body, "metadata": {**body["metadata"], "resourceVersion": version}} if version else body
 
 
 def _event(api: Api, body: Manifest, event_type: str, reason: str, message: str) -> None:

@@ -38,6 +38,8 @@ class OperatorState:
     # TFDataSnapshots: their queue (keys (namespace, name)), and each one's body as last watched.
     snapshot_queue: WorkQueue = field(init=False)
     snapshot_bodies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # The uids of TFDataSnapshots whose finalizer this process removed (they are gone, or going).
+    snapshots_released: set[str] = field(default_factory=set)
     snapshot_readers: snapshots.Readers = field(default_factory=snapshots.Readers)
     pool: ThreadPoolExecutor = field(init=False)
     tasks: list[asyncio.Task[None]] = field(init=False)
