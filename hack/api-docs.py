@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Writes docs/api.md, the TFDataService API reference, from the CRD in crds/.
+"""Writes docs/api.md and docs/api-snapshots.md, the TFDataService and TFDataSnapshot API
+references, from the CRDs in crds/.
 
 Every field of the spec and the status with its type, default, bounds and description, and
 every CEL rule's message, as the API server applies them: the CRD is the single source of
 truth, and this page is derived from it (a unit test fails when the two differ).
 
-    hack/api-docs.py            # rewrite docs/api.md
-    hack/api-docs.py --check    # exit 1, with a diff, if docs/api.md differs from what would be written
+    hack/api-docs.py            # rewrite docs/api.md and docs/api-snapshots.md
+    hack/api-docs.py --check    # exit 1, with a diff, if either differs from what would be written
 
 The Kubernetes types the CRD embeds (affinity, tolerations, volumes, ...; written by
 hack/crd-schemas.py) are one row each, linked to Kubernetes' own reference, with the fields
@@ -31,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "tfdata.dev_tfdataservices.yaml"
 CORE_TYPES = ROOT / "operator" / "src" / "tfdata_operator" / "api" / "coretypes.json"
 OUTPUT = ROOT / "docs" / "api.md"
+# Each CRD and the page written from it.
+PAGES = ((CRD, OUTPUT), (ROOT / "crds" / "tfdata.dev_tfdatasnapshots.yaml", ROOT / "docs" / "api-snapshots.md"))
 KUBERNETES_REFERENCE = "https://kubernetes.io/docs/reference/generated/kubernetes-api/v1.34/"
 
 Schema = Mapping[str, Any]
@@ -320,24 +323,26 @@ def _cell(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/api.md is not what would be written")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a page is not what would be written")
     args = parser.parse_args(argv)
-    text = render(*load())
-    current = OUTPUT.read_text(encoding="utf-8") if OUTPUT.exists() else ""
-    if args.check:
-        if current == text:
-            return 0
-        diff = difflib.unified_diff(
-            current.splitlines(keepends=True), text.splitlines(keepends=True), "docs/api.md", "from crds/"
-        )
-        sys.stdout.writelines(diff)
-        print("docs/api.md is not what hack/api-docs.py writes from crds/: run `make api-docs`", file=sys.stderr)
-        return 1
-    if current != text:
-        OUTPUT.parent.mkdir(parents=True, exist_ok=True)
-        OUTPUT.write_text(text, encoding="utf-8")
-        print(f"wrote {OUTPUT.relative_to(ROOT)}")
-    return 0
+    stale = 0
+    for crd, output in PAGES:
+        text = render(*load(crd))
+        current = output.read_text(encoding="utf-8") if output.exists() else ""
+        name = str(output.relative_to(ROOT))
+        if args.check:
+            if current != text:
+                diff = difflib.unified_diff(current.splitlines(keepends=True), text.splitlines(keepends=True), name,
+                                            "from crds/")  # fmt: skip
+                sys.stdout.writelines(diff)
+                print(f"{name} is not what hack/api-docs.py writes from crds/: run `make api-docs`", file=sys.stderr)
+                stale = 1
+            continue
+        if current != text:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(text, encoding="utf-8")
+            print(f"wrote {name}")
+    return stale
 
 
 if __name__ == "__main__":
