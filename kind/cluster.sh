@@ -47,6 +47,12 @@ NODES="${KIND_NODES:-1}"
 if [[ "$CLUSTER" == tfdata ]]; then KUBECONFIG_OUT="$REPO/.local/kind-kubeconfig"; else KUBECONFIG_OUT="$REPO/.local/kind-$CLUSTER-kubeconfig"; fi
 NAMESPACE=tfdata-system
 RELEASE=tfdata-operator
+# One directory of this machine mounted in every node at SHARED_MOUNT: storage every node sees,
+# as a ReadWriteMany volume (NFS, a cloud file store) is on a real cluster. The kind tests put a
+# hostPath PersistentVolume on it for a snapshot's directory (tests/kind/test_snapshots.py).
+# Mode 1777: the servers run as uid 1000.
+SHARED_DIR="$REPO/.local/kind-$CLUSTER-shared"
+SHARED_MOUNT=/var/lib/tfdata-shared
 KIND="$KIND_BIN/kind-$KIND_VERSION"
 
 log() { printf '[kind-cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -88,6 +94,8 @@ up() {
     kind_ get kubeconfig --name "$CLUSTER" >"$KUBECONFIG_OUT"
   else
     config="$REPO/.local/kind-$CLUSTER-config.yaml"
+    mkdir -p -m 1777 "$SHARED_DIR"
+    chmod 1777 "$SHARED_DIR"
     write_config "$image" >"$config"
     log "creating cluster $CLUSTER ($NODES node(s)) from $image"
     # Without a CNI no node becomes Ready: kind's own wait is for clusters with kindnetd.
@@ -167,9 +175,12 @@ networking:
 EOF
   [[ "$1" != "$KIND_NODE_IMAGE_LOCAL" ]] || echo "  disableDefaultCNI: true"
   echo "nodes:"
-  echo "- role: control-plane"
-  local n
-  for ((n = 1; n < NODES; n++)); do echo "- role: worker"; done
+  local n role
+  for ((n = 0; n < NODES; n++)); do
+    role=worker
+    ((n > 0)) || role=control-plane
+    printf -- '- role: %s\n  extraMounts:\n  - hostPath: %s\n    containerPath: %s\n' "$role" "$SHARED_DIR" "$SHARED_MOUNT"
+  done
 }
 
 load() {  # image...
@@ -199,6 +210,7 @@ down() {
     log "no cluster $CLUSTER"
   fi
   rm -f "$KUBECONFIG_OUT"
+  rm -rf "$SHARED_DIR"
 }
 
 case "${1:-up}" in

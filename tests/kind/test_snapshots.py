@@ -1,0 +1,117 @@
+"""A TFDataSnapshot on kind: workers on two nodes write a snapshot to storage every node sees, a
+worker is deleted mid-save, a trainer pod loads every element once, and the deletion is safe.
+
+The storage is kind/cluster.sh's shared directory (mounted in every node at SHARED_MOUNT) as a
+ReadWriteMany hostPath PersistentVolume: what an NFS or cloud file store volume is on a real
+cluster. The service mounts it at /snapshots in its dispatcher and workers (spec.snapshots.volume),
+the trainer pods at the same path; they take the service's settings with envFrom.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kindpods import HOSTNAME, logs, start_pod, tfdata_service, wait_finished, wait_ready
+from support import Kubectl, wait_for
+
+pytestmark = pytest.mark.kind
+
+SHARED_MOUNT = "/var/lib/tfdata-shared"  # kind/cluster.sh
+TRAINER = (Path(__file__).resolve().parents[1] / "e2e" / "clients" / "snapshot_dataset.py").read_text()
+SERVICE = "snapper"
+ELEMENTS = 300
+# Per element, on the workers: 300 elements over 2 workers take about 15 s.
+SLEEP_US = 100_000
+
+
+@pytest.fixture(scope="module")
+def claim(kubectl: Kubectl, namespace: str) -> Iterator[str]:
+    """A ReadWriteMany claim bound to a hostPath volume on the directory every node mounts."""
+    name = f"shared-{namespace}"
+    kubectl.apply({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": SHARED_MOUNT, "type": "Directory"},
+                 "claimRef": {"namespace": namespace, "name": "shared"}},
+    })  # fmt: skip
+    kubectl.apply({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared", "namespace": namespace},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": name,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })  # fmt: skip
+    yield "shared"
+    kubectl.run("delete", "pv", name, "--wait=false", check=False)
+
+
+def trainer(kubectl: Kubectl, namespace: str, pod: str, *args: str, node: str | None = None) -> str:
+    """Runs the trainer script in a pod (on ``node``) with the service's settings and the shared claim; its log."""
+    pod_spec: dict[str, Any] = {"volumes": [{"name": "snapshots", "persistentVolumeClaim": {"claimName": "shared"}}]}
+    if node is not None:
+        pod_spec["nodeSelector"] = {HOSTNAME: node}
+    start_pod(
+        kubectl, namespace, pod, {"tfdata.dev/client": SERVICE}, TRAINER, *args,
+        envFrom=[{"configMapRef": {"name": f"{SERVICE}-client"}}],
+        volumeMounts=[{"name": "snapshots", "mountPath": "/snapshots"}], pod_spec=pod_spec,
+    )  # fmt: skip
+    phase, log = wait_finished(kubectl, namespace, pod, 300)
+    assert phase == "Succeeded", log[-3000:]
+    return log
+
+
+def status(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    return (kubectl.get("tfdatasnapshot", name, "-n", namespace) or {}).get("status") or {}
+
+
+def test_a_snapshot_written_across_nodes_survives_a_lost_worker_loads_once_and_deletes_safely(
+    kubectl: Kubectl, namespace: str, claim: str
+) -> None:
+    service = tfdata_service(SERVICE)
+    service["metadata"]["namespace"] = namespace
+    service["spec"]["snapshots"] = {"directory": "/snapshots", "volume": {"claimName": claim}}
+    kubectl.apply(service)
+    wait_ready(kubectl, namespace, SERVICE)
+    pods = kubectl.json("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={SERVICE}")["items"]
+    nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+    print(f"placed: {nodes}")
+
+    name = f"{namespace}-squares"  # the shared directory is every namespace's: a name of its own
+    kubectl.apply({"apiVersion": "tfdata.dev/v1alpha1", "kind": "TFDataSnapshot",
+                   "metadata": {"name": "squares", "namespace": namespace},
+                   "spec": {"service": SERVICE, "snapshotName": name, "deletionPolicy": "Delete"}})  # fmt: skip
+    wait_for(lambda: status(kubectl, namespace, "squares"), 60, "the snapshot waiting for a trainer",
+             until=lambda s: s.get("reason") == "WaitingForSave")  # fmt: skip
+
+    saved = trainer(kubectl, namespace, "save", "save", name, SERVICE, f"--elements={ELEMENTS}",
+                    f"--sleep-us={SLEEP_US}")  # fmt: skip
+    assert f"saved /snapshots/{name}" in saved, saved
+    wait_for(lambda: status(kubectl, namespace, "squares"), 60, "IN_PROGRESS",
+             until=lambda s: s.get("state") == "IN_PROGRESS")  # fmt: skip
+    lost = kubectl.json("get", "pod", f"{SERVICE}-worker-1", "-n", namespace)["metadata"]["uid"]
+    kubectl.run("delete", "pod", f"{SERVICE}-worker-1", "-n", namespace, "--wait=false")
+    done = wait_for(lambda: status(kubectl, namespace, "squares"), 300, "the snapshot to end",
+                    until=lambda s: s.get("state") in ("COMPLETED", "FAILED", "ABANDONED"))  # fmt: skip
+    assert done["state"] == "COMPLETED" and done["elements"] == ELEMENTS and done["streams"] == "2/2", done
+    replaced = kubectl.json("get", "pod", f"{SERVICE}-worker-1", "-n", namespace)["metadata"]["uid"]
+    assert replaced != lost
+
+    # A trainer on a node where worker-0 did not write loads every element once.
+    listed = kubectl.json("get", "nodes")["items"]
+    away = next(n["metadata"]["name"] for n in listed if n["metadata"]["name"] != nodes[f"{SERVICE}-worker-0"])
+    loaded = trainer(kubectl, namespace, "load", "load", name, SERVICE, node=away)
+    counts = Counter(line.split(" ", 1)[1] for line in loaded.splitlines() if line.startswith("element "))
+    expected = {f"{i},{i * i + 7}" for i in range(ELEMENTS)}
+    assert set(counts) == expected and set(counts.values()) == {1}, loaded[-2000:]
+
+    # Deleted with its data; the dispatcher, whose journal names the path, comes back Ready.
+    kubectl.run("delete", "tfsnap", "squares", "-n", namespace, "--timeout=90s", timeout=100)
+    dispatcher = kubectl.json("get", "pod", f"{SERVICE}-dispatcher-0", "-n", namespace)["metadata"]["uid"]
+    kubectl.run("delete", "pod", f"{SERVICE}-dispatcher-0", "-n", namespace)
+    wait_for(lambda: kubectl.json("get", "pod", f"{SERVICE}-dispatcher-0", "-n", namespace)["metadata"]["uid"],
+             120, "the dispatcher replaced", until=lambda uid: uid != dispatcher)  # fmt: skip
+    wait_ready(kubectl, namespace, SERVICE)
+    restarted = logs(kubectl, namespace, f"{SERVICE}-dispatcher-0")
+    assert name in restarted or "journal" in restarted.lower(), restarted[-2000:]
