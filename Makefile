@@ -267,3 +267,7 @@ bench-autoscaling: images venv ## Benchmark (figures, not a test; ~45 min, BENCH
 .PHONY: bench-dataplane
 bench-dataplane: venv ## Benchmark (figures, not a test; ~11 min, QUICK=1: ~4): tf.data's data plane, real dispatchers and workers on 127.0.0.1 (no Kubernetes), the trainer on CPU 0 and the servers on CPU 1: through one worker vs in process (100 B, 10 KB, 1 MB), scale-out over 1-8 workers (curve: docs/img/dataplane-scaleout.png), compression AUTO vs None (JSON: .local/bench/dataplane-last.json).
 	PYTHONPATH=$(ROOT) nice -n 10 $(PY) benchmarks/bench_dataplane.py $(if $(QUICK),--quick) $(BENCH_DATAPLANE_ARGS)
+
+.PHONY: bench-snapshots
+bench-snapshots: venv ## Benchmark (figures, not a test; ~3 min, QUICK=1: ~30 s): the preprocessing time a distributed snapshot saves, a real fault-tolerant dispatcher and 2 workers on 127.0.0.1 (no Kubernetes): a CPU-heavy pipeline read live through the service vs saved (distributed_save, a one-time cost) and read back with client.snapshots.load, in the trainer and through the service; 3 rounds, every read checked against the pipeline run in process (JSON: .local/bench/snapshots-last.json).
+	PYTHONPATH=$(ROOT) nice -n 10 $(PY) benchmarks/bench_snapshots.py $(if $(QUICK),--quick) $(BENCH_SNAPSHOTS_ARGS)

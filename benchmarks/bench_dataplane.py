@@ -41,7 +41,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,14 +164,22 @@ class Cluster:
 
 
 @contextmanager
-def cluster(workers: int, cpu: int | None, sharding: str) -> Iterator[Cluster]:
-    """A dispatcher and ``workers`` workers on 127.0.0.1, pinned to ``cpu``; stopped on exit."""
+def cluster(
+    workers: int,
+    cpu: int | None,
+    sharding: str,
+    dispatcher_options: Mapping[str, Any] | None = None,
+    worker_options: Mapping[str, Any] | None = None,
+) -> Iterator[Cluster]:
+    """A dispatcher and ``workers`` workers on 127.0.0.1, pinned to ``cpu``; stopped on exit. The
+    options are more fields of their ``serverconfig`` (a fault-tolerant ``work_dir``, a heartbeat)."""
     dispatcher_port, dispatcher_health, *ports = free_ports(2 + 2 * workers)
     worker_ports, worker_health = ports[:workers], ports[workers:]
     dispatcher = serverconfig.DispatcherServerConfig(
         port=dispatcher_port,
         health_port=dispatcher_health,
         worker_addresses=None if sharding in ("OFF", "DYNAMIC") else tuple(f"127.0.0.1:{p}" for p in worker_ports),
+        **(dispatcher_options or {}),
     )
     configs: list[serverconfig.ServerConfig] = [dispatcher]
     configs += [
@@ -180,6 +188,7 @@ def cluster(workers: int, cpu: int | None, sharding: str) -> Iterator[Cluster]:
             health_port=health,
             dispatcher_address=f"127.0.0.1:{dispatcher_port}",
             worker_address_format=f"{serverconfig.POD_NAME_PLACEHOLDER}:{port}",
+            **(worker_options or {}),
         )
         for port, health in zip(worker_ports, worker_health, strict=True)
     ]
