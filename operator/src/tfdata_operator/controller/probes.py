@@ -142,6 +142,8 @@ def delete_snapshot(url: str, timeout: float = DELETION_TIMEOUT_SECONDS) -> str 
     except urllib.error.HTTPError as exc:
         said = exc.read(MAX_READINESS_BYTES).decode("utf-8", "replace").strip()
         exc.close()
+        # The dispatcher's refusal is a sentence (JSON or text); an older server's is an HTML page.
+        said = "" if said.startswith("<") else " ".join(said.split())[:1000]
         return f"DELETE {url} answered {exc.code} {exc.reason}" + (f": {said}" if said else "")
     except urllib.error.URLError as exc:
         return f"DELETE {url} failed: {exc.reason}"
