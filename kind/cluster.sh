@@ -49,7 +49,7 @@ NAMESPACE=tfdata-system
 RELEASE=tfdata-operator
 # One directory of this machine mounted in every node at SHARED_MOUNT: storage every node sees,
 # as a ReadWriteMany volume (NFS, a cloud file store) is on a real cluster. The kind tests put a
-# hostPath PersistentVolume on it for a snapshot's directory (tests/kind/test_snapshots.py).
+# hostPath PersistentVolume on it for a snapshot's directory (tests/kind/test_kind_snapshots.py).
 # Mode 1777: the servers run as uid 1000.
 SHARED_DIR="$REPO/.local/kind-$CLUSTER-shared"
 SHARED_MOUNT=/var/lib/tfdata-shared
