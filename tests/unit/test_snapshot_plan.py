@@ -191,9 +191,26 @@ def test_delete_waits_while_written_and_deletes_data_once_final() -> None:
     waits = deletion(plansnap.IN_PROGRESS)
     assert not waits.release and not waits.delete_data and waits.reason == plansnap.DELETION_WAITS
     assert SNAPSHOT_FINALIZER in waits.message and waits.requeue_after == plansnap.POLL_SECONDS
-    for state in (plansnap.COMPLETED, plansnap.FAILED, plansnap.ABANDONED):
+    for state in (plansnap.COMPLETED, plansnap.FAILED):
         d = deletion(state)
         assert d.delete_data and not d.release
+
+
+def test_delete_of_an_abandoned_snapshot_lets_it_go_and_says_what_is_left() -> None:
+    status = {"path": PATH, "state": plansnap.ABANDONED, "reason": plansnap.NOT_JOURNALED}
+    kept = plansnap.deletion(snap(deletionPolicy="Delete"), plansnap.Target(PATH), status, True)
+    assert kept.release and not kept.delete_data and kept.reason == plansnap.DATA_KEPT and "by hand" in kept.message
+    gone = plansnap.deletion(
+        snap(deletionPolicy="Delete"), plansnap.Target(PATH), status | {"reason": "FilesGone"}, True
+    )
+    assert gone.release and not gone.delete_data and not gone.reason
+
+
+def test_a_deleted_snapshots_files_are_no_place_for_a_new_one() -> None:
+    seen = observe(progress(wire.DELETED))
+    assert (seen.status["state"], seen.status["reason"]) == (plansnap.TRIGGER_PENDING, plansnap.PATH_UNUSABLE)
+    later = observe(progress(wire.DELETED), {"state": plansnap.COMPLETED, "path": PATH})
+    assert (later.status["state"], later.status["reason"]) == (plansnap.ABANDONED, plansnap.DATA_DELETED)
 
 
 def test_delete_of_a_snapshot_never_started_releases_only_on_a_fresh_missing_reading() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import struct
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -311,3 +313,191 @@ def test_wait_returns_when_completed_raises_on_failed_and_gives_up_at_its_timeou
     with pytest.raises(client_snapshots.SnapshotTimeoutError, match="did not answer") as gave_up:
         client_snapshots.wait("v3", timeout=0.2, poll_seconds=0.05, snapshots_url=url, environ=environ)
     assert gave_up.value.progress is None
+
+
+# --- deleting a snapshot's data ------------------------------------------------------------------
+
+# What TensorFlow 2.21 left at the path of a snapshot that completed (one worker).
+COMPLETED_NAMES = [
+    "DONE",
+    "chunks/",
+    "dataset_def.proto",
+    "dataset_spec.pb",
+    "prefetched_splits/",
+    "snapshot.metadata",
+    "streams/",
+]
+
+
+def test_deletion_keeps_what_tensorflows_resume_reads_for_a_journaled_snapshot_and_refuses_one_being_written() -> None:
+    plan = snapshots.plan_deletion(COMPLETED_NAMES, journaled=True)
+    assert plan.refused is None and plan.state_before == snapshots.COMPLETED and not plan.remove_all
+    # The data goes, DONE last (ERROR replaces it first); the small files stay.
+    assert plan.remove == ("chunks", "prefetched_splits", "streams", "DONE"), plan
+    assert plan.keep == ("DELETED", "ERROR", "dataset_def.proto", "dataset_spec.pb", "snapshot.metadata"), plan
+    assert plan.write_marker and plan.write_error
+    failed = snapshots.plan_deletion([n for n in COMPLETED_NAMES if n != "DONE"] + ["ERROR"], journaled=True)
+    assert failed.state_before == snapshots.FAILED and not failed.write_error, "TensorFlow's own ERROR is kept"
+    assert "ERROR" in failed.keep and "ERROR" not in failed.remove
+    # Done again (a DELETE cut short, or a second one): the rest goes, nothing is written twice.
+    again = snapshots.plan_deletion(["DELETED", "ERROR", "DONE", "snapshot.metadata", "streams/"], journaled=True)
+    assert again.state_before == snapshots.DELETED and again.remove == ("streams", "DONE"), again
+    assert not again.write_marker and not again.write_error
+    done = snapshots.plan_deletion(["DELETED", "ERROR", "snapshot.metadata"], journaled=True)
+    assert done.remove == () and done.refused is None
+    # Not journaled here: the whole path, whatever it finished as.
+    for names in (COMPLETED_NAMES, ["DELETED", "ERROR", "snapshot.metadata"]):
+        whole = snapshots.plan_deletion(names, journaled=False)
+        assert whole.remove_all and whole.refused is None and not whole.write_error, whole
+    assert snapshots.plan_deletion(None, journaled=True) == snapshots.DeletionPlan(snapshots.MISSING, True)
+    for names, state, why in [
+        (["snapshot.metadata", "chunks/", "streams/"], snapshots.IN_PROGRESS, "TensorFlow cannot cancel one"),
+        (["chunks/", "DONE"], snapshots.UNKNOWN, "no snapshot.metadata"),
+        (["etc/", "home/"], snapshots.UNKNOWN, "holds no tf.data distributed snapshot"),
+    ]:
+        for journaled in (True, False):
+            refused = snapshots.plan_deletion(names, journaled)
+            assert refused.state_before == state and why in (refused.refused or ""), refused
+            assert refused.remove == () and not refused.remove_all and not refused.write_marker
+
+
+def test_a_tombstones_files_read_back() -> None:
+    error = snapshots.tombstone_error('/data/we"ird\\path')
+    assert error.startswith(b"code: NOT_FOUND\nmessage: "), error
+    text = snapshots.error_text(error)
+    assert text.startswith('NOT_FOUND: the data of the tf.data snapshot at /data/we"ird\\path was deleted'), text
+    assert snapshots.marker_state_before(snapshots.deleted_marker(snapshots.FAILED, 5.0)) == snapshots.FAILED
+    assert snapshots.marker_state_before(b"not json") is None
+    assert snapshots.marker_state_before(b'{"state_before": "IN_PROGRESS"}') is None
+    answer = snapshots.SnapshotDeletion("/d/a", snapshots.COMPLETED, True, ("chunks", "DONE"), ("ERROR",), "kept")
+    assert snapshots.SnapshotDeletion.from_json(answer.to_json()) == answer
+    with pytest.raises(SnapshotsError, match="removed must be a list of strings"):
+        snapshots.SnapshotDeletion.from_json(
+            '{"path": "/a", "state_before": "MISSING", "journaled": false, "removed": 1}'
+        )
+    assert snapshots.deletion_path({"path": ["/a"]}) == "/a"
+    for query in ({}, {"path": ["/a", "/b"]}):
+        with pytest.raises(SnapshotsError, match="a DELETE names exactly one path="):
+            snapshots.deletion_path(query)
+    assert snapshots.state_from_names(["snapshot.metadata", "ERROR", "DELETED"]) == snapshots.DELETED
+    assert SnapshotProgress("/d/a", snapshots.DELETED).final
+
+
+def journaled_reader(tmp_path: Path, *names: str) -> tuple[SnapshotReader, Path, Clock]:
+    work_dir, data = tmp_path / "work", tmp_path / "data"
+    journal = work_dir / JOURNAL_DIR / "journal_0"
+    journal.parent.mkdir(parents=True)
+    journal.write_bytes(b"".join(journal_record(update_class()(snapshot={"path": str(data / n)})) for n in names))
+    clock = Clock(100.0)
+    return SnapshotReader(LocalFileSystem(), str(work_dir), clock, wall_clock=lambda: 1795772038.0), data, clock
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_the_reader_deletes_a_journaled_snapshots_data_and_says_deleted_after(tmp_path: Path) -> None:
+    reader, data, clock = journaled_reader(tmp_path, "done", "failed", "running")
+    done = write_snapshot(data / "done", {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
+    (done / "dataset_def.proto").write_bytes(b"def")
+    assert reader.report([str(done)]).snapshots[0].state == snapshots.COMPLETED  # a reading to forget
+
+    status, answer = reader.delete(str(done))
+    assert status == 200 and answer.journaled and answer.state_before == snapshots.COMPLETED, answer
+    assert answer.removed == ("chunks", "streams", "DONE") and "journal names the path" in answer.detail, answer
+    assert tree(done) == ["DELETED", "ERROR", "dataset_def.proto", "snapshot.metadata"]
+    assert answer.kept == ("DELETED", "ERROR", "dataset_def.proto", "snapshot.metadata")
+    assert json.loads((done / "DELETED").read_text()) == {"state_before": "COMPLETED", "deleted_at": 1795772038.0}
+    # Read at once (no cached COMPLETED), and again later: DELETED, nothing counted.
+    for _ in range(2):
+        (reading,) = reader.report([str(done)]).snapshots
+        assert (reading.state, reading.chunks, reading.bytes, reading.error) == (snapshots.DELETED, 0, 0, None)
+        assert "it was COMPLETED" in (reading.detail or "") and reading.finished_at is not None, reading
+        clock.now += 61
+    # Idempotent: a second DELETE succeeds and removes nothing more.
+    status, second = reader.delete(str(done))
+    assert (status, second.state_before, second.removed) == (200, snapshots.DELETED, ()), second
+    assert tree(done) == ["DELETED", "ERROR", "dataset_def.proto", "snapshot.metadata"]
+
+    failed = write_snapshot(data / "failed", {}, {"stream_0": False}, "ERROR")
+    status, answer = reader.delete(str(failed))
+    assert status == 200 and answer.state_before == snapshots.FAILED, answer
+    assert tree(failed) == ["DELETED", "ERROR", "snapshot.metadata"] and (failed / "ERROR").read_bytes() == ERROR_FILE
+
+    running = write_snapshot(data / "running", {"chunk_0_0_10": 50}, {"stream_0": False})
+    before = tree(running)
+    route = reader.delete_route("path=" + str(running))
+    refused = snapshots.SnapshotDeletion.from_json(route.body)
+    assert route.status == 409 and refused.state_before == snapshots.IN_PROGRESS, route
+    assert "TensorFlow cannot cancel one" in refused.detail and refused.removed == ()
+    assert tree(running) == before, "nothing is touched"
+
+
+def test_the_reader_removes_a_snapshot_its_journal_does_not_name_and_refuses_what_is_no_snapshot(
+    tmp_path: Path,
+) -> None:
+    reader, data, _ = journaled_reader(tmp_path, "journaled-gone")
+    other = write_snapshot(data / "other", {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
+    status, answer = reader.delete(str(other))
+    assert (status, answer.journaled, answer.state_before) == (200, False, snapshots.COMPLETED), answer
+    assert answer.removed == ("DONE", "chunks", "snapshot.metadata", "streams") and not other.exists()
+    assert reader.report([str(other)]).snapshots[0].state == snapshots.MISSING
+    # Nothing there: 200, nothing removed; when journaled, the answer warns.
+    status, again = reader.delete(str(other))
+    assert (status, again.state_before, again.removed) == (200, snapshots.MISSING, ()), again
+    status, gone = reader.delete(str(data / "journaled-gone"))
+    assert status == 200 and gone.journaled and "its next start fails" in gone.detail, gone
+    (tmp_path / "plain" / "keep").mkdir(parents=True)
+    status, plain = reader.delete(str(tmp_path / "plain"))
+    assert (status, plain.state_before) == (409, snapshots.UNKNOWN) and (tmp_path / "plain" / "keep").exists()
+    assert reader.delete_route("").status == 400 and reader.delete_route("path=/a&path=/b").status == 400
+
+
+def test_delete_is_forwarded_to_the_tensorflow_process(tmp_path: Path) -> None:
+    reader, data, _ = journaled_reader(tmp_path, "done")
+    done = write_snapshot(data / "done", {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
+    inner = health.HealthServer(
+        health.ProbeState("snapshots"),
+        0,
+        host="127.0.0.1",
+        query_routes={snapshots.SNAPSHOTS_PATH: reader.route},
+        delete_routes={snapshots.SNAPSHOTS_PATH: reader.delete_route},
+    )
+    inner.start()
+    state = health.ProbeState("dispatcher")
+    outer = health.HealthServer(
+        state,
+        0,
+        host="127.0.0.1",
+        query_routes={snapshots.SNAPSHOTS_PATH: proxy_route(state, timeout=5)},
+        delete_routes={snapshots.SNAPSHOTS_PATH: proxy_route(state, timeout=5, method="DELETE")},
+    )
+    outer.start()
+    try:
+        state.apply(health.status_line(health.RUNNING, True, "serving", snapshots_port=inner.port))
+        url = f"http://127.0.0.1:{outer.port}{snapshots.SNAPSHOTS_PATH}?path={done}"
+        with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10) as response:
+            answer = snapshots.SnapshotDeletion.from_json(response.read())
+        assert answer.state_before == snapshots.COMPLETED and "DONE" in answer.removed, answer
+        assert client_snapshots.read_report(url.partition("?")[0], (str(done),)).snapshots[0].state == "DELETED"
+        with pytest.raises(urllib.error.HTTPError) as elsewhere:
+            urllib.request.urlopen(urllib.request.Request(url.replace("snapshots", "signals"), method="DELETE"))
+        assert elsewhere.value.code == 404 and b"DELETE goes to /v1/snapshots" in elsewhere.value.read()
+    finally:
+        outer.stop()
+        inner.stop()
+
+
+def test_wait_says_a_deleted_snapshot_was_deleted() -> None:
+    server = serve_states([SnapshotProgress("/mnt/s/v3", snapshots.DELETED, True)])
+    try:
+        with pytest.raises(client_snapshots.SnapshotDeletedError, match="was deleted: its data is gone"):
+            client_snapshots.wait(
+                "v3",
+                timeout=5,
+                poll_seconds=0.01,
+                snapshots_url=f"http://127.0.0.1:{server.port}{snapshots.SNAPSHOTS_PATH}",
+                environ={"TFDATA_SNAPSHOT_DIR": "/mnt/s"},
+            )
+    finally:
+        server.stop()

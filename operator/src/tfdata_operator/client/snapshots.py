@@ -63,6 +63,18 @@ class SnapshotFailedError(SnapshotError):
         self.progress = progress
 
 
+class SnapshotDeletedError(SnapshotError):
+    """The snapshot's data was deleted (``DELETE /v1/snapshots`` on the dispatcher): only a
+    tombstone is left at its path, which nothing can read."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"snapshot {path} was deleted: its data is gone, and the few files left at the path are a tombstone "
+            "the dispatcher needs. Save the dataset again under a new name"
+        )
+        self.path = path
+
+
 class SnapshotNotReadyError(SnapshotError):
     """``load`` of a snapshot that is not COMPLETED, without ``stream=True``."""
 
@@ -252,10 +264,11 @@ def wait(
 ) -> SnapshotProgress:
     """Waits until the snapshot is COMPLETED and returns its last reading.
 
-    Raises ``SnapshotFailedError`` (TensorFlow's error text) when it failed, and
-    ``SnapshotTimeoutError`` after ``timeout`` seconds (None: no limit). A MISSING snapshot is
-    waited for too (another process may not have saved it yet), and so is a dispatcher that does
-    not answer for a while (it restarts). ``progress`` is called with every reading.
+    Raises ``SnapshotFailedError`` (TensorFlow's error text) when it failed,
+    ``SnapshotDeletedError`` when its data was deleted, and ``SnapshotTimeoutError`` after
+    ``timeout`` seconds (None: no limit). A MISSING snapshot is waited for too (another process
+    may not have saved it yet), and so is a dispatcher that does not answer for a while (it
+    restarts). ``progress`` is called with every reading.
     """
     target = resolve(
         name, service, snapshot_dir=snapshot_dir, snapshots_url=snapshots_url, environ=environ, directory=directory
@@ -277,6 +290,8 @@ def wait(
                 return last
             if last.state == snapshots.FAILED:
                 raise SnapshotFailedError(last)
+            if last.state == snapshots.DELETED:
+                raise SnapshotDeletedError(target.path)
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             seen = last.describe() if last is not None else "no reading"
@@ -323,15 +338,18 @@ def load(
     yet, this call blocks until it appears). TensorFlow itself reads a snapshot being written that
     way even without ``wait=True`` (2.21: the iterator waits for each next chunk until DONE), so
     without ``stream=True`` an incomplete one is refused rather than read with an iterator that
-    may wait for ever. A FAILED one raises ``SnapshotFailedError`` either
-    way. ``distributed=True`` reads it through the service (``client.distribute`` with the
-    service's sharding policy, and ``distribute_kwargs``): with DYNAMIC sharding the workers
-    share out the snapshot's chunks, each read once, and they read the files, not this trainer.
+    may wait for ever. A FAILED one raises ``SnapshotFailedError`` either way, a deleted one
+    ``SnapshotDeletedError``. ``distributed=True`` reads it through the service
+    (``client.distribute`` with the service's sharding policy, and ``distribute_kwargs``): with
+    DYNAMIC sharding the workers share out the snapshot's chunks, each read once, and they read
+    the files, not this trainer.
     """
     import tensorflow as tf
 
     target = resolve(name, service, snapshot_dir=snapshot_dir, address=address, environ=environ, directory=directory)
     state, error = local_state(target.path)
+    if state == snapshots.DELETED:
+        raise SnapshotDeletedError(target.path)
     if state == snapshots.FAILED:
         raise SnapshotFailedError(SnapshotProgress(target.path, state, error=error))
     if state != snapshots.COMPLETED and not stream:
@@ -355,6 +373,7 @@ def load(
 
 
 __all__ = [
+    "SnapshotDeletedError",
     "SnapshotError",
     "SnapshotFailedError",
     "SnapshotNotReadyError",

@@ -186,6 +186,15 @@ def _state(
             f"nothing is at {path} yet: a trainer starts the snapshot with "
             f"tfdata_operator.client.snapshots.save(dataset, {snap.snapshot_name!r}, {snap.service!r})",
         )
+    if reading.state == wire.DELETED:
+        if started:
+            return ABANDONED, DATA_DELETED, f"{reading.describe()}: its data was deleted"
+        return (
+            TRIGGER_PENDING,
+            PATH_UNUSABLE,
+            f"{path} holds a deleted snapshot's last files, which the dispatcher's journal may still need; "
+            "TensorFlow refuses to save there again. Give this snapshot another name (spec.snapshotName)",
+        )
     if reading.state == wire.UNKNOWN:
         if started:
             return (
@@ -278,6 +287,17 @@ def deletion(snap: SnapshotSpec, target: Target, status: Manifest, fresh: bool) 
             "Its data is deleted once it completes or fails; or remove the finalizer "
             f"{SNAPSHOT_FINALIZER} to keep the files and let the resource go now",
             requeue_after=POLL_SECONDS,
+        )
+    if status.get("state") == ABANDONED and status.get("reason") != NOT_JOURNALED:
+        return Deletion(release=True)  # its files are gone, or were deleted already
+    if status.get("state") == ABANDONED:
+        return Deletion(
+            release=True,
+            reason=DATA_KEPT,
+            event_type="Warning",
+            message=f"the files at {path} were not deleted: they say the snapshot is being written, and the "
+            "dispatcher deletes no snapshot in that state, though no dispatcher's journal names this one. "
+            "Delete them by hand once no worker of an earlier dispatcher writes there",
         )
     if target.path is None:
         return Deletion(

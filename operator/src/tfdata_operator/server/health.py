@@ -20,6 +20,7 @@ process reports over a pipe, one JSON object per line::
   its back-off, where ``/readyz`` says it (the operator quotes it in the service's conditions).
 - ``serverinfo.INFO_PATH`` serves the ServerInfo as JSON, 503 until the TensorFlow process
   has measured it.
+- ``DELETE`` goes to the routes given for it, with the query string (a dispatcher's snapshots).
 """
 
 from __future__ import annotations
@@ -205,6 +206,7 @@ class HealthServer:
         get_routes: Mapping[str, GetRoute] | None = None,
         post_routes: Mapping[str, PostRoute] | None = None,
         query_routes: Mapping[str, QueryRoute] | None = None,
+        delete_routes: Mapping[str, QueryRoute] | None = None,
     ) -> None:
         def probe(check: Callable[[], tuple[bool, str]]) -> GetRoute:
             def answer() -> Reply:
@@ -217,6 +219,7 @@ class HealthServer:
         gets.update(get_routes or {})
         posts = dict(post_routes or {})
         queries = dict(query_routes or {})
+        deletes = dict(delete_routes or {})
 
         class Handler(BaseHTTPRequestHandler):
             timeout = 10  # a client that never finishes its request must not pin a thread
@@ -231,6 +234,18 @@ class HealthServer:
                     self._reply(Reply.text(404, f"not found: try {', '.join(sorted([*gets, *queries]))}"))
                     return
                 self._answer(route)
+
+            def do_DELETE(self) -> None:
+                path, _, query = self.path.partition("?")
+                route = deletes.get(path)
+                if route is None:
+                    self._reply(
+                        Reply.text(404, f"not found: DELETE goes to {', '.join(sorted(deletes)) or 'nothing here'}")
+                    )
+                    return
+                if self.headers.get("Content-Length", "0") != "0" or "Transfer-Encoding" in self.headers:
+                    self.close_connection = True  # a body is not read: it must not be taken for a request
+                self._answer(lambda: route(query))
 
             def do_POST(self) -> None:
                 route = posts.get(self.path.split("?", 1)[0])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 import struct
 from typing import Any, Protocol
 
@@ -40,8 +41,17 @@ class FileSystem(Protocol):
     def read(self, path: str, offset: int = 0) -> bytes: ...
 
 
+class WritableFileSystem(FileSystem, Protocol):
+    """And what a snapshot's deletion writes. ``remove_tree`` removes a file or a directory with
+    everything below it, and raises FileNotFoundError when nothing is there."""
+
+    def write(self, path: str, data: bytes) -> None: ...
+
+    def remove_tree(self, path: str) -> None: ...
+
+
 class LocalFileSystem:
-    """``FileSystem`` on this machine's files."""
+    """``WritableFileSystem`` on this machine's files."""
 
     def listdir(self, path: str) -> list[str]:
         try:
@@ -57,6 +67,16 @@ class LocalFileSystem:
         with open(path, "rb") as file:
             file.seek(offset)
             return file.read()
+
+    def write(self, path: str, data: bytes) -> None:
+        with open(path, "wb") as file:
+            file.write(data)
+
+    def remove_tree(self, path: str) -> None:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
 
 
 def join(base: str, *parts: str) -> str:

@@ -33,7 +33,7 @@ from tfdata_operator.server.health import (
     QueryRoute,
 )
 from tfdata_operator.server.metrics import CpuMeter, ServerCollector, cpu_given, metrics_route
-from tfdata_operator.server.snapshots import proxy_route
+from tfdata_operator.server.snapshots import DELETE_TIMEOUT_SECONDS, proxy_route
 from tfdata_operator.wire import serverconfig, serverinfo, signals, snapshots
 
 # Below Kubernetes' default terminationGracePeriodSeconds (30s), so we, not the kubelet, end it.
@@ -93,19 +93,35 @@ class Supervisor:
             queries[snapshots.SNAPSHOTS_PATH] = proxy_route(self.state)  # read in the TensorFlow process
         return gets, posts, queries
 
+    def delete_routes(self) -> dict[str, QueryRoute]:
+        """What the health port deletes: a dispatcher's snapshots, in the TensorFlow process."""
+        if self.aggregator is None:
+            return {}
+        return {snapshots.SNAPSHOTS_PATH: proxy_route(self.state, DELETE_TIMEOUT_SECONDS, method="DELETE")}
+
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         gets, posts, queries = self.routes()
+        deletes = self.delete_routes()
         try:
             health = HealthServer(
-                self.state, self.config.health_port, get_routes=gets, post_routes=posts, query_routes=queries
+                self.state,
+                self.config.health_port,
+                get_routes=gets,
+                post_routes=posts,
+                query_routes=queries,
+                delete_routes=deletes,
             )
         except OSError as exc:
             self.log.error("cannot serve the probes on port %d: %s", self.config.health_port, exc.strerror)
             return EXIT_FAILED
         health.start()
-        served = ", ".join(sorted([*gets, *queries, "/healthz", "/readyz"]) + [f"POST {p}" for p in posts])
+        served = ", ".join(
+            sorted([*gets, *queries, "/healthz", "/readyz"])
+            + [f"POST {p}" for p in posts]
+            + [f"DELETE {p}" for p in deletes]
+        )
         self.log.info("health port listening on 0.0.0.0:%d (%s)", health.port, served)
         if self.aggregator is not None:
             self.aggregator.start()

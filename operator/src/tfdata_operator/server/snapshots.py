@@ -14,10 +14,16 @@ stats and reads (``python/lib/io/file_io_wrapper.cc``), so a slow store does not
 process's status reports either. A reading is reused for ``REREAD_SECONDS``
 (``FINAL_REREAD_SECONDS`` once DONE or ERROR is there): a poll costs a few listings at most, and a
 chunk's size is read once (committed chunks never change).
+
+``DELETE SNAPSHOTS_PATH?path=P`` deletes a finished snapshot's data, here too, through the same
+file system (``SnapshotReader.delete``): ``wire.snapshots.plan_deletion`` decides what goes, from
+a listing of the path and a fresh read of the journal (a path journaled a moment ago must keep its
+tombstone, or the dispatcher's next start fails).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import urllib.error
@@ -27,15 +33,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from tfdata_operator.server.health import ProbeState, Reply
-from tfdata_operator.server.journal import JOURNAL_DIR, FileSystem, JournalTail, join
+from tfdata_operator.server.journal import JOURNAL_DIR, FileSystem, JournalTail, WritableFileSystem, join
 from tfdata_operator.wire import snapshots
-from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsError, SnapshotsReport
+from tfdata_operator.wire.snapshots import (
+    DeletionPlan,
+    SnapshotDeletion,
+    SnapshotProgress,
+    SnapshotsError,
+    SnapshotsReport,
+)
 
 REREAD_SECONDS = 5.0
 FINAL_REREAD_SECONDS = 60.0
 # The supervisor waits this long for the TensorFlow process to answer (a first read of a large
 # snapshot on a remote file system stats every chunk).
 PROXY_TIMEOUT_SECONDS = 30.0
+# A DELETE may take as long as the store takes to remove every file (a split file per split).
+DELETE_TIMEOUT_SECONDS = 600.0
 # Readings of paths neither journaled nor asked for lately are forgotten beyond this many.
 MAX_REMEMBERED = 512
 
@@ -143,8 +157,14 @@ def _read_started(fs: FileSystem, path: str, state: str, journaled: bool, readin
             reading.streams_done.add(stream)
     if reading.started_at is None:
         reading.started_at = fs.size_and_mtime(join(path, snapshots.METADATA_FILE))[1]
-    error = finished_at = None
-    if state == snapshots.FAILED:
+    error = finished_at = detail = None
+    if state == snapshots.DELETED:
+        before = snapshots.marker_state_before(fs.read(join(path, snapshots.DELETED_FILE)))
+        finished_at = fs.size_and_mtime(join(path, snapshots.DELETED_FILE))[1]
+        detail = f"its data was deleted (it was {before or 'finished'}); a tombstone is kept" + (
+            ": this dispatcher's journal names the path" if journaled else ""
+        )
+    elif state == snapshots.FAILED:
         error = snapshots.error_text(fs.read(join(path, snapshots.ERROR_FILE)))
         finished_at = fs.size_and_mtime(join(path, snapshots.ERROR_FILE))[1]
     elif state == snapshots.COMPLETED:
@@ -159,6 +179,7 @@ def _read_started(fs: FileSystem, path: str, state: str, journaled: bool, readin
         elements=elements,
         bytes=sum(reading.chunk_bytes[n] for n in chunk_names if n in reading.chunk_bytes),
         error=error,
+        detail=detail,
         started_at=reading.started_at,
         finished_at=finished_at,
     )
@@ -171,8 +192,15 @@ class SnapshotReader:
     """Answers ``SNAPSHOTS_PATH`` from readings at most ``REREAD_SECONDS`` old; thread-safe (one
     reading at a time: requests in a burst share it)."""
 
-    def __init__(self, fs: FileSystem, work_dir: str | None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        fs: WritableFileSystem,
+        work_dir: str | None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self._fs = fs
+        self._clock_wall = wall_clock
         self._journal = Journal(fs, work_dir)
         self._clock = clock
         self._lock = threading.Lock()
@@ -224,6 +252,53 @@ class SnapshotReader:
             if path not in keep:
                 del self._readings[path]
 
+    def delete(self, path: str) -> tuple[int, SnapshotDeletion]:
+        """Deletes the data of the snapshot at ``path`` (``plan_deletion``); (HTTP status, answer).
+
+        Each step can be done again: a DELETE cut short (a store failing, the process stopped) is
+        finished by the next one, and one after a success removes nothing more. The removal runs
+        outside the lock (on a remote store it takes as long as the store takes): readings go on.
+        """
+        with self._lock:
+            self._journal_read_at = None  # a fresh read: the journal may name it since the last one
+            self._read_journal(self._clock())
+            journal_error, journaled = self._journal_error, path in self._journaled
+        if journal_error:
+            return 503, SnapshotDeletion(
+                path, snapshots.UNKNOWN, False, detail=f"cannot read the journal: {journal_error}"
+            )
+        try:
+            names: list[str] | None = self._fs.listdir(path)
+        except FileNotFoundError:
+            names = None
+        plan = snapshots.plan_deletion(names, journaled)
+        if plan.refused:
+            return 409, SnapshotDeletion(
+                path, plan.state_before, journaled, kept=tuple(names or ()), detail=plan.refused
+            )
+        if plan.state_before == snapshots.MISSING:
+            detail = "nothing at the path"
+            if journaled:
+                detail += (
+                    ": this dispatcher's journal names it, so its next start fails (TensorFlow cannot resume a "
+                    "snapshot whose path is gone)"
+                )
+            return 200, SnapshotDeletion(path, plan.state_before, journaled, detail=detail)
+        try:
+            return 200, _carry_out(self._fs, path, plan, self._clock_wall())
+        finally:
+            with self._lock:
+                self._readings.pop(path, None)  # the next reading says what this left
+
+    def delete_route(self, query: str) -> Reply:
+        """``DELETE SNAPSHOTS_PATH?path=P`` in the TensorFlow process."""
+        try:
+            path = snapshots.deletion_path(urllib.parse.parse_qs(query, keep_blank_values=True))
+        except SnapshotsError as exc:
+            return Reply.text(400, str(exc))
+        status, answer = self.delete(path)
+        return Reply(status, answer.to_json().encode() + b"\n", "application/json")
+
     def route(self, query: str) -> Reply:
         """``GET SNAPSHOTS_PATH?path=...`` in the TensorFlow process."""
         try:
@@ -233,8 +308,42 @@ class SnapshotReader:
         return Reply(200, self.report(paths).to_json().encode() + b"\n", "application/json")
 
 
-def proxy_route(state: ProbeState, timeout: float = PROXY_TIMEOUT_SECONDS) -> Callable[[str], Reply]:
-    """``GET SNAPSHOTS_PATH`` on the supervisor's health port: asks the TensorFlow process."""
+def _carry_out(fs: WritableFileSystem, path: str, plan: DeletionPlan, now: float) -> SnapshotDeletion:
+    """Does what ``plan`` says, in its order; raises the file system's error where it stops."""
+    if plan.remove_all:
+        with contextlib.suppress(FileNotFoundError):  # another DELETE got there first
+            fs.remove_tree(path)
+        return SnapshotDeletion(
+            path,
+            plan.state_before,
+            False,
+            removed=plan.remove,
+            detail="this dispatcher's journal does not name the path: it was removed entirely",
+        )
+    if plan.write_marker:
+        fs.write(join(path, snapshots.DELETED_FILE), snapshots.deleted_marker(plan.state_before, now))
+    if plan.write_error:
+        fs.write(join(path, snapshots.ERROR_FILE), snapshots.tombstone_error(path))
+    for name in plan.remove:
+        with contextlib.suppress(FileNotFoundError):  # another DELETE got there first
+            fs.remove_tree(join(path, name))
+    return SnapshotDeletion(
+        path,
+        plan.state_before,
+        True,
+        removed=plan.remove,
+        kept=plan.keep,
+        detail=(
+            "this dispatcher's journal names the path, and TensorFlow fails the dispatcher's start when a journaled "
+            f"snapshot's path is gone: these files are kept, with {snapshots.ERROR_FILE} saying it was deleted"
+        ),
+    )
+
+
+def proxy_route(
+    state: ProbeState, timeout: float = PROXY_TIMEOUT_SECONDS, method: str = "GET"
+) -> Callable[[str], Reply]:
+    """``SNAPSHOTS_PATH`` on the supervisor's health port (``method``): asks the TensorFlow process."""
 
     def answer(query: str) -> Reply:
         port = state.snapshots_port()
@@ -242,7 +351,7 @@ def proxy_route(state: ProbeState, timeout: float = PROXY_TIMEOUT_SECONDS) -> Ca
             return Reply.text(503, f"not known yet: {state.phase}: {state.detail}")
         url = f"http://127.0.0.1:{port}{snapshots.SNAPSHOTS_PATH}" + (f"?{query}" if query else "")
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as response:
+            with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=timeout) as response:
                 return Reply(response.status, response.read(), response.headers.get_content_type())
         except urllib.error.HTTPError as exc:
             return Reply(exc.code, exc.read(), exc.headers.get_content_type())

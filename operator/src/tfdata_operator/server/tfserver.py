@@ -278,8 +278,8 @@ class _Server:
 
 
 class GFileSystem:
-    """``journal.FileSystem`` through ``tf.io.gfile``: local paths, ``gs://`` and every file
-    system this TensorFlow registered."""
+    """``journal.WritableFileSystem`` through ``tf.io.gfile``: local paths, ``gs://`` and every
+    file system this TensorFlow registered."""
 
     def __init__(self) -> None:
         import tensorflow as tf
@@ -310,13 +310,30 @@ class GFileSystem:
         except self._not_found as exc:
             raise FileNotFoundError(path) from exc
 
+    def write(self, path: str, data: bytes) -> None:
+        with self._gfile.GFile(path, "wb") as file:
+            file.write(data)
+
+    def remove_tree(self, path: str) -> None:
+        try:
+            if self._gfile.isdir(path):
+                self._gfile.rmtree(path)
+            else:
+                self._gfile.remove(path)
+        except self._not_found as exc:
+            raise FileNotFoundError(path) from exc
+
 
 def serve_snapshots(config: DispatcherServerConfig) -> HealthServer:
-    """The dispatcher's snapshot progress on a port of 127.0.0.1, for the supervisor to forward
-    ``/v1/snapshots`` to (``snapshots.proxy_route``); the probes it also answers are unused."""
+    """The dispatcher's snapshot progress (and deletion) on a port of 127.0.0.1, for the supervisor
+    to forward ``/v1/snapshots`` to (``snapshots.proxy_route``); the probes it also answers are unused."""
     reader = SnapshotReader(GFileSystem(), config.work_dir)
     server = HealthServer(
-        ProbeState("snapshots"), 0, host="127.0.0.1", query_routes={snapshots.SNAPSHOTS_PATH: reader.route}
+        ProbeState("snapshots"),
+        0,
+        host="127.0.0.1",
+        query_routes={snapshots.SNAPSHOTS_PATH: reader.route},
+        delete_routes={snapshots.SNAPSHOTS_PATH: reader.delete_route},
     )
     server.start()
     return server

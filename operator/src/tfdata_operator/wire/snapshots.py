@@ -7,6 +7,14 @@ JSON, at ``SNAPSHOTS_PATH`` on the dispatcher pod's health port: every snapshot 
 names, or the paths asked for with ``?path=...`` (repeatable). The trainer's helper
 (``client.snapshots``) waits on it; the operator will read it for a snapshot's status.
 
+``DELETE SNAPSHOTS_PATH?path=P`` deletes a finished snapshot's data (``plan_deletion`` decides
+what goes, ``SnapshotDeletion`` is the answer). A fault-tolerant dispatcher replays its journal
+when it starts, and TensorFlow's ``SnapshotManager::Resume`` (``snapshot/snapshot_manager.cc``)
+fails the start when a journaled snapshot's path is gone; for one with ``DONE`` or ``ERROR`` it
+reads nothing else. So a journaled snapshot keeps a tombstone: its small files, ``ERROR`` in
+place of ``DONE`` (``tombstone_error``: TensorFlow's ``Dataset.load`` of a tombstone with ``DONE``
+reads zero elements without a word; with ``ERROR`` it raises), and ``DELETED``, ours.
+
 Like ``signals``, this module imports neither TensorFlow nor the Kubernetes client.
 """
 
@@ -23,7 +31,7 @@ from typing import Any
 
 from tfdata_operator.wire.signals import json_object
 
-# GET, optionally ?path=P&path=Q: one SnapshotsReport as JSON.
+# GET, optionally ?path=P&path=Q: one SnapshotsReport as JSON. DELETE ?path=P: one SnapshotDeletion.
 SNAPSHOTS_PATH = "/v1/snapshots"
 PATH_PARAMETER = "path"
 # A request names at most this many paths, each at most this long.
@@ -36,16 +44,25 @@ COMPLETED = "COMPLETED"  # DONE: every stream finished; Dataset.load reads every
 FAILED = "FAILED"  # ERROR: a worker's error ended it; ``error`` holds TensorFlow's text
 MISSING = "MISSING"  # nothing at the path
 UNKNOWN = "UNKNOWN"  # the path could not be read, or holds no tf.data snapshot; ``detail`` says which
-STATES = (IN_PROGRESS, COMPLETED, FAILED, MISSING, UNKNOWN)
-FINAL_STATES = (COMPLETED, FAILED)
+DELETED = "DELETED"  # DELETED (ours): its data was deleted, a tombstone is kept (the journal names it)
+STATES = (IN_PROGRESS, COMPLETED, FAILED, MISSING, UNKNOWN, DELETED)
+FINAL_STATES = (COMPLETED, FAILED, DELETED)
 
 # The names TensorFlow gives the files under a snapshot's path (``snapshot/path_utils.cc``).
 DONE_FILE = "DONE"
 ERROR_FILE = "ERROR"
 METADATA_FILE = "snapshot.metadata"
+DATASET_DEF_FILE = "dataset_def.proto"
+DATASET_SPEC_FILE = "dataset_spec.pb"
 CHUNKS_DIR = "chunks"
 STREAMS_DIR = "streams"
 STREAM_PREFIX = "stream_"
+# Ours, not TensorFlow's: the tombstone of a deleted snapshot, JSON {"state_before": ..., "deleted_at": ...}.
+DELETED_FILE = "DELETED"
+# What a journaled snapshot's tombstone keeps: the files Resume reads (ERROR; it stops there) and the
+# few small ones that say what the snapshot was. Everything else (chunks/, streams/,
+# prefetched_splits/, DONE once ERROR replaces it) is the data.
+TOMBSTONE_FILES = (METADATA_FILE, DATASET_DEF_FILE, DATASET_SPEC_FILE, ERROR_FILE, DELETED_FILE)
 # ERROR's text is kept to this many characters (a condition's message must stay readable).
 MAX_ERROR_CHARACTERS = 4000
 
@@ -94,6 +111,7 @@ class SnapshotProgress:
             IN_PROGRESS: "in progress",
             MISSING: "missing",
             UNKNOWN: "unknown",
+            DELETED: "deleted",
         }[self.state]
         text = f"snapshot {self.path} {what}"
         if self.state in (IN_PROGRESS, COMPLETED, FAILED):
@@ -205,6 +223,8 @@ def query_paths(query: dict[str, list[str]]) -> tuple[str, ...]:
 def state_from_names(names: Iterable[str]) -> str:
     """A snapshot's state from the names directly under its path (a listing that succeeded)."""
     present = {name.rstrip("/") for name in names}
+    if DELETED_FILE in present:
+        return DELETED
     if ERROR_FILE in present:
         return FAILED
     if DONE_FILE in present:
@@ -239,3 +259,136 @@ def error_text(raw: bytes) -> str:
     if len(result) > MAX_ERROR_CHARACTERS:
         result = result[: MAX_ERROR_CHARACTERS - 1] + "…"
     return result
+
+
+# --- deleting a snapshot's data ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeletionPlan:
+    """What a DELETE does at one path, from the names directly under it (``plan_deletion``).
+
+    ``refused`` says why nothing is touched (409). Otherwise, in this order: ``write_marker``
+    (``DELETED``), ``write_error`` (``ERROR`` from ``tombstone_error``), then ``remove``, names
+    under the path (``DONE`` last); or, with ``remove_all``, the whole path.
+    """
+
+    state_before: str
+    journaled: bool
+    remove: tuple[str, ...] = ()
+    keep: tuple[str, ...] = ()
+    remove_all: bool = False
+    write_marker: bool = False
+    write_error: bool = False
+    refused: str | None = None
+
+
+def plan_deletion(names: Iterable[str] | None, journaled: bool) -> DeletionPlan:
+    """What deleting the snapshot whose path lists ``names`` does (None: nothing at the path).
+
+    A snapshot still written is refused (TensorFlow cannot cancel one: its workers would go on
+    writing), and so is a path that holds no snapshot (no ``snapshot.metadata``): this deletes
+    snapshots, never a directory that merely looks like one. A finished one (COMPLETED, FAILED,
+    or DELETED: a DELETE again finishes one that was cut short) goes entirely when the journal
+    does not name it, else down to its tombstone (``TOMBSTONE_FILES``).
+    """
+    if names is None:
+        return DeletionPlan(MISSING, journaled)
+    present = sorted({name.rstrip("/") for name in names})
+    state = state_from_names(present)
+    if METADATA_FILE not in present:
+        why = f"no {METADATA_FILE} at the path: it holds no tf.data distributed snapshot"
+        return DeletionPlan(UNKNOWN, journaled, refused=f"{why}, so nothing is deleted")
+    if state == IN_PROGRESS:
+        return DeletionPlan(
+            state,
+            journaled,
+            refused="the snapshot is being written and TensorFlow cannot cancel one (its workers would go on "
+            "writing): wait until it is COMPLETED or FAILED, then delete it",
+        )
+    if not journaled:
+        return DeletionPlan(state, journaled, remove=tuple(present), remove_all=True)
+    remove = [n for n in present if n not in TOMBSTONE_FILES and n != DONE_FILE]
+    if DONE_FILE in present:
+        remove.append(DONE_FILE)  # last: until ERROR replaces it, DONE keeps the dispatcher's Resume short
+    keep = sorted({*(n for n in present if n in TOMBSTONE_FILES), ERROR_FILE, DELETED_FILE})
+    return DeletionPlan(
+        state,
+        journaled,
+        remove=tuple(remove),
+        keep=tuple(keep),
+        write_marker=DELETED_FILE not in present,
+        write_error=ERROR_FILE not in present,
+    )
+
+
+def tombstone_error(path: str) -> bytes:
+    """``ERROR`` for a deleted COMPLETED snapshot: a ``StatusProto`` in text format, which
+    ``Resume`` reads and ``Dataset.load`` raises (``ValueError: Failed to load tf.data snapshot``)."""
+    message = (
+        f"the data of the tf.data snapshot at {path} was deleted (DELETE {SNAPSHOTS_PATH} on the dispatcher "
+        "that wrote it; it kept these few files because its journal names the path): save it again under a new name"
+    )
+    escaped = message.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'code: NOT_FOUND\nmessage: "{escaped}"\n'.encode()
+
+
+def deleted_marker(state_before: str, deleted_at: float) -> bytes:
+    """``DELETED``'s content."""
+    return json.dumps({"state_before": state_before, "deleted_at": deleted_at}, sort_keys=True).encode() + b"\n"
+
+
+def marker_state_before(raw: bytes) -> str | None:
+    """The state a deleted snapshot was in, from ``DELETED``; None when it does not say."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    state = data.get("state_before") if isinstance(data, dict) else None
+    return state if state in FINAL_STATES else None
+
+
+@dataclass(frozen=True)
+class SnapshotDeletion:
+    """The answer to ``DELETE SNAPSHOTS_PATH?path=P``.
+
+    ``removed`` and ``kept`` are names directly under the path (when the journal does not name
+    it, the path itself went too). ``detail`` says why the rest is kept, or why nothing was
+    touched (409).
+    """
+
+    path: str
+    state_before: str
+    journaled: bool
+    removed: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    detail: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> SnapshotDeletion:
+        data = json_object(text, "a snapshot deletion", SnapshotsError)
+        path, state, journaled = data.get("path"), data.get("state_before"), data.get("journaled")
+        removed, kept, detail = data.get("removed", []), data.get("kept", []), data.get("detail", "")
+        if not isinstance(path, str) or not path:
+            raise SnapshotsError(f"path must be a non-empty string, got {path!r}")
+        if state not in STATES:
+            raise SnapshotsError(f"state_before must be one of {', '.join(STATES)}, got {state!r}")
+        if not isinstance(journaled, bool):
+            raise SnapshotsError(f"journaled must be true or false, got {journaled!r}")
+        for name, value in (("removed", removed), ("kept", kept)):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise SnapshotsError(f"{name} must be a list of strings, got {value!r}")
+        if not isinstance(detail, str):
+            raise SnapshotsError(f"detail must be a string, got {detail!r}")
+        return cls(path, state, journaled, tuple(removed), tuple(kept), detail)
+
+
+def deletion_path(query: dict[str, list[str]]) -> str:
+    """The one path a DELETE names (``parse_qs`` of its query); raises SnapshotsError otherwise."""
+    paths = query_paths(query)
+    if len(paths) != 1:
+        raise SnapshotsError(f"a DELETE names exactly one {PATH_PARAMETER}=, got {len(paths)}")
+    return paths[0]

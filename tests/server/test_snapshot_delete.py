@@ -1,0 +1,190 @@
+"""Deleting a tf.data distributed snapshot's data through the dispatcher pod's ``DELETE /v1/snapshots``,
+with real ``tfdata-server`` processes: what is deleted, what is refused, and the dispatcher starting
+again on its journal afterwards.
+
+A fault-tolerant dispatcher replays its journal when it starts, and TensorFlow fails that start
+when a journaled snapshot's path is gone (``SnapshotManager::Resume``): the last test restarts the
+dispatcher on the same work_dir, once after a DELETE (it becomes ready and serves a new job) and
+once after the path was removed by hand (it does not start), so the first proves something.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import servers
+import tensorflow as tf
+from servers import Launch, ServerProcess, ServerTensorFlow, free_port
+
+from tfdata_operator.client import snapshots as client_snapshots
+from tfdata_operator.wire import discovery, serverconfig, snapshots
+from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
+
+POD_NAME = "127.0.0.1"
+WAIT_TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def server_tf(tmp_path_factory: pytest.TempPathFactory) -> ServerTensorFlow:
+    return servers.server_tensorflow(tmp_path_factory.mktemp("opt-tfdata"))
+
+
+@pytest.fixture(scope="module")
+def module_launch(tmp_path_factory: pytest.TempPathFactory, server_tf: ServerTensorFlow) -> Iterator[Launch]:
+    yield from servers.launcher(tmp_path_factory, server_tf)
+
+
+@dataclass
+class Service:
+    launch: Launch
+    dispatcher: ServerProcess
+    worker: ServerProcess
+    snapshot_dir: Path
+    env: dict[str, str] | None
+
+    @property
+    def environ(self) -> dict[str, str]:
+        health = f"http://127.0.0.1:{self.dispatcher.config.health_port}"
+        settings = discovery.ClientSettings(
+            address=f"grpc://127.0.0.1:{self.dispatcher.config.port}",
+            sharding_policy="DYNAMIC",
+            processing_mode="DYNAMIC",
+            service_name="del",
+            snapshots_url=health + snapshots.SNAPSHOTS_PATH,
+            snapshot_dir=str(self.snapshot_dir),
+        )
+        return discovery.to_data(settings)
+
+    def url(self, path: str) -> str:
+        query = urllib.parse.urlencode({snapshots.PATH_PARAMETER: path})
+        return f"http://127.0.0.1:{self.dispatcher.config.health_port}{snapshots.SNAPSHOTS_PATH}?{query}"
+
+    def delete(self, path: str) -> tuple[int, snapshots.SnapshotDeletion]:
+        request = urllib.request.Request(self.url(path), method="DELETE")
+        try:
+            with urllib.request.urlopen(request, timeout=40) as response:
+                return response.status, snapshots.SnapshotDeletion.from_json(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, snapshots.SnapshotDeletion.from_json(exc.read())
+
+    def state(self, path: str) -> snapshots.SnapshotProgress:
+        return client_snapshots.read_report(self.url(path).partition("?")[0], (path,)).snapshots[0]
+
+    def restart_dispatcher(self) -> ServerProcess:
+        assert self.dispatcher.terminate() == 0, self.dispatcher.log()[-3000:]
+        self.dispatcher = self.launch(self.dispatcher.config, env=self.env)
+        return self.dispatcher
+
+
+@pytest.fixture(scope="module")
+def service(module_launch: Launch, tmp_path_factory: pytest.TempPathFactory) -> Service:
+    tmp = tmp_path_factory.mktemp("snapdel")
+    env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else None
+    port = free_port()
+    dispatcher = module_launch(
+        DispatcherServerConfig(
+            port=port, health_port=free_port(), work_dir=str(tmp / "journal"), fault_tolerant_mode=True
+        ),
+        env=env,
+    )
+    worker_port = free_port()
+    worker = module_launch(
+        WorkerServerConfig(
+            port=worker_port,
+            health_port=free_port(),
+            dispatcher_address=f"127.0.0.1:{port}",
+            worker_address_format=f"{serverconfig.POD_NAME_PLACEHOLDER}:{worker_port}",
+            heartbeat_interval_ms=300,
+        ),
+        pod_name=POD_NAME,
+        env=env,
+    )
+    for process in (dispatcher, worker):
+        process.wait_probe("/readyz", 200)
+    (tmp / "data").mkdir()
+    return Service(module_launch, dispatcher, worker, tmp / "data", env)
+
+
+def dataset(elements: int, sleep_microseconds: int) -> Any:
+    from tensorflow.python.data.experimental.ops import testing
+
+    return tf.data.Dataset.range(elements).map(lambda x: x * 3).apply(testing.sleep(sleep_microseconds))
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_a_snapshot_being_written_is_refused_and_goes_on_to_complete(service: Service) -> None:
+    env = service.environ
+    path = client_snapshots.save(dataset(60, 30_000), "running", "del", environ=env)  # about 2 s of writing
+    status, refused = service.delete(path)
+    assert status == 409 and refused.state_before == snapshots.IN_PROGRESS, refused
+    assert "TensorFlow cannot cancel one" in refused.detail and refused.removed == (), refused
+    done = client_snapshots.wait("running", "del", timeout=WAIT_TIMEOUT, poll_seconds=0.3, environ=env)
+    assert (done.state, done.elements) == (snapshots.COMPLETED, 60), (done, service.dispatcher.log()[-3000:])
+
+
+def test_delete_keeps_a_tombstone_of_a_journaled_snapshot_and_removes_an_unjournaled_one(service: Service) -> None:
+    env = service.environ
+    path = client_snapshots.save(dataset(40, 0), "kept", "del", environ=env)
+    client_snapshots.wait("kept", "del", timeout=WAIT_TIMEOUT, poll_seconds=0.3, environ=env)
+    assert client_snapshots.progress("kept", "del", environ=env).state == snapshots.COMPLETED  # a reading to forget
+
+    status, answer = service.delete(path)
+    assert status == 200 and answer.journaled and answer.state_before == snapshots.COMPLETED, answer
+    assert {"chunks", "streams", "DONE"} <= set(answer.removed), answer
+    assert answer.kept == ("DELETED", "ERROR", "dataset_def.proto", "dataset_spec.pb", "snapshot.metadata"), answer
+    assert tree(Path(path)) == list(answer.kept), "only the tombstone is left"
+    reading = service.state(path)
+    assert (reading.state, reading.journaled, reading.chunks) == (snapshots.DELETED, True, 0), reading
+    with pytest.raises(client_snapshots.SnapshotDeletedError, match="was deleted"):
+        client_snapshots.load("kept", "del", environ=env)
+    # TensorFlow's own load of the tombstone fails, saying why, rather than read nothing.
+    with pytest.raises(ValueError, match="was deleted"):
+        list(tf.data.Dataset.load(path))
+    status, again = service.delete(path)
+    assert (status, again.state_before, again.removed) == (200, snapshots.DELETED, ()), again
+
+    # A snapshot this dispatcher's journal does not name (a copy of one) goes entirely.
+    copy = service.snapshot_dir / "copy"
+    shutil.copytree(service.snapshot_dir / "running", copy)
+    status, answer = service.delete(str(copy))
+    assert (status, answer.journaled, answer.state_before) == (200, False, snapshots.COMPLETED), answer
+    assert not copy.exists() and service.state(str(copy)).state == snapshots.MISSING
+
+
+def test_the_dispatcher_starts_again_after_a_delete_and_not_after_a_journaled_path_is_removed(
+    service: Service,
+) -> None:
+    kept = str(service.snapshot_dir / "kept")
+    assert service.state(kept).state == snapshots.DELETED
+    dispatcher = service.restart_dispatcher()
+    dispatcher.wait_probe("/readyz", 200)
+    listed = {s.path: s.state for s in client_snapshots.read_report(service.url("").partition("?")[0]).snapshots}
+    assert listed == {kept: snapshots.DELETED, str(service.snapshot_dir / "running"): snapshots.COMPLETED}, listed
+    # A new job reads through the restarted dispatcher (the worker registers with it again).
+    address = f"grpc://127.0.0.1:{dispatcher.config.port}"
+    read = tf.data.Dataset.range(20).apply(tf.data.experimental.service.distribute("parallel_epochs", address))
+    assert sorted(int(x) for x in read.as_numpy_iterator()) == list(range(20))
+
+    # Without its tombstone, a journaled snapshot keeps the dispatcher from starting.
+    shutil.rmtree(kept)
+    dispatcher = service.restart_dispatcher()
+    servers.wait_for(
+        "the dispatcher to fail its start",
+        lambda: True if "the snapshot path doesn't exist" in dispatcher.log() else None,
+        lambda: json.dumps(dispatcher.probe("/readyz")) + "\n" + dispatcher.log()[-3000:],
+        WAIT_TIMEOUT,
+    )
+    assert dispatcher.probe("/readyz")[0] != 200
