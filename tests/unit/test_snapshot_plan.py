@@ -150,6 +150,13 @@ def test_files_gone_after_the_start_abandon_it() -> None:
     assert (gone.status["state"], gone.status["reason"]) == (plansnap.ABANDONED, plansnap.FILES_GONE)
 
 
+def test_a_path_the_servers_cannot_write_is_refused_before_a_save() -> None:
+    unwritable = replace(progress(wire.MISSING), writable=False, detail="cannot write in /snaps: PermissionError")
+    seen = observe(unwritable)
+    assert (seen.status["state"], seen.status["reason"]) == (plansnap.TRIGGER_PENDING, plansnap.PATH_UNUSABLE)
+    assert "cannot write in /snaps: PermissionError" in seen.status["message"] and "uid 1000" in seen.status["message"]
+
+
 def test_a_path_holding_something_else_is_refused_before_anything_is_written() -> None:
     other = replace(progress(wire.UNKNOWN), detail="it holds no tf.data snapshot (no snapshot.metadata)")
     seen = observe(other)

@@ -501,3 +501,22 @@ def test_wait_says_a_deleted_snapshot_was_deleted() -> None:
             )
     finally:
         server.stop()
+
+
+class ReadOnlyFileSystem(LocalFileSystem):
+    """A store that lists but refuses writes (root writes anywhere on this machine's own disk)."""
+
+    def write(self, path: str, data: bytes) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+
+def test_a_missing_path_says_whether_the_servers_could_write_there_and_leaves_no_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "not" / "yet" / "snap")
+    writable = SnapshotReader(LocalFileSystem(), None).report([path]).snapshots[0]
+    assert (writable.state, writable.writable, writable.detail) == (snapshots.MISSING, True, None)
+    assert [p.name for p in tmp_path.iterdir()] == []  # the probe went, and nothing was created
+    refused = SnapshotReader(ReadOnlyFileSystem(), None).report([path]).snapshots[0]
+    assert refused.state == snapshots.MISSING and refused.writable is False
+    assert (refused.detail or "").startswith(f"cannot write in {tmp_path}: PermissionError"), refused
+    round_trip = snapshots.SnapshotsReport.from_json(snapshots.SnapshotsReport((refused,), "j").to_json())
+    assert round_trip.snapshots[0] == refused

@@ -180,6 +180,13 @@ def _state(
     if reading.state == wire.MISSING:
         if started:
             return ABANDONED, FILES_GONE, f"{path} is gone: its files were removed after the snapshot had started"
+        if reading.writable is False:
+            return (
+                TRIGGER_PENDING,
+                PATH_UNUSABLE,
+                f"the servers cannot write the snapshot at {path}: the dispatcher {reading.detail}. Make the "
+                "directory writable for uid 1000 (the servers' user), or point spec.snapshots elsewhere",
+            )
         return (
             TRIGGER_PENDING,
             WAITING_FOR_SAVE,

@@ -29,6 +29,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
@@ -185,6 +186,39 @@ def _read_started(fs: FileSystem, path: str, state: str, journaled: bool, readin
     )
 
 
+# A path whose directory does not exist yet is checked in the nearest one above it that does, at
+# most this many levels up (distributed_save creates the rest).
+MAX_WRITE_CHECK_LEVELS = 8
+WRITE_CHECK_PREFIX = ".tfdata-write-check-"
+
+
+def write_check(fs: WritableFileSystem, path: str) -> str | None:
+    """Why a snapshot could not be written at ``path`` (None: it can): a file written and removed in
+    the nearest directory above it that exists, as this server's user. The workers write with the
+    same user, on the same storage (``spec.snapshots.volume`` is mounted in all of them, and a URL
+    is the same store)."""
+    directory = path.rstrip("/").rsplit("/", 1)[0]
+    for _ in range(MAX_WRITE_CHECK_LEVELS):
+        try:
+            fs.listdir(directory)
+            break
+        except FileNotFoundError:
+            parent = directory.rsplit("/", 1)[0]
+            if not parent or parent.endswith(":/") or parent == directory:
+                break
+            directory = parent
+        except Exception as exc:
+            return f"cannot list {directory}: {_error_detail(exc)}"
+    probe = join(directory, f"{WRITE_CHECK_PREFIX}{uuid.uuid4().hex}")
+    try:
+        fs.write(probe, b"")
+    except Exception as exc:
+        return f"cannot write in {directory}: {_error_detail(exc)}"
+    with contextlib.suppress(Exception):
+        fs.remove_tree(probe)
+    return None
+
+
 # --- the reader the endpoint asks ---------------------------------------------------------------
 
 
@@ -240,6 +274,9 @@ class SnapshotReader:
             if now - known.read_at < reread:
                 return replace(known.progress, journaled=journaled, age_seconds=round(now - known.read_at, 3))
         reading = read_progress(self._fs, path, journaled, known)
+        if reading.progress.state == snapshots.MISSING and not journaled:
+            why = write_check(self._fs, path)
+            reading.progress = replace(reading.progress, writable=why is None, detail=why)
         reading.read_at = now
         self._readings.pop(path, None)
         self._readings[path] = reading  # last: the most recently read are forgotten last

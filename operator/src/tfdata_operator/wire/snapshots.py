@@ -98,6 +98,9 @@ class SnapshotProgress:
     started_at: float | None = None
     finished_at: float | None = None
     age_seconds: float = 0.0
+    # Only for a MISSING path: whether the dispatcher could write a file where the snapshot would go
+    # (its nearest directory that exists); ``detail`` says why not. None: not checked.
+    writable: bool | None = None
 
     @property
     def final(self) -> bool:
@@ -172,6 +175,8 @@ def progress_from_dict(data: Any) -> SnapshotProgress:
         raise SnapshotsError(f"path must be a non-empty string, got {values['path']!r}")
     if values["state"] not in STATES:
         raise SnapshotsError(f"state must be one of {', '.join(STATES)}, got {values['state']!r}")
+    if values["writable"] is not None and not isinstance(values["writable"], bool):
+        raise SnapshotsError(f"writable must be true, false or null, got {values['writable']!r}")
     if not isinstance(values["journaled"], bool):
         raise SnapshotsError(f"journaled must be true or false, got {values['journaled']!r}")
     for name in _COUNTS:
