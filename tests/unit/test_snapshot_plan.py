@@ -229,6 +229,8 @@ def test_delete_of_a_snapshot_never_started_releases_only_on_a_fresh_missing_rea
 def test_delete_without_the_service_or_its_storage_keeps_the_files_and_warns() -> None:
     gone = deletion(plansnap.COMPLETED, target=plansnap.Target(None, plansnap.SERVICE_NOT_FOUND, "gone", exists=False))
     assert gone.release and not gone.delete_data and gone.event_type == "Warning" and PATH in gone.message
+    never = deletion(plansnap.TRIGGER_PENDING, target=plansnap.Target(None, plansnap.SERVICE_NOT_FOUND, exists=False))
+    assert never.release and not never.delete_data and not never.reason
     bare = deletion(plansnap.COMPLETED, target=plansnap.Target(None, plansnap.NO_SNAPSHOT_STORAGE, "no storage"))
     assert bare.release and not bare.delete_data and "no storage" in bare.message
 

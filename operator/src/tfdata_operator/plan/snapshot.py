@@ -279,6 +279,8 @@ def deletion(snap: SnapshotSpec, target: Target, status: Manifest, fresh: bool) 
     path = status.get("path") or target.path
     if snap.deletion_policy != DELETE:
         return Deletion(release=True)
+    if not target.exists and status.get("state", TRIGGER_PENDING) == TRIGGER_PENDING and not status.get("startedAt"):
+        return Deletion(release=True)  # no service, and none had started a snapshot: nothing to keep or delete
     if not target.exists:
         return Deletion(
             release=True,
