@@ -155,8 +155,11 @@ def test_a_snapshot_is_saved_followed_loaded_exactly_once_and_deleted_safely(
     ready = kubectl.run("wait", "--for=condition=Ready", f"tfdata/{SERVICE}", "-n", namespace, "--timeout=180s",
                         check=False, timeout=190)  # fmt: skip
     assert ready.returncode == 0, (ready.stderr, json.dumps(kubectl.get("tfdata", SERVICE, "-n", namespace)["status"]))
-    # The dispatcher back on its journal takes and finishes a new snapshot.
+    # The dispatcher back on its journal takes and finishes a new snapshot. Its worker writes once
+    # its heartbeat reaches the new dispatcher pod. On the dev node the Service's name is the pod's
+    # own address (its /etc/hosts names the new pod once it is Ready, where a real cluster keeps a
+    # ClusterIP), and gRPC resolves a name again at most every 30 s: seen in CI, over 60 s.
     again = trainer(node_state_dir, kubectl, namespace, "save", "--elements=20", name="after-restart")
     assert again.returncode == 0, again
-    after = trainer(node_state_dir, kubectl, namespace, "load", name="after-restart")
+    after = trainer(node_state_dir, kubectl, namespace, "load", "--timeout=200", name="after-restart", timeout=240)
     assert after.returncode == 0 and "loaded 20" in after.stdout, after
