@@ -14,6 +14,7 @@ and clients then run there (`server_tensorflow`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -202,13 +203,16 @@ def launcher(tmp_path_factory: pytest.TempPathFactory, server_tf: ServerTensorFl
             environ[serverconfig.POD_NAME_ENV] = pod_name
         log_path = workdir / "server.log"
         with open(log_path, "wb") as log:
-            popen = subprocess.Popen(argv, env=environ, stdout=log, stderr=subprocess.STDOUT)
+            # A session of its own: the end of the module kills its TensorFlow child with it.
+            popen = subprocess.Popen(argv, env=environ, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         process = ServerProcess(kind, config, popen, log_path, pod_name)
         started.append(process)
         return process
 
     yield launch
     for process in started:
-        if process.popen.poll() is None:
-            process.popen.kill()  # the TensorFlow child follows its supervisor (PR_SET_PDEATHSIG)
-            process.popen.wait()
+        # The whole group: the TensorFlow child gets SIGTERM when its supervisor dies (PR_SET_PDEATHSIG),
+        # but a worker whose dispatcher is gone can take its dispatcher_timeout_ms to stop (an hour).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.popen.pid, signal.SIGKILL)
+        process.popen.wait()
