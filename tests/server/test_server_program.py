@@ -15,31 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import servers
 from servers import START_TIMEOUT, Launch, ServerProcess, ServerTensorFlow, free_port, wait_for
 
 from tfdata_operator.wire import serverconfig, serverinfo
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
-
-
-@pytest.fixture(scope="module")
-def server_tf(tmp_path_factory: pytest.TempPathFactory) -> ServerTensorFlow:
-    """The TensorFlow the servers and clients run on (tests/servers.py)."""
-    found = servers.server_tensorflow(tmp_path_factory.mktemp("opt-tfdata"))
-    if not Path(found.server_command("worker")[0]).exists():
-        pytest.fail(f"{found.server_command('worker')[0]} is missing: install the operator package (make venv)")
-    return found
-
-
-@pytest.fixture
-def launch(tmp_path_factory: pytest.TempPathFactory, server_tf: ServerTensorFlow) -> Iterator[Launch]:
-    yield from servers.launcher(tmp_path_factory, server_tf)
-
-
-@pytest.fixture(scope="module")
-def module_launch(tmp_path_factory: pytest.TempPathFactory, server_tf: ServerTensorFlow) -> Iterator[Launch]:
-    yield from servers.launcher(tmp_path_factory, server_tf)
-
 
 # The worker's pod name; "{pod_name}:<port>" then announces a reachable address on this host.
 POD_NAME = "127.0.0.1"

@@ -16,7 +16,6 @@ import textwrap
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 import servers
 import tensorflow as tf
-from servers import Launch, ServerProcess, ServerTensorFlow, free_port
+from servers import Launch, ServerProcess, free_port
 
 from tfdata_operator.client import snapshots as client_snapshots
 from tfdata_operator.wire import discovery, serverconfig, serverinfo, signals, snapshots
@@ -36,16 +35,6 @@ ELEMENTS = 120
 # Per element, on the workers: 120 elements over 2 workers take about a second.
 SLEEP_MICROSECONDS = 15_000
 WAIT_TIMEOUT = 60.0
-
-
-@pytest.fixture(scope="module")
-def server_tf(tmp_path_factory: pytest.TempPathFactory) -> ServerTensorFlow:
-    return servers.server_tensorflow(tmp_path_factory.mktemp("opt-tfdata"))
-
-
-@pytest.fixture(scope="module")
-def module_launch(tmp_path_factory: pytest.TempPathFactory, server_tf: ServerTensorFlow) -> Iterator[Launch]:
-    yield from servers.launcher(tmp_path_factory, server_tf)
 
 
 @dataclass

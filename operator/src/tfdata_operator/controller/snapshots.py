@@ -162,15 +162,9 @@ def _write(api: Api, body: Manifest, old: Manifest, new: Manifest, outcome: Outc
     if new == old:
         return body
     meta = body["metadata"]
-    try:
-        written = api.patch_status(API_VERSION, SNAPSHOT_KIND, meta["namespace"], meta["name"], new)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        return body
-    outcome.written.append(written)
-    outcome.result = "changed"
-    return _updated(body, written)
+    return _patched(
+        lambda: api.patch_status(API_VERSION, SNAPSHOT_KIND, meta["namespace"], meta["name"], new), body, outcome
+    )
 
 
 def _set_finalizer(api: Api, body: Manifest, present: bool, outcome: Outcome) -> Manifest:
@@ -180,18 +174,22 @@ def _set_finalizer(api: Api, body: Manifest, present: bool, outcome: Outcome) ->
     if present:
         finalizers.append(SNAPSHOT_FINALIZER)
     patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
+    return _patched(
+        lambda: api.patch(API_VERSION, SNAPSHOT_KIND, meta["namespace"], meta["name"], patch), body, outcome
+    )
+
+
+def _patched(write: Callable[[], Manifest], body: Manifest, outcome: Outcome) -> Manifest:
+    """One write: the body with the resourceVersion it made (a later write in the same reconcile is
+    guarded by it), or as it was when the object is gone (404: deleted meanwhile)."""
     try:
-        written = api.patch(API_VERSION, SNAPSHOT_KIND, meta["namespace"], meta["name"], patch)
+        written = write()
     except ApiException as exc:
         if exc.status != 404:
             raise
         return body
     outcome.written.append(written)
     outcome.result = "changed"
-    return _updated(body, written)
-
-
-def _updated(body: Manifest, written: Manifest) -> Manifest:
     version = (written.get("metadata") or {}).get("resourceVersion")
     return {**body, "metadata": {**body["metadata"], "resourceVersion": version}} if version else body
 
