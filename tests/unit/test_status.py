@@ -6,6 +6,7 @@ from typing import Any
 
 from tfdata_operator.api import reasons
 from tfdata_operator.plan import hold, status
+from tfdata_operator.plan.diagnose import Finding
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
 
@@ -345,3 +346,13 @@ def test_fields_kubernetes_leaves_out_read_as_their_defaults() -> None:
     del dispatcher["status"]["updatedReplicas"]
     st = status.compute_status(svc, body(), status.Servers(dispatcher, sts(2, 2)), SETTINGS, "T")
     assert conditions(st)["DispatcherReady"]["reason"] == "DispatcherRestarting"
+
+
+def test_a_lost_dispatcher_node_is_said_at_once_while_its_statefulset_still_counts_the_pod_ready() -> None:
+    """The node lifecycle controller marks the pod not ready before the StatefulSet controller counts
+    again: the condition says DispatcherNodeLost from the first reconcile (its Warning is sent once)."""
+    lost = Finding(reasons.DISPATCHER_NODE_LOST, "pod d-0: its node n1 has been unreachable since T")
+    servers = status.Servers(sts(1, 1), sts(2, 2), dispatcher_problem=lost)
+    said = conditions(status.compute_status(parse(), body(), servers, SETTINGS, "T1"))
+    assert (said["DispatcherReady"]["status"], said["DispatcherReady"]["reason"]) == ("False", "DispatcherNodeLost")
+    assert said["Ready"]["status"] == "False"

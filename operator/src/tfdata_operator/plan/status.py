@@ -111,9 +111,16 @@ def workers_condition(svc: ServiceSpec, observed: Servers, waiting: str | None) 
 _EXPLAINABLE = frozenset({reasons.DISPATCHER_NOT_READY, reasons.DISPATCHER_RESTARTING, reasons.WORKERS_NOT_READY})
 
 
+# Findings that hold even while the StatefulSet still counts the pod ready: the node lifecycle
+# controller marks a lost node's pods not ready before the StatefulSet controller counts again, and
+# the dispatcher on it serves nobody from the moment the node is unreachable.
+_OVERRIDING = frozenset({reasons.DISPATCHER_NODE_LOST})
+
+
 def explained(condition: Condition, problem: Finding | None) -> Condition:
     """``condition`` with Kubernetes' own reason and message for why it is not ready, when known."""
-    if problem is None or condition.status or condition.reason not in _EXPLAINABLE:
+    overriding = problem is not None and problem.reason in _OVERRIDING
+    if problem is None or (not overriding and (condition.status or condition.reason not in _EXPLAINABLE)):
         return condition
     # The workers' message has the count; the dispatcher's generic guesses give way to the cause.
     what = "The dispatcher is not ready" if condition.type == DISPATCHER_READY else condition.message.rstrip(".")
