@@ -74,7 +74,8 @@ VERSION="$(sed -nE 's/^version = "([^"]+)"$/\1/p' "$REPO/operator/pyproject.toml
 # kind (and only kind) sees the shim as `docker`.
 kind_() { PATH="$HERE/docker-shim:$PATH" "$KIND" "$@"; }
 
-cluster_exists() { [[ -x "$KIND" ]] && kind_ get clusters 2>/dev/null | grep -qxF "$CLUSTER"; }
+# The list first, then the search: `kind get clusters | grep -q` can fail under pipefail (SIGPIPE).
+cluster_exists() { [[ -x "$KIND" ]] && grep -qxF "$CLUSTER" <<<"$(kind_ get clusters 2>/dev/null)"; }
 
 up() {
   local started image k8sbin config
@@ -196,8 +197,18 @@ load() {  # image...
 freeze() {  # pause|unpause node
   eval "$("$REPO/images/docker-daemon.sh" env)"
   cluster_exists || die "no cluster $CLUSTER"
-  kind_ get nodes --name "$CLUSTER" | grep -qxF "$2" || die "no node $2 in cluster $CLUSTER: $(kind_ get nodes --name "$CLUSTER" | tr '\n' ' ')"
+  local nodes paused
+  # Listed first, then searched: `kind get nodes | grep -q` fails under pipefail when grep exits
+  # before kind has written everything (SIGPIPE), as it did once in CI.
+  nodes="$(kind_ get nodes --name "$CLUSTER")"
+  grep -qxF "$2" <<<"$nodes" || die "no node $2 in cluster $CLUSTER: $(tr '\n' ' ' <<<"$nodes")"
   [[ "$2" != "$CLUSTER-control-plane" ]] || die "$2 runs the cluster's API server: freeze a worker node"
+  # Idempotent: pausing a paused node, or resuming one that runs, does nothing.
+  paused="$("$DOCKER" inspect -f '{{.State.Paused}}' "$2")"
+  if [[ "$1" == pause && "$paused" == true ]] || [[ "$1" == unpause && "$paused" == false ]]; then
+    log "node $2 is already ${1}d"
+    return
+  fi
   "$DOCKER" "$1" "$2" >/dev/null
   log "${1}d node $2"
 }
