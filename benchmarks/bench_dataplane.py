@@ -490,17 +490,18 @@ def main() -> int:
         draw(results["scale-out"], args.png or PNG)
     if "compression" in results:
         print_compression(results["compression"])
-    keep(results)
-    print(f"\n{results['seconds']} s; written to {OUT / 'dataplane-last.json'}")
+    print(f"\n{results['seconds']} s; written to {keep(results, 'dataplane')}")
     return 0
 
 
-def keep(results: dict[str, Any]) -> None:
-    last, previous = OUT / "dataplane-last.json", OUT / "dataplane-previous.json"
+def keep(results: dict[str, Any], name: str) -> Path:
+    """The run's JSON as ``<name>-last.json``, the one before it as ``<name>-previous.json``; the path written."""
+    last, previous = OUT / f"{name}-last.json", OUT / f"{name}-previous.json"
     OUT.mkdir(parents=True, exist_ok=True)
     if last.exists():
         last.replace(previous)
     last.write_text(json.dumps(results, indent=2, default=str))
+    return last
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ Writes .local/bench/snapshots-last.json (the previous run's kept as snapshots-pr
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -50,8 +49,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench import OUT, now_rfc3339
-from bench_dataplane import cluster, print_table, show, spread
+from bench import now_rfc3339
+from bench_dataplane import cluster, keep, print_table, show, spread
 
 from tfdata_operator.wire import discovery, serverinfo, signals
 
@@ -278,17 +277,8 @@ def main() -> int:
         f"{results['loads to repay the save']} loads' worth. Every read: each index once, sampled elements within "
         f"{largest:.1g} of the in-process ones."
     )
-    keep(results)
-    print(f"\n{results['seconds']} s; written to {OUT / 'snapshots-last.json'}")
+    print(f"\n{results['seconds']} s; written to {keep(results, 'snapshots')}")
     return 0
-
-
-def keep(results: dict[str, Any]) -> None:
-    last, previous = OUT / "snapshots-last.json", OUT / "snapshots-previous.json"
-    OUT.mkdir(parents=True, exist_ok=True)
-    if last.exists():
-        last.replace(previous)
-    last.write_text(json.dumps(results, indent=2, default=str))
 
 
 if __name__ == "__main__":
