@@ -137,6 +137,94 @@ def test_a_connection_dropped_mid_answer_is_described(dispatcher: Callable[[Hand
     assert isinstance(result, str) and "ended 499 bytes short of its Content-Length" in result, result
 
 
+def test_a_dispatcher_that_drips_is_cut_off_at_the_deadline_for_the_whole_answer(
+    dispatcher: Callable[[Handler], str],
+) -> None:
+    """A byte every 0.2 s never lets one read time out; the deadline is for the exchange."""
+    release = threading.Event()
+
+    def drip(request: http.server.BaseHTTPRequestHandler) -> None:
+        request.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+        request.wfile.flush()
+        while not release.wait(0.2):
+            try:
+                request.wfile.write(b" ")
+                request.wfile.flush()
+            except OSError:
+                return
+
+    url = dispatcher(drip)
+    started = time.monotonic()
+    try:
+        result = probes.fetch(url, timeout=1.0)
+        took = time.monotonic() - started
+    finally:
+        release.set()
+    assert isinstance(result, str) and "no whole answer within 1s" in result, result
+    assert took < 2.5, took
+
+
+def test_headers_that_drip_are_cut_off_too(dispatcher: Callable[[Handler], str]) -> None:
+    release = threading.Event()
+
+    def drip(request: http.server.BaseHTTPRequestHandler) -> None:
+        request.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        while not release.wait(0.2):
+            try:
+                request.wfile.write(b"X-Slow: 1\r\n")
+                request.wfile.flush()
+            except OSError:
+                return
+
+    url = dispatcher(drip)
+    started = time.monotonic()
+    try:
+        assert probes.read_readiness(url, timeout=1.0) is None
+        took = time.monotonic() - started
+    finally:
+        release.set()
+    assert took < 2.5, took
+
+
+def test_a_redirect_is_never_followed(dispatcher: Callable[[Handler], str]) -> None:
+    """A pod's answer must not send the operator elsewhere (the cloud's metadata server, a
+    kubelet), nor bring that place's text back into the pod's own status."""
+    visited: list[str] = []
+
+    def secret(request: http.server.BaseHTTPRequestHandler) -> None:
+        visited.append(request.path)
+        reply(200, b"the-secret-text")(request)
+
+    elsewhere = dispatcher(secret)
+
+    def redirect(request: http.server.BaseHTTPRequestHandler) -> None:
+        request.send_response(302)
+        request.send_header("Location", elsewhere)
+        request.send_header("Content-Length", "0")
+        request.end_headers()
+
+    url = dispatcher(redirect)
+    signals = probes.fetch(url)
+    assert isinstance(signals, str) and "answered 302" in signals, signals
+    assert probes.read_readiness(url) is None
+    deleted = probes.delete_snapshot(url)
+    assert deleted is not None and "the-secret-text" not in deleted
+    assert visited == []
+
+
+def test_a_long_reason_phrase_is_cut(dispatcher: Callable[[Handler], str]) -> None:
+    def shout(request: http.server.BaseHTTPRequestHandler) -> None:
+        request.wfile.write(b"HTTP/1.1 503 " + b"A" * 60_000 + b"\r\nContent-Length: 0\r\n\r\n")
+
+    result = probes.fetch(dispatcher(shout))
+    assert isinstance(result, str) and "answered 503" in result and len(result) < 300, result[:300]
+
+
+def test_only_http_addresses_are_read() -> None:
+    result = probes.fetch("file:///etc/passwd")
+    assert isinstance(result, str) and "not an http:// address" in result, result
+
+
 def test_reads_the_snapshots_and_counts_each_read(dispatcher: Callable[[Handler], str]) -> None:
     def count(answered: str) -> float:
         return REGISTRY.get_sample_value("tfdata_operator_snapshot_reads_total", {"answered": answered}) or 0.0

@@ -6,14 +6,22 @@ or of another version is an ordinary moment, described in words). ``fetch_snapsh
 ``/v1/snapshots`` (``snapshots.SnapshotsReport``) the same way. ``read_readiness`` reads
 what a server's ``/readyz`` says about itself, for the status's explanation; ``read_server_info``
 what it runs (``/serverinfo``), for ``status.server``.
+
+Every read goes through ``request``: the pods are the tenants', so a read is bounded in time as a
+whole (``TIMEOUT_SECONDS`` for connect, headers and body together, however slowly a pod sends) and
+in size, and a redirect is never followed. A pod that drips its answer costs its own service's
+reconcile at most that long per read, never a reconcile thread for longer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
-import urllib.error
-import urllib.request
+import socket
+import threading
+import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from tfdata_operator.controller import metrics
@@ -27,8 +35,63 @@ from tfdata_operator.wire.snapshots import SnapshotsReport
 TIMEOUT_SECONDS = 2.0
 # A ServiceSignals document is well under 1 KiB, plus one name per unreachable worker.
 MAX_BYTES = 256 * 1024
-# Cluster-local addresses: never through an HTTP(S)_PROXY from the operator's environment.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a pod answered: its status line and at most the bound asked for of its body."""
+
+    status: int
+    reason: str
+    content_type: str
+    body: bytes
+    # What the Content-Length still promised when the body ended (0: all of it, or no length).
+    missing: int
+
+
+def _cut(connection: http.client.HTTPConnection, expired: threading.Event) -> None:
+    expired.set()
+    sock = connection.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # wakes a read blocked on a pod that drips
+
+
+def request(url: str, timeout: float, max_bytes: int, method: str = "GET") -> Answer | str:
+    """One HTTP exchange with a pod, or why there is none (never an exception).
+
+    The operator reads pods it does not trust, so ``timeout`` bounds the whole exchange (connect,
+    status line, headers and body together: a pod that sends a byte at a time is cut off at the
+    deadline, not at each read's); the body is read up to ``max_bytes + 1`` bytes; a redirect is
+    an answer like any other, never followed (a pod must not send the operator elsewhere); and no
+    HTTP(S)_PROXY of the operator's environment is used (the addresses are cluster-local).
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        return f"{method} {url}: not an http:// address"
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    expired = threading.Event()
+    timer = threading.Timer(timeout, _cut, (connection, expired))
+    timer.daemon = True
+    timer.start()
+    try:
+        connection.connect()
+        if expired.is_set():
+            raise TimeoutError("timed out")
+        connection.request(method, target, headers={"Connection": "close"})
+        response = connection.getresponse()
+        body = response.read(max_bytes + 1)
+        if expired.is_set():  # the read was cut short by the deadline, not ended by the pod
+            raise TimeoutError("timed out")
+        return Answer(response.status, response.reason, response.headers.get_content_type(), body, response.length or 0)
+    except (OSError, http.client.HTTPException) as exc:  # refused, reset, timed out, a garbled answer
+        if expired.is_set():
+            return f"{method} {url} failed: no whole answer within {timeout:g}s (timed out)"
+        return f"{method} {url} failed: {type(exc).__name__}: {exc or 'no detail'}"
+    finally:
+        timer.cancel()
+        connection.close()
 
 
 def fetch(url: str, timeout: float = TIMEOUT_SECONDS) -> ServiceSignals | str:
@@ -67,24 +130,23 @@ def _document(url: str, timeout: float, max_bytes: int, parse: Callable[[bytes],
 
 
 def _get(url: str, timeout: float, max_bytes: int) -> bytes | str:
-    """A bounded body, or why there is none."""
-    try:
-        with _OPENER.open(url, timeout=timeout) as response:
-            body: bytes = response.read(max_bytes + 1)
-            # A bounded read returns what came before the connection dropped, without an error:
-            # what the Content-Length still promised says so.
-            missing = getattr(response, "length", None)
-    except urllib.error.HTTPError as exc:
-        return f"GET {url} answered {exc.code} {exc.reason}"
-    except urllib.error.URLError as exc:
-        return f"GET {url} failed: {exc.reason}"
-    except (OSError, http.client.HTTPException) as exc:  # timeouts, resets, a garbled answer
-        return f"GET {url} failed: {type(exc).__name__}: {exc or 'no detail'}"
-    if len(body) > max_bytes:
+    """A bounded body of a 2xx answer, or why there is none."""
+    answer = request(url, timeout, max_bytes)
+    if isinstance(answer, str):
+        return answer
+    if not 200 <= answer.status < 300:
+        return f"GET {url} answered {answer.status} {_words(answer.reason, 100)}"
+    if len(answer.body) > max_bytes:
         return f"GET {url} answered more than {max_bytes} bytes"
-    if missing:
-        return f"GET {url} failed: the answer ended {missing} bytes short of its Content-Length"
-    return body
+    if answer.missing:
+        return f"GET {url} failed: the answer ended {answer.missing} bytes short of its Content-Length"
+    return answer.body
+
+
+def _words(raw: str | bytes, limit: int) -> str:
+    """A pod's text as one line of at most ``limit`` characters."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return " ".join(text.split())[:limit]
 
 
 # A readiness detail is one line; more is not a detail.
@@ -93,16 +155,12 @@ MAX_READINESS_BYTES = 4096
 
 def read_readiness(url: str, timeout: float = TIMEOUT_SECONDS) -> str | None:
     """What a server's ``/readyz`` says about itself (its 503 body: "not ok: running: ...; 2 of 3 workers
-    registered: waiting for ..."), or None when it could not be asked (not there, not answering)."""
-    try:
-        with _OPENER.open(url, timeout=timeout) as response:
-            body = response.read(MAX_READINESS_BYTES)
-    except urllib.error.HTTPError as exc:
-        body = exc.read(MAX_READINESS_BYTES)
-        exc.close()
-    except (OSError, http.client.HTTPException):
+    registered: waiting for ..."), or None when it could not be asked (not there, not answering, or
+    answering with a redirect, which is never followed)."""
+    answer = request(url, timeout, MAX_READINESS_BYTES)
+    if isinstance(answer, str) or 300 <= answer.status < 400:
         return None
-    text = body.decode("utf-8", "replace").strip()
+    text = answer.body[:MAX_READINESS_BYTES].decode("utf-8", "replace").strip()
     return text or None
 
 
@@ -113,12 +171,8 @@ MAX_SERVER_INFO_BYTES = 1024 * 1024
 def read_server_info(url: str, timeout: float = TIMEOUT_SECONDS) -> ServerInfo | None:
     """A server's ``/serverinfo`` (its TensorFlow, GraphDef versions and ops), or None when it
     could not be read (not there yet, of an operator version without it, not answering)."""
-    try:
-        with _OPENER.open(url, timeout=timeout) as response:
-            body = response.read(MAX_SERVER_INFO_BYTES + 1)
-    except (OSError, http.client.HTTPException):  # HTTPError and URLError are OSErrors
-        return None
-    if len(body) > MAX_SERVER_INFO_BYTES:
+    body = _get(url, timeout, MAX_SERVER_INFO_BYTES)
+    if isinstance(body, str):
         return None
     try:
         return serverinfo.from_json(body)
@@ -135,18 +189,12 @@ DELETION_TIMEOUT_SECONDS = 120.0
 def delete_snapshot(url: str, timeout: float = DELETION_TIMEOUT_SECONDS) -> str | None:
     """``DELETE`` of one snapshot's data on the dispatcher (``url`` names the path): None once it is
     deleted, else why not (a refusal's own words: a snapshot being written is refused)."""
-    request = urllib.request.Request(url, method="DELETE")
-    try:
-        with _OPENER.open(request, timeout=timeout) as response:
-            response.read(MAX_DELETION_BYTES)
-    except urllib.error.HTTPError as exc:
-        said = exc.read(MAX_READINESS_BYTES).decode("utf-8", "replace").strip()
-        exc.close()
-        # The dispatcher's refusal is a sentence (JSON or text); an older server's is an HTML page.
-        said = "" if said.startswith("<") else " ".join(said.split())[:1000]
-        return f"DELETE {url} answered {exc.code} {exc.reason}" + (f": {said}" if said else "")
-    except urllib.error.URLError as exc:
-        return f"DELETE {url} failed: {exc.reason}"
-    except (OSError, http.client.HTTPException) as exc:
-        return f"DELETE {url} failed: {type(exc).__name__}: {exc or 'no detail'}"
-    return None
+    answer = request(url, timeout, MAX_DELETION_BYTES, method="DELETE")
+    if isinstance(answer, str):
+        return answer
+    if 200 <= answer.status < 300:
+        return None
+    said = answer.body[:MAX_READINESS_BYTES].decode("utf-8", "replace").strip()
+    # The dispatcher's refusal is a sentence (JSON or text); an older server's is an HTML page.
+    said = "" if said.startswith("<") else _words(said, 1000)
+    return f"DELETE {url} answered {answer.status} {_words(answer.reason, 100)}" + (f": {said}" if said else "")
