@@ -176,7 +176,7 @@ test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, j
 test-e2e-kind: images venv ## On a kind cluster of its own (tfdata-test; `make kind-up`'s stays): the kind tests, then the integration suite through TFDATA_TEST_KUBECONFIG (KIND_WITH_INTEGRATION=0 skips it); deletes it (logs in .local/kind-test-logs on failure).
 	@set -e; export TFDATA_KIND_CLUSTER=$(KIND_TEST_CLUSTER); kc=$(ROOT)/.local/kind-$(KIND_TEST_CLUSTER)-kubeconfig; \
 	  trap 'rc=$$?; [ $$rc -eq 0 ] || kind/cluster.sh logs $(ROOT)/.local/kind-test-logs || true; kind/cluster.sh down' EXIT; \
-	  kind/cluster.sh up; \
+	  $(TIMED) kind_up kind/cluster.sh up; \
 	  TFDATA_TEST_KUBECONFIG=$$kc $(PYTEST) -q -m kind tests/kind; \
 	  if [ "$(KIND_WITH_INTEGRATION)" != 0 ]; then \
 	    $(HELM) uninstall tfdata-operator -n tfdata-system --kubeconfig $$kc --wait; \
@@ -190,15 +190,25 @@ test-e2e-kind: images venv ## On a kind cluster of its own (tfdata-test; `make k
 TEST_RESULTS := $(ROOT)/.local/test-results
 export TFDATA_TEST_RESULTS := $(TEST_RESULTS)
 
+# Times a step that is not a pytest run; the tiers time themselves (tests/fixtures/skips.py).
+TIMED := $(ROOT)/hack/timed.sh
+
 .PHONY: test
-test: ## The full suite (what CI runs); on kind: readiness, storage, the fault case and NetworkPolicy. Ends with one line per tier.
+test: ## The full suite (what CI runs); on kind: readiness, storage, the fault case and NetworkPolicy. Ends with one line per step, its time and its budget (tests/budgets.toml); a step over budget fails it.
 	@rm -rf $(TEST_RESULTS); rc=0; \
 	  $(MAKE) --no-print-directory test-tiers || rc=$$?; \
-	  echo; $(PYTHON_BOOTSTRAP) tests/fixtures/results.py $(TEST_RESULTS); exit $$rc
+	  py=$(PY); [ -x $$py ] || py=$(PYTHON_BOOTSTRAP); \
+	  echo; $$py tests/fixtures/results.py $(TEST_RESULTS) || { [ $$rc -ne 0 ] || rc=1; }; exit $$rc
 
 .PHONY: test-tiers
-test-tiers: lint test-unit test-server test-server-oldest test-integration test-nodeagent test-e2e test-images
-	$(MAKE) test-e2e-kind KIND_WITH_INTEGRATION=0
+test-tiers:
+	@$(TIMED) setup $(MAKE) --no-print-directory venv venv-oldest binaries
+	@$(TIMED) lint $(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory test-unit test-server test-server-oldest test-integration test-nodeagent test-e2e
+	@$(TIMED) images_build $(MAKE) --no-print-directory images
+	@$(MAKE) --no-print-directory test-images
+	@$(TIMED) kind_image $(MAKE) --no-print-directory kind-image
+	@$(MAKE) --no-print-directory test-e2e-kind KIND_WITH_INTEGRATION=0
 
 .PHONY: test-unit
 test-unit: venv ## Unit tests: pure, fast, no cluster.

@@ -211,6 +211,7 @@ def test_each_run_writes_its_counts_and_the_table_shows_them(tiny: Path, tmp_pat
     run = run_tiny(tiny, CI="true", TFDATA_TEST_RESULTS=str(results))
     assert run.returncode == 1
     counts = json.loads((results / "other.json").read_text())
+    assert 0 <= counts.pop("seconds") < 60, counts
     assert counts == {
         "passed": 1, "failed": 0, "errors": 0, "skipped": 1, "skipped_not_allowed": 1, "exitstatus": 1,
     }  # fmt: skip
@@ -220,8 +221,47 @@ def test_each_run_writes_its_counts_and_the_table_shows_them(tiny: Path, tmp_pat
         text=True,
         check=True,
     ).stdout.splitlines()
-    assert re.fullmatch(r"other\s+1\s+0\s+0\s+1 \(1 not allowed\)\s+FAILED \(exit 1\)", table[-1]), table
-    assert any(re.fullmatch(r"unit\s+-\s+-\s+-\s+-\s+not run", line) for line in table), table
+    assert re.fullmatch(r"other\s+1\s+0\s+0\s+1 \(1 not allowed\)\s+0:\d\d\s+-\s+FAILED \(exit 1\)", table[-2]), table
+    assert any(re.fullmatch(r"unit\s+-\s+-\s+-\s+-\s+-\s+\d+:\d\d\s+not run", line) for line in table), table
+    assert re.fullmatch(r"total\s+0:\d\d\s+\d+:\d\d", table[-1]), table
+
+
+def test_a_step_over_its_budget_fails_make_test_and_says_which(tmp_path: Path) -> None:
+    """`make test` exits with results.py's status: a step (or the whole) past tests/budgets.toml fails it."""
+    results, budgets = tmp_path / "results", tmp_path / "budgets.toml"
+    results.mkdir()
+    (results / "unit.json").write_text(json.dumps({
+        "passed": 3, "failed": 0, "errors": 0, "skipped": 0, "exitstatus": 0, "seconds": 125,
+    }))  # fmt: skip
+    (results / "lint.json").write_text(json.dumps({"seconds": 30, "exitstatus": 0, "step": True}))
+    budgets.write_text("[steps]\nunit = 120\nlint = 60\n[total]\nseconds = 150\n")
+
+    def run() -> subprocess.CompletedProcess[str]:
+        args = [sys.executable, str(TESTS / "fixtures" / "results.py"), str(results), str(budgets)]
+        return subprocess.run(args, capture_output=True, text=True, check=False)
+
+    over = run()
+    assert over.returncode == 1, over.stdout
+    assert re.search(r"^unit\s+3\s+0\s+0\s+0\s+2:05\s+2:00\s+ok; OVER BUDGET by 0:05$", over.stdout, re.M), over.stdout
+    assert re.search(r"^lint\s+0:30\s+1:00\s+ok$", over.stdout, re.M), over.stdout
+    assert "make test: unit took 2:05, over its budget of 2:00" in over.stdout
+    assert "make test: make test took 2:35, over its budget of 2:30" in over.stdout
+    budgets.write_text("[steps]\nunit = 130\nlint = 60\n[total]\nseconds = 200\n")
+    within = run()
+    assert within.returncode == 0 and "OVER" not in within.stdout, within.stdout
+
+
+def test_every_step_of_make_test_has_a_budget() -> None:
+    from fixtures.results import ORDER, tomllib
+    from fixtures.tiers import TIERS
+
+    budgets = tomllib.loads((TESTS / "budgets.toml").read_text())
+    assert set(TIERS) <= set(ORDER), set(TIERS) - set(ORDER)
+    assert set(budgets["steps"]) == set(ORDER), set(budgets["steps"]) ^ set(ORDER)
+    assert sum(budgets["steps"].values()) >= budgets["total"]["seconds"] > 0
+    makefile = (ROOT / "Makefile").read_text()
+    for step in ORDER:
+        assert step in TIERS or f"$(TIMED) {step} " in makefile, f"the Makefile does not time the step {step}"
 
 
 # --- Golden files: reviewed, never rewritten silently ---------------------------------------------
