@@ -13,8 +13,15 @@ from typing import Any
 import pytest
 
 from tfdata_operator.client import snapshots as client_snapshots
-from tfdata_operator.server import health
-from tfdata_operator.server.journal import JOURNAL_DIR, LocalFileSystem, update_class
+from tfdata_operator.server import health, tfserver
+from tfdata_operator.server.aggregate import JournalClients
+from tfdata_operator.server.journal import (
+    JOURNAL_DIR,
+    JournalTail,
+    LocalFileSystem,
+    forget_finished_snapshots,
+    update_class,
+)
 from tfdata_operator.server.snapshots import SnapshotReader, proxy_route, read_progress
 from tfdata_operator.wire import discovery, snapshots
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsError, SnapshotsReport
@@ -197,6 +204,64 @@ def test_the_reader_lists_the_journaled_snapshots_and_reuses_a_reading_briefly(t
     # Asked by path: only those, journaled or not.
     asked = reader.report([str(tmp_path / "elsewhere"), paths[0]])
     assert [(s.path, s.journaled) for s in asked.snapshots] == [(str(tmp_path / "elsewhere"), False), (paths[0], True)]
+
+
+def test_finished_snapshots_leave_the_journal_before_the_dispatcher_replays_it(tmp_path: Path) -> None:
+    """TensorFlow restores every journaled snapshot among those it hands the workers, a finished one
+    counted as holding no stream for good: one that sorts first starves every snapshot saved after
+    the restart (tests/e2e/test_snapshot_lifecycle.py saw it). Its records go; the rest stay byte
+    for byte, and the readers of the journal start over from the rewritten files."""
+    work_dir, data = tmp_path / "work", tmp_path / "data"
+    directory = work_dir / JOURNAL_DIR
+    directory.mkdir(parents=True)
+    update = update_class()
+    done, writing, gone, deleted = (str(data / n) for n in ("done", "writing", "gone", "deleted"))
+    write_snapshot(data / "done", {"chunk_0_0_10": 10}, {"stream_0": True}, final="DONE")
+    write_snapshot(data / "writing", {}, {"stream_0": False})
+    write_snapshot(data / "deleted", {}, {}, final="ERROR")
+    (data / "deleted" / snapshots.DELETED_FILE).write_bytes(b"")
+    first = [
+        journal_record(update(acquire={"client": 1})),
+        journal_record(update(snapshot={"path": done})),
+        journal_record(update(snapshot={"path": writing})),
+        journal_record(update(snapshot={"path": gone})),
+    ]
+    second = [journal_record(update(snapshot={"path": deleted})), journal_record(update(release={"client": 1}))]
+    third = [journal_record(update(acquire={"client": 2}))]
+    for name, records in (("journal_0", first), ("journal_1", second), ("journal_2", third)):
+        (directory / name).write_bytes(b"".join(records))
+    untouched = (directory / "journal_2").stat().st_mtime_ns
+    fs = LocalFileSystem()
+    clients = JournalClients(str(work_dir))
+    reader = SnapshotReader(fs, str(work_dir))
+    assert clients.attached() == 1
+    assert [s.path for s in reader.report().snapshots] == [done, writing, gone, deleted]
+
+    dropped = forget_finished_snapshots(fs, str(directory), lambda path: tfserver.snapshot_finished(fs, path))
+
+    assert dropped == [(done, "completed"), (gone, "its path is gone"), (deleted, "its data was deleted")]
+    assert (directory / "journal_0").read_bytes() == first[0] + first[2]
+    assert (directory / "journal_1").read_bytes() == second[1]
+    assert (directory / "journal_2").stat().st_mtime_ns == untouched, "a file with nothing to drop is not rewritten"
+    assert sorted(p.name for p in directory.iterdir()) == ["journal_0", "journal_1", "journal_2"]
+    assert clients.attached() == 1, "the clients are counted again from the first update"
+    reader = SnapshotReader(fs, str(work_dir))
+    assert [s.path for s in reader.report().snapshots] == [writing]
+    assert forget_finished_snapshots(fs, str(directory), lambda path: tfserver.snapshot_finished(fs, path)) == []
+
+
+def test_a_journal_tail_reads_everything_again_from_a_file_rewritten_shorter(tmp_path: Path) -> None:
+    directory = tmp_path / JOURNAL_DIR
+    directory.mkdir()
+    update = update_class()
+    records = [journal_record(update(acquire={"client": n})) for n in range(3)]
+    (directory / "journal_0").write_bytes(b"".join(records))
+    tail = JournalTail(LocalFileSystem(), str(directory))
+    assert [u.acquire.client for u in tail.read()] == [0, 1, 2] and not tail.rewound
+    assert tail.read() == [] and not tail.rewound
+    (directory / "journal_0").write_bytes(records[0] + records[2])
+    assert [u.acquire.client for u in tail.read()] == [0, 2] and tail.rewound
+    assert tail.read() == [] and not tail.rewound
 
 
 def test_a_dispatcher_without_a_journal_says_why_it_lists_nothing(tmp_path: Path) -> None:

@@ -62,7 +62,10 @@ class JournalClients:
 
     def attached(self) -> int:
         with self._lock:
-            for update in self._tail.read():
+            updates = self._tail.read()
+            if self._tail.rewound:  # every update again, from the first
+                self._attached.clear()
+            for update in updates:
                 if update.HasField("acquire"):
                     self._attached.add(update.acquire.client)
                 elif update.HasField("release"):

@@ -10,7 +10,10 @@ wheel ships no classes for them, so the few fields read here are declared here (
 - ``snapshot = 15`` (``path = 1``): a ``distributed_save`` the dispatcher accepted (``snapshots``).
 
 A file only grows, so ``JournalTail`` reads only what was appended since its last call, and
-leaves a record still being written for the next one. The supervisor reads its journal from the
+leaves a record still being written for the next one; one exception: before a dispatcher starts,
+``forget_finished_snapshots`` rewrites the files that name finished snapshots without those
+records (why: its docstring), and a tail that finds a file shorter than it read reads them all
+again (``rewound``). The supervisor reads its journal from the
 local disk (``LocalFileSystem``); the TensorFlow process reads through ``tf.io.gfile``
 (``tfserver.GFileSystem``), which also reaches ``gs://``.
 """
@@ -22,6 +25,7 @@ import os
 import re
 import shutil
 import struct
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 JOURNAL_DIR = "tf_data_dispatcher_journal"
@@ -48,6 +52,10 @@ class WritableFileSystem(FileSystem, Protocol):
     def write(self, path: str, data: bytes) -> None: ...
 
     def remove_tree(self, path: str) -> None: ...
+
+    def replace(self, source: str, target: str) -> None:
+        """Renames ``source`` to ``target``, replacing it."""
+        ...
 
 
 class LocalFileSystem:
@@ -77,6 +85,9 @@ class LocalFileSystem:
             shutil.rmtree(path)
         else:
             os.remove(path)
+
+    def replace(self, source: str, target: str) -> None:
+        os.replace(source, target)
 
 
 def join(base: str, *parts: str) -> str:
@@ -117,6 +128,35 @@ def update_class() -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("tfdata_tf.Update"))
 
 
+def _records(data: bytes) -> Iterator[tuple[int, int]]:
+    """(start, end) of each whole TFRecord in ``data``; a record still being written is left out
+    (TensorFlow syncs whole records: only the last can be cut)."""
+    position = 0
+    while len(data) - position >= _HEADER:
+        (length,) = struct.unpack_from("<Q", data, position)
+        end = position + _HEADER + length + _FOOTER
+        if end > len(data):
+            return
+        yield position, end
+        position = end
+
+
+def _parse(data: bytes, start: int, end: int) -> Any:
+    message = update_class()()
+    message.ParseFromString(data[start + _HEADER : end - _FOOTER])
+    return message
+
+
+def _journal_files(fs: FileSystem, directory: str) -> list[str]:
+    """The journal's file names in the order TensorFlow replays them; [] when there is none."""
+    try:
+        names = [n.rstrip("/") for n in fs.listdir(directory)]
+    except FileNotFoundError:
+        return []
+    numbered = sorted((int(m.group(1)), n) for n in names if (m := _JOURNAL_FILE.fullmatch(n)))
+    return [n for _, n in numbered]
+
+
 class JournalTail:
     """The updates journaled in ``directory`` since the last call (not thread-safe: callers lock)."""
 
@@ -124,29 +164,80 @@ class JournalTail:
         self.fs = fs
         self.directory = directory
         self._offsets: dict[str, int] = {}
+        # Set by a read that found a file rewritten (shorter than read): it returned every update
+        # again, from the first, and the caller starts over from them.
+        self.rewound = False
 
     def read(self) -> list[Any]:
         """The new updates, in order; [] while nothing is journaled. Raises OSError (or the file
         system's own error) when the journal cannot be read."""
-        try:
-            names = [n.rstrip("/") for n in self.fs.listdir(self.directory)]
-        except FileNotFoundError:
-            return []
-        numbered = sorted((int(m.group(1)), n) for n in names if (m := _JOURNAL_FILE.fullmatch(n)))
-        update = update_class()
+        names = _journal_files(self.fs, self.directory)
+        self.rewound = any(
+            self._offsets.get(name, 0) > self.fs.size_and_mtime(join(self.directory, name))[0]
+            for name in names
+            if self._offsets.get(name)
+        )
+        if self.rewound:
+            self._offsets.clear()
         updates = []
-        for _, name in numbered:
+        for name in names:
             offset = self._offsets.get(name, 0)
             data = self.fs.read(join(self.directory, name), offset)
             position = 0
-            while len(data) - position >= _HEADER:
-                (length,) = struct.unpack_from("<Q", data, position)
-                end = position + _HEADER + length + _FOOTER
-                if end > len(data):
-                    break  # still being written (TensorFlow syncs whole records: only the last can be cut)
-                message = update()
-                message.ParseFromString(data[position + _HEADER : end - _FOOTER])
-                updates.append(message)
+            for start, end in _records(data):
+                updates.append(_parse(data, start, end))
                 position = end
             self._offsets[name] = offset + position
         return updates
+
+
+# A file being rewritten: not a name TensorFlow reads (it opens journal_<n> for n = 0, 1, ...).
+REWRITING_SUFFIX = ".rewriting"
+
+
+def forget_finished_snapshots(
+    fs: WritableFileSystem, directory: str, finished: Callable[[str], str | None]
+) -> list[tuple[str, str]]:
+    """Drops from the journal in ``directory`` the records of snapshots ``finished`` says are over
+    (it returns why, or None to keep one); returns the (path, why) of each dropped.
+
+    To be called before the dispatcher replays the journal. TensorFlow replays every snapshot its
+    journal names: one whose path is gone fails the dispatcher's start ("the snapshot path doesn't
+    exist"), and a finished one (DONE or ERROR) is put back among the snapshots the workers are
+    handed, counted as holding no stream, and never taken out again (``AddSnapshot`` in
+    ``RestoreSnapshots``; only a stream's completion removes one). Each worker heartbeat is handed
+    its current snapshots plus the least-assigned other one, ties in hash order
+    (``SnapshotAssignmentManager::LoadBalanceSnapshots``): a finished snapshot that sorts first
+    is handed out on every heartbeat, answers with nothing to write, and a snapshot saved after the
+    restart never gets a stream. Nothing else in the journal refers to a snapshot's record, so
+    dropping it changes nothing else TensorFlow restores.
+
+    Each file is rewritten whole, its other records byte for byte, through a temporary name, then
+    renamed over the old one; a record still being written (none, before the start) is kept.
+    """
+    names = _journal_files(fs, directory)
+    verdicts: dict[str, str | None] = {}
+    dropped: list[tuple[str, str]] = []
+    for name in names:
+        path = join(directory, name)
+        data = fs.read(path)
+        kept, drop_here = [], []
+        position = 0
+        for start, end in _records(data):
+            update = _parse(data, start, end)
+            snapshot = update.snapshot.path if update.HasField("snapshot") else None
+            if snapshot is not None and snapshot not in verdicts:
+                verdicts[snapshot] = finished(snapshot)
+            why = verdicts.get(snapshot) if snapshot is not None else None
+            if why is None:
+                kept.append(data[start:end])
+            else:
+                drop_here.append((snapshot, why))
+            position = end
+        if not drop_here:
+            continue
+        temporary = path + REWRITING_SUFFIX
+        fs.write(temporary, b"".join(kept) + data[position:])
+        fs.replace(temporary, path)
+        dropped += [(p, why) for p, why in drop_here if p is not None]
+    return dropped

@@ -70,7 +70,10 @@ class Journal:
     def paths(self) -> list[str]:
         """Raises OSError (or the file system's own error) when the journal cannot be read."""
         if self._tail is not None:
-            for update in self._tail.read():
+            updates = self._tail.read()
+            if self._tail.rewound:  # every update again, from the first
+                self._paths.clear()
+            for update in updates:
                 if update.HasField("snapshot"):
                     self._paths[update.snapshot.path] = None
         return list(self._paths)

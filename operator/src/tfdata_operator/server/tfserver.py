@@ -40,7 +40,7 @@ import sys
 import threading
 from typing import Any, Protocol
 
-from tfdata_operator.server import bootstrap, configure_logging
+from tfdata_operator.server import bootstrap, configure_logging, journal
 from tfdata_operator.server.health import CANNOT_SERVE, FAILED, RUNNING, STARTING, HealthServer, ProbeState, status_line
 from tfdata_operator.server.snapshots import SnapshotReader
 from tfdata_operator.wire import serverconfig, serverinfo, snapshots
@@ -314,6 +314,9 @@ class GFileSystem:
         with self._gfile.GFile(path, "wb") as file:
             file.write(data)
 
+    def replace(self, source: str, target: str) -> None:
+        self._gfile.rename(source, target, overwrite=True)
+
     def remove_tree(self, path: str) -> None:
         try:
             if self._gfile.isdir(path):
@@ -371,6 +374,8 @@ def run(kind: str, config: serverconfig.ServerConfig, pod_name: str | None, repo
     except Exception as exc:  # TensorFlow rejecting its configuration
         report(FAILED, False, f"{kind} failed to start: {exc}", None)
         return 1
+    if isinstance(config, DispatcherServerConfig) and config.fault_tolerant_mode and config.work_dir:
+        forget_finished_snapshots(config.work_dir, log)
     log.info("%s", server.starting)
     report(STARTING, False, server.starting, None)
     try:
@@ -404,6 +409,40 @@ def run(kind: str, config: serverconfig.ServerConfig, pod_name: str | None, repo
     server.server.stop()
     log.info("%s stopped", kind)
     return 0
+
+
+def snapshot_finished(fs: journal.FileSystem, path: str) -> str | None:
+    """Why the snapshot at ``path`` is over, from its files; None while it may still be written,
+    or when they cannot be read now (it is kept: TensorFlow's start decides)."""
+    try:
+        names = {n.rstrip("/") for n in fs.listdir(path)}
+    except FileNotFoundError:
+        return "its path is gone"
+    except Exception:  # the file system's own errors: a store failing for a moment
+        return None
+    if snapshots.DONE_FILE in names:
+        return "completed"
+    if snapshots.DELETED_FILE in names:
+        return "its data was deleted"
+    if snapshots.ERROR_FILE in names:
+        return "failed"
+    return None
+
+
+def forget_finished_snapshots(work_dir: str, log: logging.Logger) -> None:
+    """Before the dispatcher replays its journal, drops the finished snapshots from it
+    (``journal.forget_finished_snapshots`` says why: else no snapshot saved after this start might
+    ever be written). A failure is logged, and the journal replayed as it is."""
+    fs = GFileSystem()
+    try:
+        dropped = journal.forget_finished_snapshots(
+            fs, journal.join(work_dir, journal.JOURNAL_DIR), lambda path: snapshot_finished(fs, path)
+        )
+    except Exception as exc:  # tf.errors.OpError and friends
+        log.warning("could not drop the finished snapshots from the journal in %s: %s", work_dir, exc)
+        return
+    for path, why in dropped:
+        log.info("the journal no longer names the snapshot at %s (%s): it has nothing left to write", path, why)
 
 
 def prune_old_journals(config: DispatcherServerConfig, log: logging.Logger) -> None:
