@@ -2,15 +2,15 @@
 with real ``tfdata-server`` processes: what is deleted, what is refused, and the dispatcher starting
 again on its journal afterwards.
 
-A fault-tolerant dispatcher replays its journal when it starts, and TensorFlow fails that start
-when a journaled snapshot's path is gone (``SnapshotManager::Resume``): the last test restarts the
-dispatcher on the same work_dir, once after a DELETE (it becomes ready and serves a new job) and
-once after the path was removed by hand (it does not start), so the first proves something.
+A fault-tolerant dispatcher replays its journal when it starts; TensorFlow fails that start when a
+journaled snapshot's path is gone (``SnapshotManager::Resume``), and starves every new snapshot when
+a finished one sorts first among those it hands out. The last test restarts the dispatcher on the
+same work_dir after a DELETE and a path removed by hand: it starts, forgets the finished snapshots,
+serves a new job and writes a snapshot saved after the restart.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import urllib.error
@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import servers
 import tensorflow as tf
 from servers import Launch, ServerProcess, free_port
 
@@ -153,27 +152,42 @@ def test_delete_keeps_a_tombstone_of_a_journaled_snapshot_and_removes_an_unjourn
     assert not copy.exists() and service.state(str(copy)).state == snapshots.MISSING
 
 
-def test_the_dispatcher_starts_again_after_a_delete_and_not_after_a_journaled_path_is_removed(
+def test_a_restarted_dispatcher_forgets_finished_snapshots_and_writes_one_saved_after_it(
     service: Service,
 ) -> None:
-    kept = str(service.snapshot_dir / "kept")
+    """TensorFlow would restore every journaled snapshot among those it hands the workers, a finished
+    one for good, and hand it out on every heartbeat when it sorts first (hash order): a snapshot
+    saved after the restart then never got a stream. With four finished snapshots in the journal,
+    the new one sorted first one time in five; now the finished ones leave the journal before the
+    start, and a journaled path removed by hand no longer keeps the dispatcher from starting."""
+    env = service.environ
+    for name in ("finished-0", "finished-1"):
+        client_snapshots.save(dataset(10, 0), name, "del", environ=env)
+        client_snapshots.wait(name, "del", timeout=WAIT_TIMEOUT, poll_seconds=0.3, environ=env)
+    kept, removed = str(service.snapshot_dir / "kept"), str(service.snapshot_dir / "finished-1")
     assert service.state(kept).state == snapshots.DELETED
+    journaled = {s.path for s in client_snapshots.read_report(service.url("").partition("?")[0]).snapshots}
+    assert journaled == {kept, removed, *(str(service.snapshot_dir / n) for n in ("running", "finished-0"))}
+    shutil.rmtree(removed)  # by hand: TensorFlow's start would fail on it ("the snapshot path doesn't exist")
+
     dispatcher = service.restart_dispatcher()
     dispatcher.wait_probe("/readyz", 200)
     listed = {s.path: s.state for s in client_snapshots.read_report(service.url("").partition("?")[0]).snapshots}
-    assert listed == {kept: snapshots.DELETED, str(service.snapshot_dir / "running"): snapshots.COMPLETED}, listed
+    assert listed == {}, listed
+    assert (service.state(kept).state, service.state(str(service.snapshot_dir / "running")).state) == (
+        snapshots.DELETED,
+        snapshots.COMPLETED,
+    )
+    assert f"the journal no longer names the snapshot at {removed} (its path is gone)" in dispatcher.log()
     # A new job reads through the restarted dispatcher (the worker registers with it again).
     address = f"grpc://127.0.0.1:{dispatcher.config.port}"
     read = tf.data.Dataset.range(20).apply(tf.data.experimental.service.distribute("parallel_epochs", address))
     assert sorted(int(x) for x in read.as_numpy_iterator()) == list(range(20))
 
-    # Without its tombstone, a journaled snapshot keeps the dispatcher from starting.
-    shutil.rmtree(kept)
-    dispatcher = service.restart_dispatcher()
-    servers.wait_for(
-        "the dispatcher to fail its start",
-        lambda: True if "the snapshot path doesn't exist" in dispatcher.log() else None,
-        lambda: json.dumps(dispatcher.probe("/readyz")) + "\n" + dispatcher.log()[-3000:],
-        WAIT_TIMEOUT,
+    # A snapshot saved after the restart is written to the end.
+    client_snapshots.save(dataset(20, 0), "after-restart", "del", environ=env)
+    done = client_snapshots.wait("after-restart", "del", timeout=WAIT_TIMEOUT, poll_seconds=0.3, environ=env)
+    assert (done.state, done.elements, done.journaled) == (snapshots.COMPLETED, 20, True), (
+        done,
+        dispatcher.log()[-3000:],
     )
-    assert dispatcher.probe("/readyz")[0] != 200
