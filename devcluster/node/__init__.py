@@ -38,8 +38,10 @@ What it does NOT do (so what a test on it cannot show):
   controller the agent says so in its log and enforces nothing. A volume's mount point that does not exist on
   the host is created there (an empty directory, e.g. /var/lib/tfdata).
 - No kube-proxy and no DNS server: Service names resolve through the hosts files to a
-  pod IP (for a non-headless Service, one pod its selector matches, ready ones first),
-  so a Service's `port` must equal its `targetPort`. Short names (`<svc>`) resolve in
+  pod IP (for a non-headless Service, one pod its selector matches, ready ones first, and
+  while it has none the address it last named, as a ClusterIP outlives its pods; a
+  StatefulSet pod comes back at its old address), so a Service's `port` must equal its
+  `targetPort`. Short names (`<svc>`) resolve in
   the pod's own namespace only. Pods cannot reach the API server (no route, no token).
 - No kubelet API: `kubectl logs/exec/port-forward` do not work. Container output goes
   to DIR/logs/pods/<namespace>_<pod>/<container>.log (kept by `down`, like the

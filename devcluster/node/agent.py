@@ -43,6 +43,7 @@ class Agent:
         self.stopping = threading.Event()
         self.wake = threading.Event()
         self.entries: tuple[dict[str, list[str]], dict[str, dict[str, list[str]]]] = ({}, {})
+        self.service_ips: dict[tuple[str, str], list[str]] = {}  # hosts_entries' memory
         self.ready_since = timestamp()
 
     def hosts_for(self, namespace: str | None) -> str:
@@ -179,7 +180,7 @@ class Agent:
         pods = self.api.call("GET", "/api/v1/pods")["items"]
         services = self.api.call("GET", "/api/v1/services")["items"]
         self._sync_pods([p for p in pods if p["spec"].get("nodeName") == self.node_name])
-        self.entries = hosts_entries(pods, services)
+        self.entries = hosts_entries(pods, services, self.service_ips)
         self._write_all_hosts()
         claims = self.api.call("GET", "/api/v1/persistentvolumeclaims")["items"]
         self._provision(claims)

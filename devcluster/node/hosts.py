@@ -20,8 +20,19 @@ def _is_ready(pod: Obj) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
 
 
-def hosts_entries(pods: list[Obj], services: list[Obj]) -> tuple[dict[str, list[str]], dict[str, dict[str, list[str]]]]:
-    """(name -> IPs valid in every namespace, namespace -> name -> IPs of short names)."""
+def hosts_entries(
+    pods: list[Obj], services: list[Obj], last: dict[tuple[str, str], list[str]] | None = None
+) -> tuple[dict[str, list[str]], dict[str, dict[str, list[str]]]]:
+    """(name -> IPs valid in every namespace, namespace -> name -> IPs of short names).
+
+    ``last`` (kept by the caller between calls, updated here) remembers the address each
+    non-headless Service last named: while none of its pods is there (a dispatcher pod deleted and
+    not yet back), its name still resolves to it, as a Service's ClusterIP outlives its pods on a
+    cluster. A StatefulSet pod comes back at the same address (``network.allocate``), so clients
+    reconnect once it serves, without resolving the name again."""
+    last = {} if last is None else last
+    for gone in set(last) - {(s["metadata"]["namespace"], s["metadata"]["name"]) for s in services}:
+        del last[gone]
     everywhere: dict[str, list[str]] = {}
     local: dict[str, dict[str, list[str]]] = {}
     live = [p for p in pods if p.get("status", {}).get("podIP") and not p["metadata"].get("deletionTimestamp")]
@@ -46,6 +57,9 @@ def hosts_entries(pods: list[Obj], services: list[Obj]) -> tuple[dict[str, list[
             # No kube-proxy: the Service's name stands for one of its pods, ready ones first.
             eligible = eligible[:1] or members[:1]
         ips = [p["status"]["podIP"] for p in eligible]
+        if not headless:
+            ips = ips or last.get((ns, name), [])
+            last[(ns, name)] = ips
         if not ips:
             continue
         for fq in (f"{name}.{ns}", f"{name}.{ns}.svc", f"{name}.{ns}.svc.{CLUSTER_DOMAIN}"):

@@ -1,5 +1,6 @@
 """A TFDataSnapshot on kind: workers on two nodes write a snapshot to storage every node sees, a
-worker is deleted mid-save, a trainer pod loads every element once, and the deletion is safe.
+worker is deleted mid-save, a trainer pod loads every element once, the deletion is safe, and the
+dispatcher restarted after it writes a snapshot saved then (issue 42: it never started one).
 
 The storage is kind/cluster.sh's shared directory (mounted in every node at SHARED_MOUNT) as a
 ReadWriteMany hostPath PersistentVolume: what an NFS or cloud file store volume is on a real
@@ -113,9 +114,14 @@ def test_a_snapshot_written_across_nodes_survives_a_lost_worker_loads_once_and_d
     wait_for(lambda: kubectl.json("get", "pod", f"{SERVICE}-dispatcher-0", "-n", namespace)["metadata"]["uid"],
              120, "the dispatcher replaced", until=lambda uid: uid != dispatcher)  # fmt: skip
     wait_ready(kubectl, namespace, SERVICE)
-    # It replayed its journal, which names the deleted snapshot, without failing once.
+    # It replayed its journal without failing once, the deleted snapshot dropped from it first.
     restarted = kubectl.json("get", "pod", f"{SERVICE}-dispatcher-0", "-n", namespace)["status"]["containerStatuses"]
-    assert all(c["restartCount"] == 0 for c in restarted), (
-        restarted,
-        logs(kubectl, namespace, f"{SERVICE}-dispatcher-0"),
-    )
+    said = logs(kubectl, namespace, f"{SERVICE}-dispatcher-0")
+    assert all(c["restartCount"] == 0 for c in restarted), (restarted, said)
+    assert f"the journal no longer names the snapshot at /snapshots/{name}" in said, said[-3000:]
+    # A snapshot saved after the restart is written by the workers that ran through it, and loads.
+    after = f"{namespace}-after-restart"
+    saved = trainer(kubectl, namespace, "save-after", "save", after, SERVICE, "--elements=20")
+    assert f"saved /snapshots/{after}" in saved, saved
+    loaded = trainer(kubectl, namespace, "load-after", "load", after, SERVICE, "--timeout=90")
+    assert "loaded 20" in loaded, loaded[-2000:]
