@@ -18,6 +18,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from tfdata_operator import __version__
+from tfdata_operator.api import limits
 from tfdata_operator.api.identity import API_VERSION, KIND, MANAGER
 from tfdata_operator.controller import metrics
 from tfdata_operator.plan.children import path
@@ -206,7 +207,7 @@ class Kube:
             },
             "type": event_type,
             "reason": reason,
-            "message": message[:1024],
+            "message": limits.clip(message, limits.EVENT_MESSAGE),
             "firstTimestamp": now,
             "lastTimestamp": now,
             "count": 1,
