@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from support import Kubectl, wait_for
 
 from tfdata_operator import __version__, cli
@@ -19,6 +20,7 @@ import devcluster
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_PATH = ROOT / "crds" / "tfdata.dev_tfdataservices.yaml"
+SNAPSHOT_CRD_PATH = ROOT / "crds" / "tfdata.dev_tfdatasnapshots.yaml"
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 IMAGE = "tfdata-server:test"
 
@@ -791,3 +793,48 @@ def wait_explained(kubectl: Kubectl, namespace: str, case: Unready, timeout: flo
         assert words in found["message"], found
     assert (ready["status"], ready["message"]) == ("False", found["message"])
     return found
+
+
+# --- What the CRDs allow in a status -------------------------------------------------------
+
+
+def status_schema(crd: Path) -> dict[str, Any]:
+    schema: dict[str, Any] = yaml.safe_load(crd.read_text())["spec"]["versions"][0]["schema"]
+    return schema["openAPIV3Schema"]["properties"]["status"]  # type: ignore[no-any-return]
+
+
+def crd_bounds(schema: dict[str, Any], at: str = "") -> dict[str, int]:
+    """Every ``maxLength`` and ``maxItems`` under ``schema``, by path ("[]" for a list's items)."""
+    bound = schema.get("maxLength", schema.get("maxItems"))  # a field is a string or a list
+    bounds: dict[str, int] = {} if bound is None else {at: bound}
+    for key, sub in (schema.get("properties") or {}).items():
+        bounds |= crd_bounds(sub, f"{at}.{key}" if at else key)
+    if isinstance(schema.get("items"), dict):
+        bounds |= crd_bounds(schema["items"], f"{at}[]")
+    return bounds
+
+
+def beyond_crd(value: Any, schema: dict[str, Any], at: str = "status") -> list[str]:
+    """What in ``value`` the API server would refuse for a string or list over its bound, or a field
+    the schema does not declare (a 422 for the whole patch): one line each."""
+    if value is None:
+        return []  # a merge patch's removal
+    if isinstance(value, str):
+        most = schema.get("maxLength")
+        return [f"{at}: {len(value)} characters, over {most}"] if most is not None and len(value) > most else []
+    if isinstance(value, list):
+        most, items = schema.get("maxItems"), schema.get("items") or {}
+        over = [f"{at}: {len(value)} items, over {most}"] if most is not None and len(value) > most else []
+        return over + [line for i, item in enumerate(value) for line in beyond_crd(item, items, f"{at}[{i}]")]
+    if isinstance(value, dict):
+        declared = schema.get("properties") or {}
+        return [
+            line
+            for key, item in value.items()
+            for line in (
+                beyond_crd(item, declared[key], f"{at}.{key}")
+                if key in declared
+                else [f"{at}.{key}: not in the schema"]
+            )
+        ]
+    return []

@@ -194,7 +194,18 @@ def test_pods_being_deleted_or_of_another_statefulset_are_not_blamed() -> None:
 
 def test_a_long_message_is_cut() -> None:
     found = diagnose.explain(sts(pods=1, replicas=1), [pod(conditions=unschedulable("x" * 5000))])
-    assert found is not None and len(found.message) < diagnose.MAX_QUOTED + 100 and found.message.endswith("...")
+    assert found is not None and len(found.message) < diagnose.MAX_QUOTED + 100 and found.message.endswith("x…")
+
+
+def test_terminal_escapes_and_control_characters_of_a_termination_message_are_not_quoted() -> None:
+    # A server's last words, as its log had them: colours and a clear-screen reach `kubectl describe` otherwise.
+    said = "\x1b[31mTraceback\x1b[0m\r\n\x1b[2J  boom\x00\x9b"
+    crashed = pod(
+        state={"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s"}},
+        lastState={"terminated": {"exitCode": 1, "reason": "Error", "message": said}},
+    )
+    found = diagnose.explain(sts(pods=1, replicas=1), [crashed])
+    assert found is not None and found.message.endswith("it last exited with code 1 (Error): Traceback boom")
 
 
 @pytest.mark.parametrize(

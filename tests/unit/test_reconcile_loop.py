@@ -165,6 +165,24 @@ def test_a_child_the_api_server_refuses_changes_nothing_and_says_why(status: int
     assert [c for c in api.take_calls() if c[0] not in ("dry-run", "find")] == []
 
 
+def test_a_refusal_too_long_for_the_status_warns_once_and_writes_the_status_once() -> None:
+    # An admission webhook's answer: many lines, and more than a condition's message may hold.
+    message = 'admission webhook "policy.example.com" denied the request:\n' + "- a rule was broken\n" * 2_000
+    api = FakeApi()
+    api.refuse[("StatefulSet", "demo-worker")] = ApiException(status=422, body=json.dumps({"message": message}))
+    run(api, service())
+    assert [c for c in api.take_calls() if c[0] in ("event", "status")] == [
+        ("event", "InvalidSpec"),
+        ("status", "demo"),
+    ]
+    ready = next(c for c in api.status["conditions"] if c["type"] == "Ready")  # type: ignore[index]
+    assert "denied the request: - a rule was broken - a rule" in ready["message"]
+    assert len(ready["message"]) <= 32768 and ready["message"].endswith("…")
+    run(api, service())
+    # What was written is what the next reconcile computes: no second Warning, no second write.
+    assert [c for c in api.take_calls() if c[0] not in ("dry-run", "find")] == []
+
+
 def test_a_foreign_object_whose_merge_with_the_child_is_refused_is_a_name_conflict() -> None:
     # A Service someone else made, with an unnamed port: merged with the child's named ports the API
     # server refuses it ("ports must be named"); the name is taken, and that is what the user must hear.

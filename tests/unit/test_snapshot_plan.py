@@ -20,6 +20,7 @@ from tfdata_operator.plan.desired import Children
 from tfdata_operator.wire import snapshots as wire
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
+from cases import SNAPSHOT_CRD_PATH, beyond_crd, status_schema
 from cases import body as service_body
 
 NOW = datetime(2026, 11, 27, 12, 0, 0, tzinfo=timezone.utc)
@@ -307,6 +308,25 @@ def test_the_controller_adds_the_finalizer_reads_the_path_and_writes_the_status_
     settled["metadata"]["finalizers"] = [SNAPSHOT_FINALIZER]
     quiet = run(settled, dispatcher)
     assert (quiet.patches, quiet.statuses, quiet.events) == ([], [], [])
+
+
+def test_a_long_tensorflow_error_fails_the_snapshot_within_the_crds_bounds() -> None:
+    # TensorFlow's errors carry stacks up to the 4,000 characters the dispatcher keeps; with the path
+    # and the counts around it the message is over the CRD's 4,096, and a refused patch would leave
+    # the snapshot IN_PROGRESS for good.
+    frames = "tensorflow/core/data/service/snapshot/snapshot_stream_writer.cc:1 " * 60
+    error = ("INTERNAL: Failed to write chunk\n\t\x1b[1m" + frames)[: wire.MAX_ERROR_CHARACTERS]
+    dispatcher = FakeDispatcher(report(progress(wire.FAILED, error=error)))
+    in_progress = {"state": plansnap.IN_PROGRESS, "path": PATH, "observedGeneration": 1}
+    api = run(snapshot_body(status=in_progress), dispatcher)
+    (written,) = api.statuses
+    assert written["state"] == plansnap.FAILED and beyond_crd(written, status_schema(SNAPSHOT_CRD_PATH)) == []
+    assert written["message"].startswith(f"snapshot {PATH} failed: 0/0 streams done") and written["message"][-1] == "…"
+    assert written["error"].startswith("INTERNAL: Failed to write chunk tensorflow/core/data/service/")
+    assert not any(c in written["message"] + written["error"] for c in "\x1b\n\t")
+    assert api.events == [("Warning", "SnapshotFailed")]
+    # Stored as it was written: the next reconcile writes nothing.
+    assert run(snapshot_body(status=written), dispatcher).statuses == []
 
 
 def test_a_completed_snapshot_is_not_read_and_retain_removes_a_left_finalizer() -> None:

@@ -131,12 +131,13 @@ operator/src/tfdata_operator/children.py says it does. */}}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "delete"]
-# Events on TFDataServices (Created, Scaled, InvalidSpec, ...). list (filtered by the object):
+# Events on TFDataServices (Created, Scaled, InvalidSpec, ...); patch: the same Event again adds
+# one to its count (without: it is not recorded again). list (filtered by the object):
 # only for a service that is not ready, the Events of its StatefulSet (FailedCreate) and journal
 # claim (ProvisioningFailed), so its conditions say why (without: they say only "not ready").
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "list"]
+  verbs: ["create", "patch", "list"]
 # spec.nodeLoss: a dispatcher pod on a node that stopped answering, whose journal claim's volume
 # only that node reaches, loses the claim (deleted, so its StatefulSet makes a new one elsewhere);
 # get: the claim's volume. Read only for such a dispatcher (without: it is never replaced).

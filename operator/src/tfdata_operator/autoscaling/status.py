@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from tfdata_operator.api import diff
+from tfdata_operator.api import diff, limits
 from tfdata_operator.autoscaling.policy import History, LastScale, ScaleDecision
 from tfdata_operator.autoscaling.readings import ServiceWindow
 
@@ -51,6 +51,8 @@ def build(
         "lastScale": last_scale,
         "observedTime": _timestamp(now),
     }
+    # The signals' error is the dispatcher's text: fit to the CRD before it is compared with what is stored.
+    fresh = limits.fit(fresh, limits.SERVICE_STATUS, "autoscaling")
     if not old or old.get("desiredReplicas") != decision.replicas or decision.scales:
         return fresh
     unchanged = not diff.changes({**old, "observedTime": None}, {**fresh, "observedTime": None}, removes=True)

@@ -20,6 +20,7 @@ import json
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -262,6 +263,31 @@ class Recent(Generic[T]):
                 del self._items[old]
             self._items[key] = (now, value)
         return value
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+
+@dataclass
+class Latest(Generic[T]):
+    """The values last put for at most ``most`` keys (the least recently put is forgotten first): what
+    the operator remembers of its own writes that no watch shows it, such as the Events it recorded."""
+
+    most: int
+    _items: OrderedDict[Hashable, T] = field(default_factory=OrderedDict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, key: Hashable) -> T | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def put(self, key: Hashable, value: T) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.most:
+                self._items.popitem(last=False)
 
     def __len__(self) -> int:
         with self._lock:

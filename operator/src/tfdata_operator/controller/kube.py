@@ -18,8 +18,9 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from tfdata_operator import __version__
+from tfdata_operator.api import limits
 from tfdata_operator.api.identity import API_VERSION, KIND, MANAGER
-from tfdata_operator.controller import metrics
+from tfdata_operator.controller import cache, metrics
 from tfdata_operator.plan.children import path
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,10 @@ def describe_api_error(exc: ApiException) -> str:
     return str(body.get("message") or exc.reason or exc)
 
 
+# As many as client-go's EventCorrelator keeps: an Event said again after more than this many
+# others is a new one (still correct, only not counted with the first).
+MAX_REMEMBERED_EVENTS = 4096
+
 _VERBS = {"GET": "get", "PATCH": "patch", "POST": "create", "DELETE": "delete", "PUT": "update"}
 
 
@@ -64,6 +69,8 @@ class Kube:
         counted: bool = True,
     ) -> None:
         self.api, self.guard, self.counted = api, guard, counted
+        # The Events recorded last, by what makes one the same as another: (name, count).
+        self.recorded: cache.Latest[tuple[str, int]] = cache.Latest(MAX_REMEMBERED_EVENTS)
 
     def call(
         self,
@@ -189,31 +196,64 @@ class Kube:
         return items
 
     def event(self, owner: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
-        """Records an Event on the TFDataService; failing to record one never fails a reconcile."""
+        """Records an Event on ``owner``; failing to record one never fails a reconcile.
+
+        The same Event again (same object, type, reason and message) adds one to the last one's
+        ``count`` and moves its ``lastTimestamp``, as client-go's EventCorrelator does: a refusal
+        or a failed read said at every resync is one line in `kubectl describe`, not one object in
+        etcd each time. An Event the API server dropped since (after its TTL, an hour by default),
+        or one the operator may not patch, is created again."""
         meta = owner["metadata"]
+        message = limits.clip(message, limits.EVENT_MESSAGE)
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": owner.get("apiVersion"),
-                "kind": owner.get("kind"),
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "type": event_type,
-            "reason": reason,
-            "message": message[:1024],
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "source": {"component": MANAGER},
-            "reportingComponent": MANAGER,
-        }
+        key = (meta.get("uid"), owner.get("kind"), meta["namespace"], meta["name"], event_type, reason, message)
         try:
-            self.call("POST", path("v1", "Event", meta["namespace"]), body=event)
+            if (seen := self.recorded.get(key)) is not None and self._counted_again(meta["namespace"], *seen, now):
+                self.recorded.put(key, (seen[0], seen[1] + 1))
+                return
+            body = _event(owner, event_type, reason, message, now)
+            created = self.call("POST", path("v1", "Event", meta["namespace"]), body=body)
+            self.recorded.put(key, (created["metadata"]["name"], 1))
         except ApiException as exc:
             log.warning("Could not record event %s on %s: %s", reason, meta["name"], describe_api_error(exc))
+
+    def _counted_again(self, namespace: str, name: str, count: int, now: str) -> bool:
+        """Whether the Event ``name``, seen ``count`` times, now says one more (False: it is gone)."""
+        try:
+            self.call(
+                "PATCH",
+                path("v1", "Event", namespace, name),
+                body={"count": count + 1, "lastTimestamp": now},
+                content_type="application/merge-patch+json",
+            )
+        except ApiException as exc:
+            # 404: dropped after its TTL. 403: a role from before Events were counted (no patch).
+            if exc.status not in (403, 404):
+                raise
+            return False
+        return True
+
+
+def _event(owner: Mapping[str, Any], event_type: str, reason: str, message: str, now: str) -> Manifest:
+    meta = owner["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": owner.get("apiVersion"),
+            "kind": owner.get("kind"),
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "type": event_type,
+        "reason": reason,
+        "message": message,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "source": {"component": MANAGER},
+        "reportingComponent": MANAGER,
+    }

@@ -668,10 +668,9 @@ class _Reporter:
         new_status = status.compute_status(
             svc, self.body, observed, self.config.build, self.now, invalid=message, reason=reason
         )
-        old_ready: Mapping[str, Any] = next(
-            (c for c in (self.body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {}
-        )
-        if old_ready.get("reason") != reason or old_ready.get("message") != message:
+        old_ready, new_ready = _ready_condition(self.body.get("status")), _ready_condition(new_status)
+        # Compared as written (the message cut to the CRD's bound): one Event per refusal, not one per reconcile.
+        if (old_ready.get("reason"), old_ready.get("message")) != (new_ready.get("reason"), new_ready.get("message")):
             meta = self.body["metadata"]
             log.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
             self.api.event(self.body, "Warning", reason, message)
@@ -700,6 +699,10 @@ class _Reporter:
         self.outcome.written.append(written)
         if self.outcome.result == "idle":
             self.outcome.result = "changed"
+
+
+def _ready_condition(status: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return next((c for c in (status or {}).get("conditions") or [] if c.get("type") == reasons.READY), {})
 
 
 def _foreign(result: Mapping[str, Any], uid: str) -> bool:

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
+from tfdata_operator.api import limits, spec
 from tfdata_operator.api import snapshot as snapshotapi
-from tfdata_operator.api import spec
 from tfdata_operator.api.identity import API_VERSION, SNAPSHOT_FINALIZER, SNAPSHOT_KIND
 from tfdata_operator.controller import probes
 from tfdata_operator.controller.config import OperatorConfig
@@ -158,7 +158,9 @@ def _write(api: Api, body: Manifest, old: Manifest, new: Manifest, outcome: Outc
     """Writes the status if it differs; the body with the resourceVersion the write made (a finalizer
     patched after it is guarded by that one)."""
     new = {**new, "observedGeneration": body["metadata"].get("generation")}
-    new = {k: v for k, v in new.items() if v is not None}
+    # TensorFlow's error and the dispatcher's words are in there: cut to the CRD, or the API server
+    # refuses the whole patch and the state never moves on.
+    new = limits.fit({k: v for k, v in new.items() if v is not None}, limits.SNAPSHOT_STATUS)
     if new == old:
         return body
     meta = body["metadata"]

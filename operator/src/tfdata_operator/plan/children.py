@@ -125,7 +125,11 @@ BY_KIND: dict[str, Kind] = {k.kind: k for k in (*OBSERVED, *NODE_LOSS_READS, TFD
 # Kinds without a namespace (their objects' paths have none).
 CLUSTER_SCOPED: tuple[Kind, ...] = (NODE, PERSISTENT_VOLUME)
 EVENT = Kind(
-    "v1", "Event", "events", ("create", "list"), "what the operator did and why; why a child of a service is not ready"
+    "v1",
+    "Event",
+    "events",
+    ("create", "patch", "list"),
+    "what the operator did and why (patch: the same Event again counts up); why a child of a service is not ready",
 )
 
 

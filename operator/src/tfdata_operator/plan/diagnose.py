@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfdata_operator.api import reasons
+from tfdata_operator.api import limits, reasons
 from tfdata_operator.wire import serverconfig
 
 Manifest = dict[str, Any]
@@ -43,8 +43,8 @@ class Finding:
 
 
 def _quote(text: Any) -> str:
-    flat = " ".join(str(text or "").split())
-    return flat if len(flat) <= MAX_QUOTED else flat[: MAX_QUOTED - 3] + "..."
+    """What a pod or Kubernetes says, on one clean line (a termination message may hold terminal escapes)."""
+    return limits.clip(str(text or ""), MAX_QUOTED)
 
 
 def _live_pods(sts: Manifest, pods: Sequence[Manifest]) -> list[Manifest]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from tfdata_operator.api import limits
 from tfdata_operator.api.spec import RESCALE_IMMEDIATE, ServiceSpec
 from tfdata_operator.wire import snapshots as snapshotwire
 from tfdata_operator.wire.signals import ServiceSignals
@@ -232,13 +233,13 @@ def writing(svc: ServiceSpec, snapshots: Snapshots | None) -> str | None:
     if isinstance(snapshots, Unknown):
         if not configured:
             return None
-        why = _cut(snapshots.why, 2 * MAX_PATH_CHARACTERS)
+        why = limits.clip(snapshots.why, 2 * MAX_PATH_CHARACTERS)
         return f"whether a snapshot is being written is unknown ({why}), so it counts as being written"
     states = (snapshotwire.IN_PROGRESS, snapshotwire.UNKNOWN) if configured else (snapshotwire.IN_PROGRESS,)
     paths = [s.path for s in snapshots.snapshots if s.state in states]
     if not paths:
         return None
-    named = ", ".join(_cut(p, MAX_PATH_CHARACTERS) for p in paths[:MAX_NAMED_SNAPSHOTS])
+    named = ", ".join(limits.clip(p, MAX_PATH_CHARACTERS) for p in paths[:MAX_NAMED_SNAPSHOTS])
     if len(paths) > MAX_NAMED_SNAPSHOTS:
         named += f" and {len(paths) - MAX_NAMED_SNAPSHOTS} more"
     unreadable = [s.path for s in snapshots.snapshots if s.state == snapshotwire.UNKNOWN and s.path in paths]
@@ -306,10 +307,6 @@ def effective_spec(svc: ServiceSpec, decision: HoldDecision) -> ServiceSpec:
     else:
         replicas = max(svc.workers.replicas, current) if decision.snapshot else svc.workers.replicas
     return replace(svc, suspend=False, workers=replace(svc.workers, replicas=replicas))
-
-
-def _cut(text: str, most: int) -> str:
-    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _capital(text: str) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tfdata_operator.api import diff, reasons
+from tfdata_operator.api import diff, limits, reasons
 from tfdata_operator.api.reasons import (
     DISPATCHER_READY,
     INVALID_SPEC,
@@ -257,7 +257,8 @@ def compute_status(
         if observed.server_info
         else old.get("server"),
     }
-    return status
+    # Text from the pods and from Kubernetes is in there: cut to the CRD, or the API server refuses all of it.
+    return limits.fit(status, limits.SERVICE_STATUS)
 
 
 # status.server lists at most this many of the ops the preloads registered (its opCount counts all).
