@@ -4,6 +4,7 @@ dispatcher's reader and its routes, and the client's waiting."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 import urllib.error
 import urllib.request
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tfdata_operator.client import snapshots as client_snapshots
 from tfdata_operator.server import health
@@ -19,6 +21,7 @@ from tfdata_operator.server.snapshots import SnapshotReader, proxy_route, read_p
 from tfdata_operator.wire import discovery, snapshots
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsError, SnapshotsReport
 
+from cases import ROOT
 from fixtures.fakes import Clock
 
 # What TensorFlow 2.21 wrote to ERROR for a map function whose assertion failed.
@@ -520,3 +523,42 @@ def test_a_missing_path_says_whether_the_servers_could_write_there_and_leaves_no
     assert (refused.detail or "").startswith(f"cannot write in {tmp_path}: PermissionError"), refused
     round_trip = snapshots.SnapshotsReport.from_json(snapshots.SnapshotsReport((refused,), "j").to_json())
     assert round_trip.snapshots[0] == refused
+
+
+@pytest.mark.parametrize("directory", ["/mnt/snaps", "/mnt/snaps/", "gs://bucket/snaps"])
+def test_only_one_name_directly_in_the_snapshot_directory_is_served(directory: str) -> None:
+    base = directory.rstrip("/")
+    for name in ("v3", "_v3", "a.b-c_9", "x" * snapshots.MAX_NAME_LENGTH):
+        assert snapshots.confined(f"{base}/{name}", directory) == f"{base}/{name}"
+    for path in (
+        f"{base}/..",
+        f"{base}/.",
+        f"{base}/",
+        base,
+        f"{base}//v3",
+        f"{base}/./v3",
+        f"{base}/../v3",
+        f"{base}/a/b",
+        f"{base}/v3/",
+        f"{base}/v3/chunks",
+        f"{base}/.hidden",
+        f"{base}/-v3",
+        f"{base}/v3\n",
+        f"{base}/" + "x" * (snapshots.MAX_NAME_LENGTH + 1),
+        f"{base}-other/v3",  # a longer directory that starts with the same letters
+        "/etc/passwd",
+        "gs://other-bucket/snaps/v3",
+    ):
+        said = f"serves only {base}/<name>, one name directly in {directory}"
+        with pytest.raises(snapshots.PathRefused, match=re.escape(said)):
+            snapshots.confined(path, directory)
+    with pytest.raises(snapshots.PathRefused, match=r"no snapshot directory .*no spec\.snapshots"):
+        snapshots.confined(f"{base}/v3", None)
+    assert issubclass(snapshots.PathRefused, SnapshotsError)
+
+
+def test_the_dispatcher_takes_every_name_a_tfdatasnapshot_takes() -> None:
+    crd = yaml.safe_load((ROOT / "crds" / "tfdata.dev_tfdatasnapshots.yaml").read_text())
+    name = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["snapshotName"]
+    assert (name["pattern"], name["maxLength"]) == (f"^{snapshots.SNAPSHOT_NAME.pattern}$", snapshots.MAX_NAME_LENGTH)
+    assert client_snapshots.NAME.pattern.startswith("[A-Za-z0-9]")  # the trainers' names are a part of these
