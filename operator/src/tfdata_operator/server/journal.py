@@ -43,11 +43,14 @@ class FileSystem(Protocol):
 
 class WritableFileSystem(FileSystem, Protocol):
     """And what a snapshot's deletion writes. ``remove_tree`` removes a file or a directory with
-    everything below it, and raises FileNotFoundError when nothing is there."""
+    everything below it, and raises FileNotFoundError when nothing is there; ``symlinks`` lists
+    the symbolic links at and below a path (a deletion refuses a tree that has any)."""
 
     def write(self, path: str, data: bytes) -> None: ...
 
     def remove_tree(self, path: str) -> None: ...
+
+    def symlinks(self, path: str) -> list[str]: ...
 
 
 class LocalFileSystem:
@@ -77,6 +80,11 @@ class LocalFileSystem:
             shutil.rmtree(path)
         else:
             os.remove(path)
+
+    def symlinks(self, path: str) -> list[str]:
+        if os.path.islink(path):
+            return [path]
+        return [join(d, n) for d, dirs, files in os.walk(path) for n in dirs + files if os.path.islink(join(d, n))]
 
 
 def join(base: str, *parts: str) -> str:
