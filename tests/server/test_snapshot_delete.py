@@ -7,6 +7,10 @@ journaled snapshot's path is gone (``SnapshotManager::Resume``), and starves eve
 a finished one sorts first among those it hands out. The last test restarts the dispatcher on the
 same work_dir after a DELETE and a path removed by hand: it starts, forgets the finished snapshots,
 serves a new job and writes a snapshot saved after the restart.
+
+Anyone who reaches the health port can ask, so the attacks of the security review are played
+against the real dispatcher too: another service's snapshot, a ``chunks`` link into the
+dispatcher's own journal, an ``ERROR`` link to a secret file.
 """
 
 from __future__ import annotations
@@ -57,6 +61,14 @@ class Service:
         query = urllib.parse.urlencode({snapshots.PATH_PARAMETER: path})
         return f"http://127.0.0.1:{self.dispatcher.config.health_port}{snapshots.SNAPSHOTS_PATH}?{query}"
 
+    def ask(self, method: str, path: str) -> tuple[int, bytes]:
+        """The status and body of one request, whatever they are."""
+        try:
+            with urllib.request.urlopen(urllib.request.Request(self.url(path), method=method), timeout=40) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
     def delete(self, path: str) -> tuple[int, snapshots.SnapshotDeletion]:
         request = urllib.request.Request(self.url(path), method="DELETE")
         try:
@@ -81,7 +93,11 @@ def service(module_launch: Launch, tmp_path_factory: pytest.TempPathFactory) -> 
     port = free_port()
     dispatcher = module_launch(
         DispatcherServerConfig(
-            port=port, health_port=free_port(), work_dir=str(tmp / "journal"), fault_tolerant_mode=True
+            port=port,
+            health_port=free_port(),
+            work_dir=str(tmp / "journal"),
+            fault_tolerant_mode=True,
+            snapshot_dir=str(tmp / "data"),  # what render writes from spec.snapshots.directory
         ),
         env=env,
     )
@@ -150,6 +166,68 @@ def test_delete_keeps_a_tombstone_of_a_journaled_snapshot_and_removes_an_unjourn
     status, answer = service.delete(str(copy))
     assert (status, answer.journaled, answer.state_before) == (200, False, snapshots.COMPLETED), answer
     assert not copy.exists() and service.state(str(copy)).state == snapshots.MISSING
+
+
+def files(root: Path) -> dict[str, bytes]:
+    """Every file below ``root`` (links not followed) and its content."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_delete_of_another_services_snapshot_is_refused_and_deletes_nothing(service: Service) -> None:
+    # Service A's completed snapshot in A's directory, beside this service's (B's) directory.
+    theirs = service.snapshot_dir.parent / "service-a" / "train-v1"
+    shutil.copytree(service.snapshot_dir / "running", theirs)
+    before = files(theirs.parent)
+    assert "DONE" in tree(theirs) and len(before) >= 4, before
+    for path in (str(theirs), f"{service.snapshot_dir}/../service-a/train-v1", str(service.snapshot_dir)):
+        status, body = service.ask("DELETE", path)
+        assert status == 403, (path, status, body)
+        assert f"serves only {service.snapshot_dir}/<name>" in body.decode(), body
+    assert files(theirs.parent) == before, "not one file went"
+    # Asked for its progress, it is refused as well: only this service's directory (and journal) is read.
+    status, body = service.ask("GET", str(theirs))
+    assert status == 403 and b"one name directly in" in body, body
+
+
+def test_a_delete_through_a_planted_chunks_link_is_refused_and_the_journal_stays(service: Service) -> None:
+    # What a trainer with the snapshot volume can plant: a finished "snapshot" whose chunks are the journal.
+    journal = Path(service.dispatcher.config.work_dir or "") / "tf_data_dispatcher_journal"
+    planted = service.snapshot_dir / "planted"
+    planted.mkdir()
+    (planted / "snapshot.metadata").write_bytes((service.snapshot_dir / "running" / "snapshot.metadata").read_bytes())
+    (planted / "DONE").write_bytes(b"")
+    (planted / "chunks").symlink_to(journal)
+    journal_before, planted_before = files(journal), tree(planted)
+    assert any(name.startswith("journal_") for name in journal_before), journal_before
+
+    status, refused = service.delete(str(planted))
+    assert (status, refused.removed) == (409, ()), refused
+    assert f"{planted}/chunks is a symbolic link" in refused.detail and "nothing was deleted" in refused.detail
+    assert files(journal) == journal_before and tree(planted) == planted_before, "nothing is touched"
+    reading = service.state(str(planted))
+    assert reading.state == snapshots.UNKNOWN and "a symbolic link was found" in (reading.detail or ""), reading
+    service.dispatcher.wait_probe("/readyz", 200)  # the dispatcher still serves
+
+
+SECRET = "TFDATA_TOKEN=kept-from-trainers-4f1c"
+
+
+def test_an_error_link_to_a_secret_file_is_never_read(service: Service) -> None:
+    secret = service.snapshot_dir.parent / "secret-env"
+    secret.write_text(SECRET + "\n")
+    leak = service.snapshot_dir / "leak"
+    leak.mkdir()
+    (leak / "snapshot.metadata").write_bytes((service.snapshot_dir / "running" / "snapshot.metadata").read_bytes())
+    (leak / "ERROR").symlink_to(secret)
+
+    status, body = service.ask("GET", str(leak))
+    assert status == 200 and SECRET.encode() not in body, body
+    (reading,) = snapshots.SnapshotsReport.from_json(body).snapshots
+    assert (reading.state, reading.error) == (snapshots.UNKNOWN, None), reading
+    assert f"a symbolic link was found: {leak}/ERROR" in (reading.detail or ""), reading
+    status, body = service.ask("DELETE", str(leak))
+    assert status == 409 and SECRET.encode() not in body and f"{leak}/ERROR is a symbolic link".encode() in body
+    assert secret.read_text() == SECRET + "\n" and (leak / "ERROR").is_symlink()
 
 
 def test_a_restarted_dispatcher_forgets_finished_snapshots_and_writes_one_saved_after_it(

@@ -79,7 +79,11 @@ def service(module_launch: Launch, tmp_path_factory: pytest.TempPathFactory) -> 
     port = free_port()
     dispatcher = module_launch(
         DispatcherServerConfig(
-            port=port, health_port=free_port(), work_dir=str(tmp / "journal"), fault_tolerant_mode=True
+            port=port,
+            health_port=free_port(),
+            work_dir=str(tmp / "journal"),
+            fault_tolerant_mode=True,
+            snapshot_dir=str(tmp / "data"),  # what render writes from spec.snapshots.directory
         ),
         env=env,
     )

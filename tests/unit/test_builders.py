@@ -8,10 +8,13 @@ from typing import Any
 import pytest
 
 from tfdata_operator.api import identity, spec
+from tfdata_operator.api import snapshot as snapshotapi
+from tfdata_operator.client import snapshots as client_snapshots
 from tfdata_operator.plan import children
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
 from tfdata_operator.wire import serverconfig
+from tfdata_operator.wire import snapshots as wire_snapshots
 
 from cases import body, parse
 
@@ -632,9 +635,34 @@ def test_without_a_snapshots_volume_the_pods_mount_nothing_more(settings: BuildS
     svc = parse(shardingPolicy="DYNAMIC", **({"snapshots": snapshots} if snapshots else {}))
     plain = parse(shardingPolicy="DYNAMIC")
     assert builders.build_worker_statefulset(svc, settings, 2) == builders.build_worker_statefulset(plain, settings, 2)
-    assert builders.build_dispatcher_statefulset(svc, settings, 2) == builders.build_dispatcher_statefulset(
-        plain, settings, 2
-    )
+    dispatcher = builders.build_dispatcher_statefulset(svc, settings, 2)
+    plain_dispatcher = builders.build_dispatcher_statefulset(plain, settings, 2)
+    assert dispatcher["spec"]["template"]["spec"]["volumes"] == plain_dispatcher["spec"]["template"]["spec"]["volumes"]
+    assert container(dispatcher)["volumeMounts"] == container(plain_dispatcher)["volumeMounts"]
+    # Only the dispatcher's configuration differs: the directory its /v1/snapshots is confined to.
+    config = pod_config(dispatcher, "dispatcher", "demo-dispatcher-0")
+    assert isinstance(config, serverconfig.DispatcherServerConfig)
+    assert config.snapshot_dir == (snapshots["directory"] if snapshots else None)
+    assert dataclasses.replace(config, snapshot_dir=None) == pod_config(plain_dispatcher, "dispatcher", "x")
+
+
+@pytest.mark.parametrize("directory", ["/shared/snapshots/", "gs://bucket/tfdata", "/"])
+def test_the_dispatcher_serves_the_paths_the_operator_and_the_trainers_ask_for(
+    settings: BuildSettings, directory: str
+) -> None:
+    volume = {"volume": {"claimName": "shared-data"}} if directory == "/shared/snapshots/" else {}
+    svc = parse(shardingPolicy="DYNAMIC", snapshots={"directory": directory, **volume})
+    assert svc.snapshots is not None
+    config = pod_config(builders.build_dispatcher_statefulset(svc, settings, 2), "dispatcher", "demo-dispatcher-0")
+    assert isinstance(config, serverconfig.DispatcherServerConfig) and config.snapshot_dir == directory
+    operator_path = snapshotapi.SnapshotSpec("ml", "v3", "demo", "_v3").path(svc.snapshots)
+    published = builders.client_settings(svc, settings).snapshot_dir
+    assert published is not None
+    trainer_path = client_snapshots.resolve("v3", snapshot_dir=published, environ={}, directory="/nonexistent").path
+    for path in (operator_path, trainer_path):
+        assert wire_snapshots.confined(path, config.snapshot_dir) == path
+    with pytest.raises(wire_snapshots.PathRefused, match=f"serves only {directory.rstrip('/')}/<name>"):
+        wire_snapshots.confined(trainer_path + "/chunks", config.snapshot_dir)
 
 
 @pytest.mark.parametrize(

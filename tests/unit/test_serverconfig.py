@@ -24,6 +24,7 @@ DISPATCHER = DispatcherServerConfig(
     client_timeout_ms=3000,
     worker_timeout_ms=4000,
     worker_max_concurrent_snapshots=2,
+    snapshot_dir="gs://bucket/snapshots",
 )
 WORKER = WorkerServerConfig(
     port=5051,
@@ -63,6 +64,9 @@ def test_json_is_deterministic_and_leaves_out_unset_fields() -> None:
     assert text == '{"fault_tolerant_mode":false,"health_port":8080,"kind":"dispatcher","port":5050,"protocol":"grpc"}'
     # Added later, so left out at its default: an upgraded operator does not restart every dispatcher.
     assert '"prune_old_journals":true' in serverconfig.to_json(DISPATCHER)
+    # A configuration written before snapshot_dir existed reads as a service without spec.snapshots.
+    older = serverconfig.from_json(dispatcher_json(work_dir="/j", fault_tolerant_mode=True), "dispatcher")
+    assert isinstance(older, DispatcherServerConfig) and older.snapshot_dir is None
 
 
 def test_worker_announces_its_pod_name_never_localhost() -> None:
@@ -99,6 +103,9 @@ def test_worker_announces_its_pod_name_never_localhost() -> None:
         (dispatcher_json(client_timeout_ms=True), "dispatcher", "client_timeout_ms must be an integer, got True"),
         (dispatcher_json(prune_old_journals=True), "dispatcher", "prune_old_journals needs a work_dir whose last"),
         (dispatcher_json(prune_old_journals=True, work_dir="/j/"), "dispatcher", "static journal name"),
+        (dispatcher_json(snapshot_dir="snaps"), "dispatcher", "snapshot_dir must be an absolute path or a URL"),
+        (dispatcher_json(snapshot_dir=""), "dispatcher", "snapshot_dir must be an absolute path or a URL"),
+        (dispatcher_json(snapshot_dir=["/s"]), "dispatcher", "snapshot_dir must be a string"),
         # An optional field left null does not end the type checks of the fields after it.
         (
             dispatcher_json(work_dir=None, fault_tolerant_mode="yes"),

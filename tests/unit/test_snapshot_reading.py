@@ -4,13 +4,19 @@ dispatcher's reader and its routes, and the client's waiting."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import struct
+import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tfdata_operator.client import snapshots as client_snapshots
 from tfdata_operator.server import health, tfserver
@@ -22,10 +28,12 @@ from tfdata_operator.server.journal import (
     forget_finished_snapshots,
     update_class,
 )
+from tfdata_operator.server.nofollow import NoFollowFileSystem
 from tfdata_operator.server.snapshots import SnapshotReader, proxy_route, read_progress
 from tfdata_operator.wire import discovery, snapshots
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsError, SnapshotsReport
 
+from cases import ROOT
 from fixtures.fakes import Clock
 
 # What TensorFlow 2.21 wrote to ERROR for a map function whose assertion failed.
@@ -151,9 +159,12 @@ def journal_record(update: Any) -> bytes:
     return struct.pack("<Q", len(data)) + b"\0" * 4 + data + b"\0" * 4  # CRCs are not checked
 
 
-class CountingFileSystem(LocalFileSystem):
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
+class CountingFileSystem(NoFollowFileSystem):
+    """A snapshot's files as the reader reads them, each call counted in ``calls``."""
+
+    def __init__(self, top: str, calls: list[tuple[str, str]]) -> None:
+        super().__init__(top)
+        self.calls = calls
 
     def listdir(self, path: str) -> list[str]:
         self.calls.append(("listdir", path))
@@ -175,8 +186,10 @@ def test_the_reader_lists_the_journaled_snapshots_and_reuses_a_reading_briefly(t
     records = [journal_record(update(acquire={"client": 1})), journal_record(update(snapshot={"path": paths[0]}))]
     journal.write_bytes(b"".join(records))
     write_snapshot(data / "a", {"chunk_0_0_10": 5}, {"stream_0": False})
-    clock, fs = Clock(100.0), CountingFileSystem()
-    reader = SnapshotReader(fs, str(work_dir), clock)
+    clock, calls = Clock(100.0), list[tuple[str, str]]()
+    reader = SnapshotReader(
+        LocalFileSystem(), str(work_dir), str(data), clock, local_files=lambda top: CountingFileSystem(top, calls)
+    )
 
     first = reader.report()
     assert [s.path for s in first.snapshots] == [paths[0]] and first.snapshots[0].journaled, first
@@ -187,9 +200,9 @@ def test_the_reader_lists_the_journaled_snapshots_and_reuses_a_reading_briefly(t
         f.write(second[:9])
     (data / "a" / "DONE").write_bytes(b"")
     clock.now += 1
-    calls = len(fs.calls)
+    count = len(calls)
     again = reader.report()
-    assert len(fs.calls) == calls, "a reading less than REREAD_SECONDS old is reused"
+    assert len(calls) == count, "a reading less than REREAD_SECONDS old is reused"
     assert again.snapshots[0].state == snapshots.IN_PROGRESS and again.snapshots[0].age_seconds == 1.0
     with open(journal, "ab") as f:
         f.write(second[9:])
@@ -199,11 +212,11 @@ def test_the_reader_lists_the_journaled_snapshots_and_reuses_a_reading_briefly(t
         (paths[0], snapshots.COMPLETED),
         (paths[1], snapshots.MISSING),
     ], later
-    chunk_stats = [c for c in fs.calls if c[0] == "stat" and "/chunks/" in c[1]]
+    chunk_stats = [c for c in calls if c[0] == "stat" and "/chunks/" in c[1]]
     assert len(chunk_stats) == 1, "a committed chunk's size is read once"
     # Asked by path: only those, journaled or not.
-    asked = reader.report([str(tmp_path / "elsewhere"), paths[0]])
-    assert [(s.path, s.journaled) for s in asked.snapshots] == [(str(tmp_path / "elsewhere"), False), (paths[0], True)]
+    asked = reader.report([str(data / "elsewhere"), paths[0]])
+    assert [(s.path, s.journaled) for s in asked.snapshots] == [(str(data / "elsewhere"), False), (paths[0], True)]
 
 
 def test_finished_snapshots_leave_the_journal_before_the_dispatcher_replays_it(tmp_path: Path) -> None:
@@ -233,7 +246,7 @@ def test_finished_snapshots_leave_the_journal_before_the_dispatcher_replays_it(t
     untouched = (directory / "journal_2").stat().st_mtime_ns
     fs = LocalFileSystem()
     clients = JournalClients(str(work_dir))
-    reader = SnapshotReader(fs, str(work_dir))
+    reader = SnapshotReader(fs, str(work_dir), str(data))
     assert clients.attached() == 1
     assert [s.path for s in reader.report().snapshots] == [done, writing, gone, deleted]
 
@@ -245,7 +258,7 @@ def test_finished_snapshots_leave_the_journal_before_the_dispatcher_replays_it(t
     assert (directory / "journal_2").stat().st_mtime_ns == untouched, "a file with nothing to drop is not rewritten"
     assert sorted(p.name for p in directory.iterdir()) == ["journal_0", "journal_1", "journal_2"]
     assert clients.attached() == 1, "the clients are counted again from the first update"
-    reader = SnapshotReader(fs, str(work_dir))
+    reader = SnapshotReader(fs, str(work_dir), str(data))
     assert [s.path for s in reader.report().snapshots] == [writing]
     assert forget_finished_snapshots(fs, str(directory), lambda path: tfserver.snapshot_finished(fs, path)) == []
 
@@ -265,12 +278,12 @@ def test_a_journal_tail_reads_everything_again_from_a_file_rewritten_shorter(tmp
 
 
 def test_a_dispatcher_without_a_journal_says_why_it_lists_nothing(tmp_path: Path) -> None:
-    report = SnapshotReader(LocalFileSystem(), None).report()
+    report = SnapshotReader(LocalFileSystem(), None, None).report()
     assert report.snapshots == () and "not fault tolerant" in report.journal
 
 
 def test_the_routes_answer_the_query_and_forward_it(tmp_path: Path) -> None:
-    reader = SnapshotReader(LocalFileSystem(), str(tmp_path))
+    reader = SnapshotReader(LocalFileSystem(), str(tmp_path), str(tmp_path))
     bad = reader.route("paths=/x")
     assert bad.status == 400 and b"unknown query parameters" in bad.body
     good = reader.route("path=" + str(tmp_path / "none"))
@@ -454,7 +467,8 @@ def journaled_reader(tmp_path: Path, *names: str) -> tuple[SnapshotReader, Path,
     journal.parent.mkdir(parents=True)
     journal.write_bytes(b"".join(journal_record(update_class()(snapshot={"path": str(data / n)})) for n in names))
     clock = Clock(100.0)
-    return SnapshotReader(LocalFileSystem(), str(work_dir), clock, wall_clock=lambda: 1795772038.0), data, clock
+    reader = SnapshotReader(LocalFileSystem(), str(work_dir), str(data), clock, wall_clock=lambda: 1795772038.0)
+    return reader, data, clock
 
 
 def tree(root: Path) -> list[str]:
@@ -512,9 +526,9 @@ def test_the_reader_removes_a_snapshot_its_journal_does_not_name_and_refuses_wha
     assert (status, again.state_before, again.removed) == (200, snapshots.MISSING, ()), again
     status, gone = reader.delete(str(data / "journaled-gone"))
     assert status == 200 and gone.journaled and "its next start fails" in gone.detail, gone
-    (tmp_path / "plain" / "keep").mkdir(parents=True)
-    status, plain = reader.delete(str(tmp_path / "plain"))
-    assert (status, plain.state_before) == (409, snapshots.UNKNOWN) and (tmp_path / "plain" / "keep").exists()
+    (data / "plain" / "keep").mkdir(parents=True)
+    status, plain = reader.delete(str(data / "plain"))
+    assert (status, plain.state_before) == (409, snapshots.UNKNOWN) and (data / "plain" / "keep").exists()
     assert reader.delete_route("").status == 400 and reader.delete_route("path=/a&path=/b").status == 400
 
 
@@ -576,12 +590,171 @@ class ReadOnlyFileSystem(LocalFileSystem):
 
 
 def test_a_missing_path_says_whether_the_servers_could_write_there_and_leaves_no_file(tmp_path: Path) -> None:
-    path = str(tmp_path / "not" / "yet" / "snap")
-    writable = SnapshotReader(LocalFileSystem(), None).report([path]).snapshots[0]
+    directory = str(tmp_path / "not" / "yet")
+    path = f"{directory}/snap"
+    writable = SnapshotReader(LocalFileSystem(), None, directory).report([path]).snapshots[0]
     assert (writable.state, writable.writable, writable.detail) == (snapshots.MISSING, True, None)
     assert [p.name for p in tmp_path.iterdir()] == []  # the probe went, and nothing was created
-    refused = SnapshotReader(ReadOnlyFileSystem(), None).report([path]).snapshots[0]
+    refused = SnapshotReader(ReadOnlyFileSystem(), None, directory).report([path]).snapshots[0]
     assert refused.state == snapshots.MISSING and refused.writable is False
     assert (refused.detail or "").startswith(f"cannot write in {tmp_path}: PermissionError"), refused
     round_trip = snapshots.SnapshotsReport.from_json(snapshots.SnapshotsReport((refused,), "j").to_json())
     assert round_trip.snapshots[0] == refused
+
+
+@pytest.mark.parametrize("directory", ["/mnt/snaps", "/mnt/snaps/", "gs://bucket/snaps"])
+def test_only_one_name_directly_in_the_snapshot_directory_is_served(directory: str) -> None:
+    base = directory.rstrip("/")
+    for name in ("v3", "_v3", "a.b-c_9", "x" * snapshots.MAX_NAME_LENGTH):
+        assert snapshots.confined(f"{base}/{name}", directory) == f"{base}/{name}"
+    for path in (
+        f"{base}/..",
+        f"{base}/.",
+        f"{base}/",
+        base,
+        f"{base}//v3",
+        f"{base}/./v3",
+        f"{base}/../v3",
+        f"{base}/a/b",
+        f"{base}/v3/",
+        f"{base}/v3/chunks",
+        f"{base}/.hidden",
+        f"{base}/-v3",
+        f"{base}/v3\n",
+        f"{base}/" + "x" * (snapshots.MAX_NAME_LENGTH + 1),
+        f"{base}-other/v3",  # a longer directory that starts with the same letters
+        "/etc/passwd",
+        "gs://other-bucket/snaps/v3",
+    ):
+        said = f"serves only {base}/<name>, one name directly in {directory}"
+        with pytest.raises(snapshots.PathRefused, match=re.escape(said)):
+            snapshots.confined(path, directory)
+    with pytest.raises(snapshots.PathRefused, match=r"no snapshot directory .*no spec\.snapshots"):
+        snapshots.confined(f"{base}/v3", None)
+    assert issubclass(snapshots.PathRefused, SnapshotsError)
+
+
+def test_the_dispatcher_takes_every_name_a_tfdatasnapshot_takes() -> None:
+    crd = yaml.safe_load((ROOT / "crds" / "tfdata.dev_tfdatasnapshots.yaml").read_text())
+    name = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["snapshotName"]
+    assert (name["pattern"], name["maxLength"]) == (f"^{snapshots.SNAPSHOT_NAME.pattern}$", snapshots.MAX_NAME_LENGTH)
+    assert client_snapshots.NAME.pattern.startswith("[A-Za-z0-9]")  # the trainers' names are a part of these
+
+
+class RecordingFileSystem(LocalFileSystem):
+    """Every write asked of it, in ``writes``."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, path: str, data: bytes) -> None:
+        self.writes.append(path)
+        super().write(path, data)
+
+
+def test_the_reader_deletes_and_checks_only_in_its_snapshot_directory(tmp_path: Path) -> None:
+    work_dir, data = tmp_path / "work", tmp_path / "data"
+    elsewhere = str(data / ".." / "journaled-elsewhere")  # journaled: a trainer may save anywhere
+    journal = work_dir / JOURNAL_DIR / "journal_0"
+    journal.parent.mkdir(parents=True)
+    journal.write_bytes(journal_record(update_class()(snapshot={"path": elsewhere})))
+    write_snapshot(tmp_path / "journaled-elsewhere", {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
+    other = write_snapshot(tmp_path / "other-service" / "train-v1", {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
+    (data / "mine").mkdir(parents=True)
+    fs = RecordingFileSystem()
+    reader = SnapshotReader(fs, str(work_dir), str(data))
+    before = tree(tmp_path)
+
+    for path in (str(other), str(data / ".." / "other-service" / "train-v1"), elsewhere, str(data), "gs://b/x"):
+        route = reader.delete_route(urllib.parse.urlencode({"path": path}))
+        assert route.status == 403 and f"serves only {data}/<name>".encode() in route.body, (path, route)
+    # Asked for, a path elsewhere is refused before anything is read or written (no write check).
+    refused = reader.route(urllib.parse.urlencode({"path": str(tmp_path / "not-yet" / "x")}))
+    assert refused.status == 403 and f"one name directly in {data}".encode() in refused.body, refused
+    assert tree(tmp_path) == before and fs.writes == []
+    # What the journal names is still read, asked for or not, and a path in the directory is checked.
+    assert [(s.path, s.state) for s in reader.report().snapshots] == [(elsewhere, snapshots.COMPLETED)]
+    assert reader.report([elsewhere]).snapshots[0].state == snapshots.COMPLETED
+    (missing,) = reader.report([str(data / "next")]).snapshots
+    assert (missing.state, missing.writable) == (snapshots.MISSING, True) and fs.writes[0].startswith(f"{data}/")
+
+    # A service without spec.snapshots deletes nothing and checks nothing; its journal is still listed.
+    bare = SnapshotReader(fs, str(work_dir), None)
+    for route in (bare.delete_route(f"path={data}/mine"), bare.route(f"path={data}/mine")):
+        assert route.status == 403 and b"no snapshot directory" in route.body, route
+    assert [s.path for s in bare.report().snapshots] == [elsewhere]
+    assert (data / "mine").is_dir() and other.is_dir()
+
+
+SECRET = "TFDATA_TOKEN=not-for-trainers"
+
+
+def test_a_symbolic_link_in_a_snapshot_is_never_followed(tmp_path: Path) -> None:
+    """A trainer on the snapshot volume plants links: nothing is read, written or deleted through one."""
+    cases = {  # snapshot name -> (the link under it, where it points)
+        "root": ("", "real"),
+        "chunks": ("chunks", "precious"),
+        "streams": ("streams", "precious"),
+        "deep": ("streams/stream_0/checkpoints", "precious"),
+        "error": ("ERROR", "secret"),
+        "done": ("DONE", "secret"),
+        "deleted": ("DELETED", "secret"),
+        "chunk": ("chunks/chunk_0_0_10", "secret"),
+    }
+    reader, data, _ = journaled_reader(tmp_path, "chunks", "streams", "error", "done", "deleted", "chunk")
+    (tmp_path / "secret").write_text(SECRET)
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "journal_0").write_text("keep me")
+    write_snapshot(tmp_path / "real", {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
+    data.mkdir()
+    for name, (link, target) in cases.items():
+        if link:  # a snapshot as TensorFlow writes it, then the link in place of what was there
+            root = write_snapshot(data / name, {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
+            if (root / link).is_dir():
+                shutil.rmtree(root / link)
+            (root / link).unlink(missing_ok=True)
+            (root / link).parent.mkdir(parents=True, exist_ok=True)
+        (data / name / link if link else data / name).symlink_to(tmp_path / target)
+    outside = {p: p.read_bytes() for p in [tmp_path / "secret", *(tmp_path / "precious").rglob("*")]}
+    real = tree(tmp_path / "real")
+    for name, (link, _) in cases.items():
+        path, before = str(data / name), tree(data / name) if link else []
+        got = reader.route(urllib.parse.urlencode({"path": path}))
+        assert got.status == 200 and SECRET.encode() not in got.body, (name, got)
+        (reading,) = SnapshotsReport.from_json(got.body).snapshots
+        if name != "deep":  # read where the link is: the snapshot is not read
+            assert reading.state == snapshots.UNKNOWN, (name, reading)
+            assert f"a symbolic link was found: {data / name / link if link else path}" in (reading.detail or "")
+        status, answer = reader.delete(path)
+        assert status == 409 and answer.removed == (), (name, answer)
+        assert f"{data / name / link if link else path} is a symbolic link" in answer.detail, (name, answer)
+        assert "nothing was deleted" in answer.detail and SECRET not in answer.to_json()
+        assert (tree(data / name) if link else []) == before, f"{name}: nothing is touched, no marker written"
+    assert {p: p.read_bytes() for p in outside} == outside and tree(tmp_path / "real") == real
+
+
+def test_a_snapshots_file_that_is_no_regular_file_is_not_waited_for(tmp_path: Path) -> None:
+    reader, data, _ = journaled_reader(tmp_path, "fifo")
+    os.mkfifo(write_snapshot(data / "fifo", {}, {"stream_0": False}) / "ERROR")  # no writer will ever open it
+    answers: list[Any] = []
+    reading = threading.Thread(target=lambda: answers.append(reader.report([str(data / "fifo")])), daemon=True)
+    reading.start()
+    reading.join(10)
+    assert not reading.is_alive(), "a reading of a FIFO waits for its writer for good"
+    (progress,) = answers[0].snapshots
+    assert progress.state == snapshots.UNKNOWN and "not a regular file" in (progress.detail or ""), progress
+
+
+def test_a_removal_takes_a_link_planted_after_the_check_as_a_link(tmp_path: Path) -> None:
+    """What a DELETE removes is removed relative to the directory above it: a link that appears
+    between the check and the removal goes as a link, and its target stays."""
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "journal_0").write_text("keep me")
+    top = write_snapshot(tmp_path / "s", {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
+    files = NoFollowFileSystem(str(top))
+    assert files.symlinks(str(top)) == []
+    (top / "streams" / "stream_0" / "later").symlink_to(tmp_path / "precious")
+    files.remove_tree(str(top))
+    assert not top.exists() and (tmp_path / "precious" / "journal_0").read_text() == "keep me"
+    with pytest.raises(ValueError, match="is not below"):
+        files.listdir(f"{top}/../precious")

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdata_operator.api.spec import SnapshotsSpec, SpecError
+from tfdata_operator.wire.snapshots import MAX_NAME_LENGTH, SNAPSHOT_NAME
 
 RETAIN, DELETE = "Retain", "Delete"
 DELETION_POLICIES = (RETAIN, DELETE)
 _SERVICE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
-MAX_SERVICE_LENGTH, MAX_NAME_LENGTH = 41, 253
+MAX_SERVICE_LENGTH = 41
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def parse(body: Mapping[str, Any]) -> SnapshotSpec:
     if not isinstance(service, str) or len(service) > MAX_SERVICE_LENGTH or not _SERVICE.match(service):
         problems.append(f"spec.service must name a TFDataService in this namespace, got {service!r}")
     name = spec.get("snapshotName", meta.get("name"))
-    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH or not _NAME.match(name):
+    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH or not SNAPSHOT_NAME.fullmatch(name):
         problems.append(
             f"spec.snapshotName must be letters, digits, '.', '_' or '-' (at most {MAX_NAME_LENGTH}), "
             f"not starting with '.' or '-', got {name!r}"

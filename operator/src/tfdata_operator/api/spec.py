@@ -52,7 +52,7 @@ _ABSOLUTE_PATH = re.compile(r"/[^\0]*")
 _WORK_DIR = re.compile(r"^(/|(file|gs)://)\S*$")
 # spec.snapshots.directory: an absolute path, or a URL of any filesystem the server image has
 # (TensorFlow 2.21 registers file:// and gs://; an image with tensorflow-io adds s3:// and others).
-_SNAPSHOT_DIR = re.compile(r"^(/|[a-z][a-z0-9+.-]*://)\S*$")
+_SNAPSHOT_DIR = serverconfig.SNAPSHOT_DIR
 MAX_SNAPSHOT_DIR_LENGTH = 1024
 # Service names are DNS-1035 labels (a letter first), and the Services are named after the service.
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -531,7 +531,7 @@ def _snapshots(r: _Reader) -> SnapshotsSpec | None:
         if not r.has("directory"):
             r.problems.append(f"{r.path}.directory is required: where the snapshots go (gs://bucket/path or /path)")
         return None
-    if not _SNAPSHOT_DIR.match(directory):
+    if not _SNAPSHOT_DIR.fullmatch(directory):
         r.problems.append(
             f"{r.path}.directory must be an absolute path or a URL such as gs://bucket/path, got {directory!r}"
         )

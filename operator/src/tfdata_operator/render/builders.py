@@ -230,6 +230,9 @@ def dispatcher_config(
         cpu_given_millicores=cpu_given_millicores(d.pod, DISPATCHER),
         preload_modules=svc.preload.modules,
         preload_op_libraries=svc.preload.op_libraries,
+        # As the pods see it: a volume is mounted at that path (operator_volumes), a URL is the same
+        # store in every pod; the operator and the trainers' helper join names to it as written.
+        snapshot_dir=svc.snapshots.directory if svc.snapshots else None,
     )
 
 

@@ -47,11 +47,20 @@ class FileSystem(Protocol):
 
 class WritableFileSystem(FileSystem, Protocol):
     """And what a snapshot's deletion writes. ``remove_tree`` removes a file or a directory with
-    everything below it, and raises FileNotFoundError when nothing is there."""
+    everything below it, and raises FileNotFoundError when nothing is there; ``symlinks`` lists
+    the symbolic links at and below a path (a deletion refuses a tree that has any)."""
 
     def write(self, path: str, data: bytes) -> None: ...
 
     def remove_tree(self, path: str) -> None: ...
+
+    def symlinks(self, path: str) -> list[str]: ...
+
+
+class JournalFileSystem(FileSystem, Protocol):
+    """What rewriting a journal takes (``forget_finished_snapshots``)."""
+
+    def write(self, path: str, data: bytes) -> None: ...
 
     def replace(self, source: str, target: str) -> None:
         """Renames ``source`` to ``target``, replacing it."""
@@ -88,6 +97,11 @@ class LocalFileSystem:
 
     def replace(self, source: str, target: str) -> None:
         os.replace(source, target)
+
+    def symlinks(self, path: str) -> list[str]:
+        if os.path.islink(path):
+            return [path]
+        return [join(d, n) for d, dirs, files in os.walk(path) for n in dirs + files if os.path.islink(join(d, n))]
 
 
 def join(base: str, *parts: str) -> str:
@@ -196,7 +210,7 @@ REWRITING_SUFFIX = ".rewriting"
 
 
 def forget_finished_snapshots(
-    fs: WritableFileSystem, directory: str, finished: Callable[[str], str | None]
+    fs: JournalFileSystem, directory: str, finished: Callable[[str], str | None]
 ) -> list[tuple[str, str]]:
     """Drops from the journal in ``directory`` the records of snapshots ``finished`` says are over
     (it returns why, or None to keep one); returns the (path, why) of each dropped.

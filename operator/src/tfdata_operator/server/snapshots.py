@@ -19,6 +19,12 @@ chunk's size is read once (committed chunks never change).
 file system (``SnapshotReader.delete``): ``wire.snapshots.plan_deletion`` decides what goes, from
 a listing of the path and a fresh read of the journal (a path journaled a moment ago must keep its
 tombstone, or the dispatcher's next start fails).
+
+Whoever reaches the health port can ask, so what is asked is confined: a DELETE, and a GET of a
+path the journal does not name, must name ``<snapshot_dir>/<name>`` (``wire.snapshots.confined``,
+403 otherwise). A snapshot on this machine's disk is read and deleted through
+``nofollow.NoFollowFileSystem``, which never follows a symbolic link at or below its path: a
+reading that meets one says UNKNOWN, and a DELETE of a tree that holds one removes nothing (409).
 """
 
 from __future__ import annotations
@@ -35,9 +41,11 @@ from dataclasses import dataclass, field, replace
 
 from tfdata_operator.server.health import ProbeState, Reply
 from tfdata_operator.server.journal import JOURNAL_DIR, FileSystem, JournalTail, WritableFileSystem, join
+from tfdata_operator.server.nofollow import NoFollowFileSystem, SymlinkError, local_path
 from tfdata_operator.wire import snapshots
 from tfdata_operator.wire.snapshots import (
     DeletionPlan,
+    PathRefused,
     SnapshotDeletion,
     SnapshotProgress,
     SnapshotsError,
@@ -98,6 +106,12 @@ def _error_detail(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
 
 
+def _unreadable(exc: BaseException) -> str:
+    if isinstance(exc, SymlinkError):  # says where the link is, never what it points to
+        return f"a symbolic link was found: {exc}, so the snapshot is not read"
+    return f"cannot read: {_error_detail(exc)}"
+
+
 def read_progress(fs: FileSystem, path: str, journaled: bool, known: _Reading | None = None) -> _Reading:
     """Reads one snapshot's files; ``known`` (an earlier reading) saves what cannot have changed."""
     reading = _Reading(SnapshotProgress(path, snapshots.UNKNOWN), 0.0)
@@ -112,10 +126,8 @@ def read_progress(fs: FileSystem, path: str, journaled: bool, known: _Reading | 
     except FileNotFoundError:
         reading.progress = SnapshotProgress(path, snapshots.MISSING, journaled)
         return reading
-    except Exception as exc:  # the file system's own errors (permissions, a remote store failing)
-        reading.progress = SnapshotProgress(
-            path, snapshots.UNKNOWN, journaled, detail=f"cannot read: {_error_detail(exc)}"
-        )
+    except Exception as exc:  # the file system's own errors (permissions, a remote store failing, a link)
+        reading.progress = SnapshotProgress(path, snapshots.UNKNOWN, journaled, detail=_unreadable(exc))
         return reading
     state = snapshots.state_from_names(names)
     if state == snapshots.UNKNOWN:
@@ -125,8 +137,7 @@ def read_progress(fs: FileSystem, path: str, journaled: bool, known: _Reading | 
     try:
         reading.progress = _read_started(fs, path, state, journaled, reading)
     except Exception as exc:
-        detail = f"cannot read: {_error_detail(exc)}"
-        reading.progress = SnapshotProgress(path, snapshots.UNKNOWN, journaled, detail=detail)
+        reading.progress = SnapshotProgress(path, snapshots.UNKNOWN, journaled, detail=_unreadable(exc))
     return reading
 
 
@@ -189,18 +200,18 @@ def _read_started(fs: FileSystem, path: str, state: str, journaled: bool, readin
     )
 
 
-# A path whose directory does not exist yet is checked in the nearest one above it that does, at
-# most this many levels up (distributed_save creates the rest).
+# A snapshot directory that does not exist yet is checked in the nearest one above it that does,
+# at most this many levels up (distributed_save creates the rest).
 MAX_WRITE_CHECK_LEVELS = 8
 WRITE_CHECK_PREFIX = ".tfdata-write-check-"
 
 
-def write_check(fs: WritableFileSystem, path: str) -> str | None:
-    """Why a snapshot could not be written at ``path`` (None: it can): a file written and removed in
-    the nearest directory above it that exists, as this server's user. The workers write with the
-    same user, on the same storage (``spec.snapshots.volume`` is mounted in all of them, and a URL
-    is the same store)."""
-    directory = path.rstrip("/").rsplit("/", 1)[0]
+def write_check(fs: WritableFileSystem, snapshot_dir: str) -> str | None:
+    """Why a snapshot could not be written in ``snapshot_dir`` (None: it can): a file written and
+    removed there, or in the nearest directory above it that exists, as this server's user. The
+    workers write with the same user, on the same storage (``spec.snapshots.volume`` is mounted in
+    all of them, and a URL is the same store)."""
+    directory = snapshot_dir.rstrip("/") or "/"
     for _ in range(MAX_WRITE_CHECK_LEVELS):
         try:
             fs.listdir(directory)
@@ -233,10 +244,16 @@ class SnapshotReader:
         self,
         fs: WritableFileSystem,
         work_dir: str | None,
+        snapshot_dir: str | None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        local_files: Callable[[str], WritableFileSystem] = NoFollowFileSystem,
     ) -> None:
+        """``fs`` reads the journal, checks ``snapshot_dir`` for writing and reads snapshots at URLs;
+        ``local_files(path)`` reads and deletes the snapshot at a local ``path``."""
         self._fs = fs
+        self._snapshot_dir = snapshot_dir
+        self._local_files = local_files
         self._clock_wall = wall_clock
         self._journal = Journal(fs, work_dir)
         self._clock = clock
@@ -247,12 +264,16 @@ class SnapshotReader:
         self._journal_error: str | None = None
 
     def report(self, paths: Iterable[str] = ()) -> SnapshotsReport:
-        """The named paths, or, with none, every path the journal names."""
+        """The named paths, or, with none, every path the journal names. Raises PathRefused for a
+        named path that is neither journaled nor in the snapshot directory."""
         asked = tuple(paths)
         with self._lock:
             now = self._clock()
             self._read_journal(now)
             journaled = set(self._journaled)
+            for path in asked:
+                if path not in journaled:
+                    snapshots.confined(path, self._snapshot_dir)
             progress = [self._progress(p, p in journaled, now) for p in (asked or self._journaled)]
             self._forget(set(asked) | journaled)
         journal = self._journal.describe()
@@ -276,14 +297,17 @@ class SnapshotReader:
             reread = FINAL_REREAD_SECONDS if known.progress.final else REREAD_SECONDS
             if now - known.read_at < reread:
                 return replace(known.progress, journaled=journaled, age_seconds=round(now - known.read_at, 3))
-        reading = read_progress(self._fs, path, journaled, known)
-        if reading.progress.state == snapshots.MISSING and not journaled:
-            why = write_check(self._fs, path)
+        reading = read_progress(self._files(path), path, journaled, known)
+        if reading.progress.state == snapshots.MISSING and not journaled and self._snapshot_dir is not None:
+            why = write_check(self._fs, self._snapshot_dir)
             reading.progress = replace(reading.progress, writable=why is None, detail=why)
         reading.read_at = now
         self._readings.pop(path, None)
         self._readings[path] = reading  # last: the most recently read are forgotten last
         return reading.progress
+
+    def _files(self, path: str) -> WritableFileSystem:
+        return self._fs if local_path(path) is None else self._local_files(path)
 
     def _forget(self, keep: set[str]) -> None:
         for path in list(self._readings):
@@ -298,7 +322,9 @@ class SnapshotReader:
         Each step can be done again: a DELETE cut short (a store failing, the process stopped) is
         finished by the next one, and one after a success removes nothing more. The removal runs
         outside the lock (on a remote store it takes as long as the store takes): readings go on.
+        Raises PathRefused for a path outside the snapshot directory, journaled or not.
         """
+        snapshots.confined(path, self._snapshot_dir)
         with self._lock:
             self._journal_read_at = None  # a fresh read: the journal may name it since the last one
             self._read_journal(self._clock())
@@ -307,10 +333,13 @@ class SnapshotReader:
             return 503, SnapshotDeletion(
                 path, snapshots.UNKNOWN, False, detail=f"cannot read the journal: {journal_error}"
             )
+        files = self._files(path)
         try:
-            names: list[str] | None = self._fs.listdir(path)
+            names: list[str] | None = files.listdir(path)
         except FileNotFoundError:
             names = None
+        except SymlinkError as exc:
+            return 409, SnapshotDeletion(path, snapshots.UNKNOWN, journaled, detail=_through_link(exc.filename))
         plan = snapshots.plan_deletion(names, journaled)
         if plan.refused:
             return 409, SnapshotDeletion(
@@ -324,8 +353,11 @@ class SnapshotReader:
                     "snapshot whose path is gone)"
                 )
             return 200, SnapshotDeletion(path, plan.state_before, journaled, detail=detail)
+        if links := files.symlinks(path):
+            detail = _through_link(links[0]) + (f" ({len(links)} symbolic links in all)" if len(links) > 1 else "")
+            return 409, SnapshotDeletion(path, plan.state_before, journaled, kept=tuple(names or ()), detail=detail)
         try:
-            return 200, _carry_out(self._fs, path, plan, self._clock_wall())
+            return 200, _carry_out(files, path, plan, self._clock_wall())
         finally:
             with self._lock:
                 self._readings.pop(path, None)  # the next reading says what this left
@@ -333,19 +365,26 @@ class SnapshotReader:
     def delete_route(self, query: str) -> Reply:
         """``DELETE SNAPSHOTS_PATH?path=P`` in the TensorFlow process."""
         try:
-            path = snapshots.deletion_path(urllib.parse.parse_qs(query, keep_blank_values=True))
+            status, answer = self.delete(snapshots.deletion_path(urllib.parse.parse_qs(query, keep_blank_values=True)))
+        except PathRefused as exc:
+            return Reply.text(403, str(exc))
         except SnapshotsError as exc:
             return Reply.text(400, str(exc))
-        status, answer = self.delete(path)
         return Reply(status, answer.to_json().encode() + b"\n", "application/json")
 
     def route(self, query: str) -> Reply:
         """``GET SNAPSHOTS_PATH?path=...`` in the TensorFlow process."""
         try:
-            paths = snapshots.query_paths(urllib.parse.parse_qs(query, keep_blank_values=True))
+            report = self.report(snapshots.query_paths(urllib.parse.parse_qs(query, keep_blank_values=True)))
+        except PathRefused as exc:
+            return Reply.text(403, str(exc))
         except SnapshotsError as exc:
             return Reply.text(400, str(exc))
-        return Reply(200, self.report(paths).to_json().encode() + b"\n", "application/json")
+        return Reply(200, report.to_json().encode() + b"\n", "application/json")
+
+
+def _through_link(link: str) -> str:
+    return f"{link} is a symbolic link: a snapshot is never deleted through one, so nothing was deleted"
 
 
 def _carry_out(fs: WritableFileSystem, path: str, plan: DeletionPlan, now: float) -> SnapshotDeletion:

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from tfdata_operator.server import bootstrap, configure_logging, journal
 from tfdata_operator.server.health import CANNOT_SERVE, FAILED, RUNNING, STARTING, HealthServer, ProbeState, status_line
+from tfdata_operator.server.nofollow import NoFollowFileSystem, local_path
 from tfdata_operator.server.snapshots import SnapshotReader
 from tfdata_operator.wire import serverconfig, serverinfo, snapshots
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
@@ -326,11 +327,15 @@ class GFileSystem:
         except self._not_found as exc:
             raise FileNotFoundError(path) from exc
 
+    def symlinks(self, path: str) -> list[str]:
+        # Object stores have none; tf.io.gfile cannot tell one on this machine's disk (it follows them).
+        return [] if local_path(path) is None else NoFollowFileSystem(path).symlinks(path)
+
 
 def serve_snapshots(config: DispatcherServerConfig) -> HealthServer:
     """The dispatcher's snapshot progress (and deletion) on a port of 127.0.0.1, for the supervisor
     to forward ``/v1/snapshots`` to (``snapshots.proxy_route``); the probes it also answers are unused."""
-    reader = SnapshotReader(GFileSystem(), config.work_dir)
+    reader = SnapshotReader(GFileSystem(), config.work_dir, config.snapshot_dir)
     server = HealthServer(
         ProbeState("snapshots"),
         0,

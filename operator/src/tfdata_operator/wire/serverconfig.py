@@ -28,6 +28,8 @@ POD_NAME_PLACEHOLDER = "{pod_name}"
 # The names of a static dispatcher's journal directories under the service's workDir:
 # ``<N>-workers-g<generation>`` (``<N>-workers`` from earlier operator versions).
 STATIC_JOURNAL_NAME = re.compile(r"[0-9]+-workers(-g[0-9]+)?")
+# DispatcherServerConfig.snapshot_dir: what spec.snapshots.directory takes (api.spec).
+SNAPSHOT_DIR = re.compile(r"(/|[a-z][a-z0-9+.-]*://)\S*")
 
 
 # The server program brought into a pod whose image is the user's (spec.serverProgram Injected):
@@ -110,12 +112,20 @@ class DispatcherServerConfig:
     # TensorFlow process before its server starts: ops the trainers' pipelines use.
     preload_modules: tuple[str, ...] = ()
     preload_op_libraries: tuple[str, ...] = ()
+    # spec.snapshots.directory, as the pods see it (a volume is mounted at that path; a URL is the
+    # same store everywhere): the only place /v1/snapshots deletes in or checks for writing
+    # (wire.snapshots.confined). None: the service has no spec.snapshots, and neither is done.
+    snapshot_dir: str | None = None
 
     def validate(self) -> None:
         _check_port("port", self.port)
         _check_port("health_port", self.health_port)
         if self.port == self.health_port:
             raise ConfigError(f"port and health_port must differ (both are {self.port})")
+        if self.snapshot_dir is not None and not SNAPSHOT_DIR.fullmatch(self.snapshot_dir):
+            raise ConfigError(
+                f"snapshot_dir must be an absolute path or a URL such as gs://bucket/path, got {self.snapshot_dir!r}"
+            )
         if self.fault_tolerant_mode and not self.work_dir:
             raise ConfigError("fault_tolerant_mode needs work_dir: set work_dir to a journal location")
         if self.prune_old_journals and not (self.work_dir and STATIC_JOURNAL_NAME.fullmatch(_leaf(self.work_dir))):

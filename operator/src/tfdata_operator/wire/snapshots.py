@@ -37,6 +37,11 @@ PATH_PARAMETER = "path"
 # A request names at most this many paths, each at most this long.
 MAX_PATHS = 64
 MAX_PATH_LENGTH = 4096
+# A snapshot's name, the last part of its path (``<snapshot directory>/<name>``): a TFDataSnapshot's
+# spec.snapshotName (the CRD has the same pattern) and ``client.snapshots.NAME`` both fit it. No "/",
+# and no leading ".": a name is one directory, never "." or "..".
+SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+MAX_NAME_LENGTH = 253
 
 # The states, from the files TensorFlow writes at the snapshot's path:
 IN_PROGRESS = "IN_PROGRESS"  # snapshot.metadata, but neither DONE nor ERROR yet
@@ -69,6 +74,11 @@ MAX_ERROR_CHARACTERS = 4000
 
 class SnapshotsError(ValueError):
     """A snapshots document that cannot be used; the message says what is wrong."""
+
+
+class PathRefused(SnapshotsError):
+    """A path outside the service's snapshot directory, which the dispatcher neither deletes nor
+    checks for writing (403); the message says which directory it serves."""
 
 
 @dataclass(frozen=True)
@@ -223,6 +233,31 @@ def query_paths(query: dict[str, list[str]]) -> tuple[str, ...]:
         if not path or len(path) > MAX_PATH_LENGTH or "\x00" in path:
             raise SnapshotsError(f"a path must be 1 to {MAX_PATH_LENGTH} characters without NUL, got {path[:80]!r}")
     return paths
+
+
+def confined(path: str, directory: str | None) -> str:
+    """``path`` when it is ``<directory>/<name>``, one snapshot name directly in the service's
+    snapshot directory (``DispatcherServerConfig.snapshot_dir``); raises PathRefused otherwise.
+
+    Anyone who reaches the dispatcher's health port can ask: a path elsewhere (another service's
+    snapshot, the journal, ``..``) is refused before anything is read or written. The path is
+    compared as written, never resolved: a ``..`` or ``.`` part, an empty one or a trailing "/" is
+    not a name, so it is refused.
+    """
+    if directory is None:
+        raise PathRefused(
+            "this dispatcher has no snapshot directory (its TFDataService has no spec.snapshots): it deletes no "
+            f"snapshot and checks no path, and reads only the paths its journal names; refused {path[:200]!r}"
+        )
+    base = directory.rstrip("/")
+    name = path[len(base) + 1 :] if path.startswith(base + "/") else ""
+    if len(name) > MAX_NAME_LENGTH or not SNAPSHOT_NAME.fullmatch(name):
+        raise PathRefused(
+            f"{path[:200]!r} is not a snapshot of this service: the dispatcher serves only {base}/<name>, one name "
+            f"directly in {directory} (letters, digits, '.', '_' or '-', not starting with '.' or '-', at most "
+            f"{MAX_NAME_LENGTH})"
+        )
+    return path
 
 
 def state_from_names(names: Iterable[str]) -> str:
