@@ -221,9 +221,10 @@ def test_each_run_writes_its_counts_and_the_table_shows_them(tiny: Path, tmp_pat
         text=True,
         check=True,
     ).stdout.splitlines()
-    assert re.fullmatch(r"other\s+1\s+0\s+0\s+1 \(1 not allowed\)\s+0:\d\d\s+-\s+FAILED \(exit 1\)", table[-2]), table
+    assert re.fullmatch(r"other\s+1\s+0\s+0\s+1 \(1 not allowed\)\s+0:\d\d\s+-\s+FAILED \(exit 1\)", table[-3]), table
     assert any(re.fullmatch(r"unit\s+-\s+-\s+-\s+-\s+-\s+\d+:\d\d\s+not run", line) for line in table), table
-    assert re.fullmatch(r"total\s+0:\d\d\s+\d+:\d\d", table[-1]), table
+    assert re.fullmatch(r"steps, summed\s+0:\d\d", table[-2]), table
+    assert re.fullmatch(r"make test\s+0:\d\d\s+\d+:\d\d", table[-1]), table
 
 
 def test_a_step_over_its_budget_fails_make_test_and_says_which(tmp_path: Path) -> None:
@@ -236,9 +237,9 @@ def test_a_step_over_its_budget_fails_make_test_and_says_which(tmp_path: Path) -
     (results / "lint.json").write_text(json.dumps({"seconds": 30, "exitstatus": 0, "step": True}))
     budgets.write_text("[steps]\nunit = 120\nlint = 60\n[total]\nseconds = 150\n")
 
-    def run() -> subprocess.CompletedProcess[str]:
-        args = [sys.executable, str(TESTS / "fixtures" / "results.py"), str(results), str(budgets)]
-        return subprocess.run(args, capture_output=True, text=True, check=False)
+    def run(*wall: str) -> subprocess.CompletedProcess[str]:
+        args = [sys.executable, str(TESTS / "fixtures" / "results.py"), str(results), "--budgets", str(budgets)]
+        return subprocess.run([*args, *wall], capture_output=True, text=True, check=False)
 
     over = run()
     assert over.returncode == 1, over.stdout
@@ -249,6 +250,10 @@ def test_a_step_over_its_budget_fails_make_test_and_says_which(tmp_path: Path) -
     budgets.write_text("[steps]\nunit = 130\nlint = 60\n[total]\nseconds = 200\n")
     within = run()
     assert within.returncode == 0 and "OVER" not in within.stdout, within.stdout
+    # Lanes side by side: the whole is the wall time, which the total's budget holds.
+    assert run("--wall", "190").returncode == 0
+    late = run("--wall", "201")
+    assert late.returncode == 1 and "make test took 3:21, over its budget of 3:20" in late.stdout, late.stdout
 
 
 def test_every_step_of_make_test_has_a_budget() -> None:
