@@ -155,6 +155,11 @@ class Network:
         kill_netns(netns)  # a leftover of the same name (an agent killed mid-teardown)
         _run(IP, "netns", "add", netns)
         peer = f"p{ip.rsplit('.', 1)[1]}"
+        # The namespace this IP had before (deleted a moment ago: clients come and go) may leave its
+        # veth behind for a while, as the kernel frees a deleted namespace's devices asynchronously:
+        # "RTNETLINK answers: File exists" for a trainer started right after another. The IP is
+        # this caller's now, so the leftover goes.
+        _run(IP, "-n", self.layout.bridge_ns, "link", "del", peer, check=False)
         _run(
             IP, "-n", self.layout.bridge_ns, "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", netns
         )
