@@ -205,6 +205,7 @@ test: ## The full suite (what CI runs), in two lanes side by side (the kind clus
 # the kind lane (its node image, its cluster, its tests: a kubelet per node, in Docker) runs beside
 # the dev clusters' lane (lint, then the tiers on control planes of their own). Its log is printed
 # when both are done; each lane stops at its own first failure, and `make test` waits for both.
+# The images are built once, before the lanes part (`-o images`: neither lane builds them again).
 KIND_LANE_LOG := $(ROOT)/.local/test-kind-lane.log
 
 .PHONY: test-tiers
@@ -213,7 +214,7 @@ test-tiers:
 	@$(TIMED) images_build $(MAKE) --no-print-directory images
 	@echo "== the kind lane runs beside the others; its log: $(KIND_LANE_LOG)"; \
 	  ( $(TIMED) kind_image $(MAKE) --no-print-directory kind-image && \
-	    $(MAKE) --no-print-directory test-e2e-kind KIND_WITH_INTEGRATION=0 ) > $(KIND_LANE_LOG) 2>&1 & kind=$$!; \
+	    $(MAKE) --no-print-directory -o images test-e2e-kind KIND_WITH_INTEGRATION=0 ) > $(KIND_LANE_LOG) 2>&1 & kind=$$!; \
 	  rc=0; $(MAKE) --no-print-directory test-dev-lane || rc=$$?; \
 	  echo "== the dev clusters' lane is done (exit $$rc); waiting for the kind lane"; \
 	  wait $$kind || rc=$$?; echo "== the kind lane's log"; cat $(KIND_LANE_LOG); exit $$rc
@@ -221,7 +222,7 @@ test-tiers:
 .PHONY: test-dev-lane
 test-dev-lane:
 	@$(TIMED) lint $(MAKE) --no-print-directory lint
-	@$(MAKE) --no-print-directory test-unit test-server test-server-oldest test-integration test-nodeagent test-e2e test-images
+	@$(MAKE) --no-print-directory -o images test-unit test-server test-server-oldest test-integration test-nodeagent test-e2e test-images
 
 .PHONY: test-unit
 test-unit: venv ## Unit tests: pure, fast, no cluster.
