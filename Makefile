@@ -142,7 +142,8 @@ helm-lint: binaries ## Lint the chart strictly (default and non-default values);
 	@diff -r crds $(CHART)/crds >/dev/null || { echo "$(CHART)/crds differs from crds/: run 'make sync-crds'" >&2; exit 1; }
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) --set 'watchNamespaces={team-a,team-b}' \
-	  --set metrics.enabled=true --set metrics.serviceMonitor.enabled=true
+	  --set metrics.enabled=true --set metrics.serviceMonitor.enabled=true \
+	  --set egressNetworkPolicy.enabled=true --set 'egressNetworkPolicy.serverHealthPorts={8080,9000}'
 
 ##@ Images
 

@@ -8,6 +8,7 @@ operator with the chart's identity).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import secrets
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import textwrap
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from support import CRD_DIR, ROOT, Gone, Kubectl, free_port, logged_errors, wait_for
 
+from tfdata_operator import cli
+from tfdata_operator.api.identity import API_VERSION, KIND
 from tfdata_operator.plan import children
+from tfdata_operator.render.builders import BuildSettings
 
 import devcluster
 
@@ -63,6 +68,12 @@ def custom_values(watch: list[str]) -> dict[str, Any]:
         "watchNamespaces": watch,
         "clusterDomain": "corp.internal",
         "networkPolicy": {"operatorNamespace": "infra", "operatorPodLabels": {"example.com/tier": "platform"}},
+        "egressNetworkPolicy": {
+            "enabled": True,
+            "apiServer": {"cidr": "172.18.0.0/16", "except": ["172.18.0.128/25"], "ports": [6443]},
+            "serverHealthPorts": [8080, 9000],
+            "dns": {"to": [{"ipBlock": {"cidr": "169.254.20.10/32"}}]},
+        },
         "logFormat": "plain",
         "nameOverride": "tfdata",
         "serviceAccount": {"annotations": {"example.com/owner": "ml-platform"}},
@@ -175,6 +186,7 @@ def test_custom_render_is_accepted_by_the_api_server(
             ("ClusterRoleBinding", None),
             ("ConfigMap", namespace),
             ("Deployment", namespace),
+            ("NetworkPolicy", namespace),
             ("Role", watched[0]),
             ("Role", watched[1]),
             ("RoleBinding", watched[0]),
@@ -336,6 +348,121 @@ def test_the_operator_tells_network_policies_its_own_namespace_and_pod_labels(he
     assert labels == deployment["spec"]["selector"]["matchLabels"]
 
 
+@dataclass(frozen=True)
+class Destination:
+    """Where a connection from the operator's pod goes (after a Service's address is translated)."""
+
+    ip: str
+    port: int
+    protocol: str = "TCP"
+    pod_labels: dict[str, str] | None = None  # None: not a pod (a node, the API server, outside)
+    namespace: str = ""
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A LabelSelector (matchLabels, and matchExpressions with In) against labels."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expression in selector.get("matchExpressions", []):
+        assert expression["operator"] == "In", expression
+        if labels.get(expression["key"]) not in expression["values"]:
+            return False
+    return True
+
+
+def _peer_admits(peer: dict[str, Any], to: Destination, own_namespace: str) -> bool:
+    if "ipBlock" in peer:
+        address, block = ipaddress.ip_address(to.ip), peer["ipBlock"]
+        return address in ipaddress.ip_network(block["cidr"]) and not any(
+            address in ipaddress.ip_network(cidr) for cidr in block.get("except", [])
+        )
+    if to.pod_labels is None:
+        return False
+    if "namespaceSelector" in peer:
+        in_namespace = _selects(peer["namespaceSelector"], {"kubernetes.io/metadata.name": to.namespace})
+    else:
+        in_namespace = to.namespace == own_namespace
+    return in_namespace and _selects(peer.get("podSelector", {}), to.pod_labels)
+
+
+def egress_admits(policy: dict[str, Any], to: Destination) -> bool:
+    """Whether a NetworkPolicy's egress rules let the pods it selects connect to ``to``."""
+    for rule in policy["spec"].get("egress", []):
+        ports = rule.get("ports")
+        if ports is not None and not any(
+            p.get("protocol", "TCP") == to.protocol and p.get("port") in (None, to.port) for p in ports
+        ):
+            continue
+        peers = rule.get("to")
+        if peers is None or any(_peer_admits(peer, to, policy["metadata"]["namespace"]) for peer in peers):
+            return True
+    return False
+
+
+def server_pods(namespace: str) -> list[tuple[dict[str, str], dict[str, int]]]:
+    """The labels and named container ports of the pods the operator creates for a default TFDataService."""
+    doc = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": "svc", "namespace": namespace},
+        "spec": {"shardingPolicy": "DYNAMIC"},
+    }
+    pods = []
+    for statefulset in cli.render_document(doc, "test", cli.DEFAULT_SERVER_IMAGE, BuildSettings()):
+        if statefulset["kind"] == "StatefulSet":
+            template = statefulset["spec"]["template"]
+            (container,) = template["spec"]["containers"]
+            pods.append((template["metadata"]["labels"], {p["name"]: p["containerPort"] for p in container["ports"]}))
+    assert len(pods) == 2, "a dispatcher and workers"
+    return pods
+
+
+def test_the_operators_egress_policy_admits_the_api_server_the_health_ports_and_dns_only(
+    helm: Helm, kubectl: Kubectl, namespace: str
+) -> None:
+    """egressNetworkPolicy.enabled: the operator's pod reaches the API server, the health port of
+    every dispatcher and worker pod it creates (the chart's and the CRD's default ports agree), and
+    the cluster DNS; not the cloud metadata server on any port, a kubelet, or a server's gRPC port."""
+    assert "NetworkPolicy" not in {o["kind"] for o in helm.template(namespace)}, "off by default"
+    objects = helm.template(namespace, {"egressNetworkPolicy": {"enabled": True}})
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert policy["spec"]["policyTypes"] == ["Egress"], "ingress (the kubelet's probe, a Prometheus) is untouched"
+    assert _selects(policy["spec"]["podSelector"], deployment["spec"]["template"]["metadata"]["labels"])
+    result = kubectl.run("apply", "--dry-run=server", "-f", "-", input=json.dumps(policy))
+    assert "(server dry run)" in result.stdout, result.stdout
+
+    def admits(to: Destination) -> bool:
+        return egress_admits(policy, to)
+
+    assert admits(Destination("172.18.0.2", 6443)), "a kubeadm or kind API server"
+    assert admits(Destination("34.118.224.1", 443)), "a managed cluster's API server"
+    for port in (80, 443, 6443, 8080, 53):
+        assert not admits(Destination("169.254.169.254", port)), f"the metadata server on port {port}"
+    assert not admits(Destination("169.254.169.254", 53, "UDP"))
+    assert not admits(Destination("172.18.0.3", 10250)), "a node's kubelet"
+    assert not admits(Destination("10.244.1.9", 8080, pod_labels={"app": "other"}, namespace="team-a"))
+    kube_dns = {"k8s-app": "kube-dns"}
+    assert admits(Destination("10.244.0.3", 53, "UDP", kube_dns, "kube-system"))
+    assert admits(Destination("10.244.0.3", 53, "TCP", kube_dns, "kube-system"))
+    assert not admits(Destination("10.244.0.3", 53, "UDP", kube_dns, "team-a")), "a look-alike elsewhere"
+    for labels, ports in server_pods("team-a"):
+        assert admits(Destination("10.244.1.7", ports["health"], pod_labels=labels, namespace="team-a")), labels
+        assert not admits(Destination("10.244.1.7", ports["grpc"], pod_labels=labels, namespace="team-a")), labels
+
+    # With watchNamespaces, only the servers of those namespaces; another health port once listed.
+    values = {
+        "watchNamespaces": ["team-a"],
+        "egressNetworkPolicy": {"enabled": True, "serverHealthPorts": [8080, 9000]},
+    }
+    (narrowed,) = [o for o in helm.template(namespace, values) if o["kind"] == "NetworkPolicy"]
+    for labels, _ in server_pods("team-a"):
+        assert egress_admits(narrowed, Destination("10.244.1.7", 9000, pod_labels=labels, namespace="team-a"))
+    for labels, ports in server_pods("team-b"):
+        to = Destination("10.244.2.7", ports["health"], pod_labels=labels, namespace="team-b")
+        assert admits(to) and not egress_admits(narrowed, to), "a namespace not watched"
+
+
 BAD_VALUES = [
     pytest.param({"watchNamespace": ["a"]}, "additional properties 'watchNamespace' not allowed", id="typo-top"),
     pytest.param(
@@ -355,6 +482,11 @@ BAD_VALUES = [
         {"networkPolicy": {"operatorNamespace": "Ops"}},
         "at '/networkPolicy/operatorNamespace'",
         id="operator-namespace",
+    ),
+    pytest.param(
+        {"egressNetworkPolicy": {"apiServer": {"cidr": "kubernetes.default"}}},
+        "at '/egressNetworkPolicy/apiServer/cidr'",
+        id="egress-cidr",
     ),
 ]
 
