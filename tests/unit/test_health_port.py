@@ -118,7 +118,7 @@ def hold_pool(port: int, route: SlowRoute, count: int) -> list[socket.socket]:
     return held
 
 
-def test_dripping_connections_cost_no_thread_and_the_probes_answer_within_a_second() -> None:
+def test_dripping_connections_cost_no_thread_and_the_probes_answer_within_their_timeout() -> None:
     """1,000 clients each sending a byte every 0.5 s, and every pool thread held by a slow route:
     /readyz still answers 200 within the kubelet's timeout, each time, and the process's threads stay bounded
     (the old server started a thread per connection; the kubelet restarted the dispatcher)."""
