@@ -46,9 +46,9 @@ def snap(**spec: Any) -> snapshotapi.SnapshotSpec:
     return snapshotapi.parse(snapshot_body(**spec))
 
 
-def with_snapshots(**extra: Any) -> dict[str, Any]:
+def with_snapshots(directory: str = DIRECTORY, **extra: Any) -> dict[str, Any]:
     return service_body(
-        shardingPolicy="DYNAMIC", image="tfdata-server:test", snapshots={"directory": DIRECTORY}, **extra
+        shardingPolicy="DYNAMIC", image="tfdata-server:test", snapshots={"directory": directory}, **extra
     )
 
 
@@ -181,6 +181,42 @@ def test_a_final_snapshot_is_not_read_again() -> None:
     assert not plansnap.needs_reading({}, plansnap.Target(None, plansnap.NO_SNAPSHOT_STORAGE))
 
 
+# A later spec.snapshots.directory of the service, and where it puts the same name.
+MOVED = "gs://other-bucket/snaps"
+MOVED_PATH = f"{MOVED}/imagenet-v3"
+
+
+def test_before_a_save_the_path_follows_the_services_directory() -> None:
+    waiting = {"state": plansnap.TRIGGER_PENDING, "path": PATH, "reason": plansnap.WAITING_FOR_SAVE}
+    target = plansnap.target(snap(), with_snapshots(MOVED), None, waiting)
+    assert (target.path, target.spec_path) == (MOVED_PATH, None)
+    assert plansnap.observe(snap(), target, progress(wire.MISSING), waiting, NOW).status["path"] == MOVED_PATH
+
+
+@pytest.mark.parametrize("state", [plansnap.IN_PROGRESS, plansnap.COMPLETED, plansnap.FAILED, plansnap.ABANDONED])
+def test_once_a_save_started_the_path_stays_and_a_directory_edit_is_only_said(state: str) -> None:
+    old = {"state": state, "reason": "Before", "message": "as read before", "path": PATH}
+    target = plansnap.target(snap(), with_snapshots(MOVED), None, old)
+    assert (target.path, target.spec_path) == (PATH, MOVED_PATH)
+    assert plansnap.needs_reading(old, target) == (state == plansnap.IN_PROGRESS)
+    reading = progress(wire.IN_PROGRESS) if state == plansnap.IN_PROGRESS else None  # read at PATH
+    seen = plansnap.observe(snap(), target, reading, old, NOW)
+    assert seen.status["path"] == PATH and seen.status["state"] == state and seen.events == ()
+    message = seen.status["message"]
+    assert message.endswith(
+        f"A save of this name now goes to {MOVED_PATH}: create another TFDataSnapshot to follow that one"
+    )
+    assert f"its data stays at {PATH}, the only path the operator reads" in message
+    # Said once: the next pass writes the same status; with the directory put back, the sentence goes.
+    assert plansnap.observe(snap(), target, reading, seen.status, NOW).status == seen.status
+    back = plansnap.target(snap(), with_snapshots(), None, seen.status)
+    assert (back.path, back.spec_path) == (PATH, None)
+    restored = plansnap.observe(snap(), back, reading, seen.status, NOW).status
+    assert "Since this snapshot started" not in restored["message"]
+    if reading is None:
+        assert restored == old
+
+
 # --- Deletion ------------------------------------------------------------------------------
 
 
@@ -281,14 +317,16 @@ class FakeDispatcher:
         return self.refuse
 
 
-def service() -> controller.Service:
-    body = with_snapshots()
+def service(directory: str = DIRECTORY) -> controller.Service:
+    body = with_snapshots(directory)
     return controller.Service(body, Children(name="demo"))
 
 
-def run(body: dict[str, Any], dispatcher: FakeDispatcher, api: FakeApi | None = None) -> FakeApi:
+def run(
+    body: dict[str, Any], dispatcher: FakeDispatcher, api: FakeApi | None = None, directory: str = DIRECTORY
+) -> FakeApi:
     api = api or FakeApi()
-    controller.reconcile_snapshot(api, OperatorConfig(), body, service(), dispatcher.readers())
+    controller.reconcile_snapshot(api, OperatorConfig(), body, service(directory), dispatcher.readers())
     return api
 
 
@@ -371,3 +409,17 @@ def test_deleting_when_the_dispatcher_cannot_say_waits() -> None:
     api = run(deleting(plansnap.TRIGGER_PENDING), dispatcher)
     assert dispatcher.deleted == [] and api.patches == []
     assert api.statuses[-1]["reason"] == plansnap.DELETION_WAITS
+
+
+def test_deleting_after_a_directory_edit_deletes_the_frozen_path_only() -> None:
+    dispatcher = FakeDispatcher("not read")
+    api = run(deleting(plansnap.COMPLETED), dispatcher, directory=MOVED)
+    (url,) = dispatcher.deleted
+    assert "path=gs%3A%2F%2Fbucket%2Fsnaps%2Fimagenet-v3" in url and "other-bucket" not in url
+    assert api.events == [("Normal", plansnap.DATA_DELETED)]
+    assert api.patches == [{"metadata": {"finalizers": [], "resourceVersion": "7"}}]
+    # A dispatcher that deletes only in its new directory refuses; the status says how to go on.
+    refused = FakeDispatcher("not read", refuse="DELETE ... answered 403 Forbidden: not a snapshot of this service")
+    api = run(deleting(plansnap.COMPLETED), refused, directory=MOVED)
+    assert ["other-bucket" in url for url in refused.deleted] == [False] and api.patches == []
+    assert "403" in api.statuses[-1]["message"] and "put the directory back" in api.statuses[-1]["message"]

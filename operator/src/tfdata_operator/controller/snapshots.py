@@ -75,7 +75,7 @@ def reconcile_snapshot(
     except spec.SpecError as exc:
         _write(api, body, old, {**old, "reason": plansnap.INVALID_SPEC, "message": f"Invalid spec: {exc}"}, outcome)
         return outcome
-    target = plansnap.target(snap, service.body, config.server_image)
+    target = plansnap.target(snap, service.body, config.server_image, old)
     deleting = bool(meta.get("deletionTimestamp"))
     finalizers = list(meta.get("finalizers") or [])
     wants_finalizer = snap.deletion_policy == snapshotapi.DELETE
@@ -125,6 +125,11 @@ def _finalize(
                 f"{plansnap.POLL_SECONDS:.0f}s. Remove the finalizer {SNAPSHOT_FINALIZER} to keep the files and "
                 "let the resource go"
             )
+            if target.spec_path is not None:  # the dispatcher deletes only in the directory it has now
+                message += (
+                    f". TFDataService {snap.service}'s spec.snapshots.directory no longer holds {target.path}: "
+                    "put the directory back to have its dispatcher delete it"
+                )
             outcome.requeue_after = plansnap.POLL_SECONDS
             return {**status, "reason": plansnap.DELETE_FAILED, "message": message}, None
         decision = plansnap.Deletion(

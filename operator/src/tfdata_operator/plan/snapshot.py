@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from tfdata_operator.api import spec
+from tfdata_operator.api import limits, spec
 from tfdata_operator.api.identity import SNAPSHOT_FINALIZER
 from tfdata_operator.api.snapshot import DELETE, SnapshotSpec
 from tfdata_operator.wire import snapshots as wire
@@ -75,13 +75,17 @@ DELETE_FAILED = "DataDeletionFailed"
 
 @dataclass(frozen=True)
 class Target:
-    """The service as far as this snapshot is concerned. ``path`` is None when it cannot take one;
-    then ``reason`` and ``message`` say why."""
+    """The service as far as this snapshot is concerned. ``path`` is the path followed and, with
+    deletionPolicy Delete, deleted: ``status.path`` once a save started (``frozen_path``), else
+    where the service's spec puts it. None when it cannot be followed; then ``reason`` and
+    ``message`` say why."""
 
     path: str | None
     reason: str = ""
     message: str = ""
     exists: bool = True  # False: no such TFDataService
+    # Where the service's spec puts it today, when that is not ``path`` (its directory changed after the start).
+    spec_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,8 +121,11 @@ class Deletion:
     events: tuple[tuple[str, str, str], ...] = field(default_factory=tuple)
 
 
-def target(snap: SnapshotSpec, service: Manifest | None, default_image: str | None) -> Target:
-    """Where the snapshot goes, from its TFDataService as the cache has it (None: no such service)."""
+def target(
+    snap: SnapshotSpec, service: Manifest | None, default_image: str | None, status: Manifest | None = None
+) -> Target:
+    """Where the snapshot is, from its TFDataService as the cache has it (None: no such service) and
+    its ``status`` (the path is frozen once a save started)."""
     if service is None:
         return Target(
             None,
@@ -139,7 +146,19 @@ def target(snap: SnapshotSpec, service: Manifest | None, default_image: str | No
             "spec.snapshots.directory to a URL every worker reaches (gs://bucket/path) or to a path with "
             "spec.snapshots.volume, a ReadWriteMany claim mounted in the dispatcher and every worker",
         )
-    return Target(snap.path(svc.snapshots))
+    path, frozen = snap.path(svc.snapshots), frozen_path(status or {})
+    if frozen is not None and frozen != path:
+        return Target(frozen, spec_path=path)
+    return Target(path)
+
+
+def frozen_path(status: Manifest) -> str | None:
+    """``status.path`` once a save started (the state is past TRIGGER_PENDING): where the data is,
+    whatever the service's ``spec.snapshots.directory`` says since."""
+    path = status.get("path")
+    if status.get("state", TRIGGER_PENDING) == TRIGGER_PENDING or not isinstance(path, str) or not path:
+        return None
+    return path
 
 
 def needs_reading(old_status: Manifest, target: Target) -> bool:
@@ -151,14 +170,23 @@ def observe(
     snap: SnapshotSpec, target: Target, reading: Reading | None, old_status: Manifest, now: datetime
 ) -> Observation:
     """The status from the last reading (None: not read, the state is final or the target unusable)."""
+    status, requeue = _observed(snap, target, reading, old_status, now)
+    if target.path is not None and (target.spec_path is not None or _MOVED in str(status.get("message", ""))):
+        status = {**status, "message": _moved(str(status.get("message", "")), snap, target)}
+    return _changed(snap, old_status, status, requeue)
+
+
+def _observed(
+    snap: SnapshotSpec, target: Target, reading: Reading | None, old_status: Manifest, now: datetime
+) -> tuple[Manifest, float | None]:
     old_state = old_status.get("state") or TRIGGER_PENDING
     base = {k: v for k, v in old_status.items() if k not in ("reason", "message")}
     if target.path is None:
         status = {**base, "state": old_state, "reason": target.reason, "message": target.message}
-        return _changed(snap, old_status, status, RECHECK_SECONDS if old_state not in FINAL else None)
+        return status, RECHECK_SECONDS if old_state not in FINAL else None
     base["path"] = target.path
     if reading is None:
-        return _changed(snap, old_status, {**old_status, "path": target.path}, None)
+        return {**old_status, "path": target.path}, None
     if isinstance(reading, Unreadable):
         status = {
             **base,
@@ -167,10 +195,29 @@ def observe(
             "message": f"the dispatcher's {wire.SNAPSHOTS_PATH} could not be read ({reading.why}); "
             f"the state is the last one read, and is read again in {POLL_SECONDS:.0f}s",
         }
-        return _changed(snap, old_status, status, POLL_SECONDS)
+        return status, POLL_SECONDS
     state, reason, message = _state(snap, target.path, reading, old_state, now)
     status = {**base, **_progress(reading), "state": state, "reason": reason, "message": message}
-    return _changed(snap, old_status, status, None if state in FINAL else POLL_SECONDS)
+    return status, None if state in FINAL else POLL_SECONDS
+
+
+# Begins the last sentence of the status message while the service's directory is not where the
+# snapshot is (the sentence goes when the directory is put back).
+_MOVED = "Since this snapshot started, "
+
+
+def _moved(message: str, snap: SnapshotSpec, target: Target) -> str:
+    """``message`` with the sentence that says the service's directory moved, or without it."""
+    kept = message.split(_MOVED, 1)[0].rstrip()
+    if target.spec_path is None:
+        return kept
+    note = (
+        f"{_MOVED}TFDataService {snap.service}'s spec.snapshots.directory changed: its data stays at "
+        f"{target.path}, the only path the operator reads for it and, with deletionPolicy Delete, deletes. "
+        f"A save of this name now goes to {target.spec_path}: create another TFDataSnapshot to follow that one"
+    )
+    room = limits.SNAPSHOT_STATUS["message"] - len(note) - 1
+    return f"{limits.clip(kept, room)} {note}" if kept and room > len(limits.MARK) else note
 
 
 def _state(
