@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -18,6 +19,7 @@ from tfdata_operator.api.spec import SpecError
 from tfdata_operator.controller import cache, handlers
 from tfdata_operator.controller import snapshots as controller
 from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.state import OperatorState
 from tfdata_operator.controller.workqueue import WorkQueue
 from tfdata_operator.plan import children
 from tfdata_operator.plan import snapshot as plansnap
@@ -383,6 +385,7 @@ class FakeApi:
     # The TFDataSnapshots a list of the namespace answers (the API server's, not the watch's).
     listed: list[dict[str, Any]] = field(default_factory=list)
     lists: int = 0
+    written_for: list[str] = field(default_factory=list)  # whose status each write was
 
     def list_objects(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
         self.lists += 1
@@ -398,6 +401,7 @@ class FakeApi:
         self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]
     ) -> dict[str, Any]:
         self.statuses.append(status)
+        self.written_for.append(name)
         return {"metadata": {"name": name, "namespace": namespace}, "status": status}
 
     def event(self, owner: Any, event_type: str, reason: str, message: str) -> None:
@@ -566,6 +570,22 @@ def test_the_first_snapshot_of_a_path_deletes_its_data_only_when_the_watch_has_e
     assert len(dispatcher.deleted) == 1 and api.events == [("Normal", plansnap.DATA_DELETED)]
 
 
+def snapshot_memo(api: FakeApi, dispatcher: FakeDispatcher) -> OperatorState:
+    """The operator's state with an in-memory cache holding the service demo (with spec.snapshots)."""
+    memo = handlers.new_memo(OperatorConfig())
+    memo.indices = {kind.index: {} for kind in children.OBSERVED}
+    memo.indices[handlers.SERVICES_INDEX] = {("ml", "demo"): [cache.pack(with_snapshots())]}
+    memo.kube, memo.snapshot_readers, memo.tasks = api, dispatcher.readers(), []  # type: ignore[assignment]
+    memo.indexed.set()
+    memo.leading.set()
+    return memo
+
+
+async def watched(memo: OperatorState, body: dict[str, Any]) -> None:
+    name = body["metadata"]["name"]
+    await handlers.snapshot_event(event={"type": "ADDED"}, body=body, namespace="ml", name=name, memo=memo)
+
+
 def test_the_watch_gives_each_snapshot_its_rivals_and_a_refused_one_is_queued_when_the_first_goes() -> None:
     """The operator's own wiring (controller/handlers.py) on an in-memory cache: the watch's bodies
     make the refusal, and the first one's DELETED event queues the second, which then follows."""
@@ -573,16 +593,10 @@ def test_the_watch_gives_each_snapshot_its_rivals_and_a_refused_one_is_queued_wh
     api = FakeApi()
 
     async def scenario() -> list[Any]:
-        memo = handlers.new_memo(OperatorConfig())
-        memo.indices = {kind.index: {} for kind in children.OBSERVED}
-        memo.indices[handlers.SERVICES_INDEX] = {("ml", "demo"): [cache.pack(with_snapshots())]}
-        memo.snapshot_queue, memo.kube, memo.snapshot_readers = WorkQueue(), api, dispatcher.readers()  # type: ignore[assignment]
-        memo.pool = ThreadPoolExecutor(max_workers=1)
-        memo.indexed.set()
-        memo.leading.set()
+        memo = snapshot_memo(api, dispatcher)
+        memo.snapshot_queue, memo.snapshot_pool = WorkQueue(), ThreadPoolExecutor(max_workers=1)
         for body in (FIRST, SECOND):
-            name = body["metadata"]["name"]
-            await handlers.snapshot_event(event={"type": "ADDED"}, body=body, namespace="ml", name=name, memo=memo)
+            await watched(memo, body)
         queued = [await memo.snapshot_queue.get() for _ in range(2)]
         for key in queued:
             memo.snapshot_queue.done(key)
@@ -591,7 +605,7 @@ def test_the_watch_gives_each_snapshot_its_rivals_and_a_refused_one_is_queued_wh
         await handlers.snapshot_event(event={"type": "DELETED"}, body=FIRST, namespace="ml", name="first", memo=memo)
         requeued = [await asyncio.wait_for(memo.snapshot_queue.get(), 5)]
         await handlers._reconcile_snapshot(memo, ("ml", "second"))
-        memo.pool.shutdown()
+        memo.snapshot_pool.shutdown()
         return [queued, refused, requeued, len(dispatcher.asked), api.statuses[-1]["state"]]
 
     queued, refused, requeued, asked, state = asyncio.run(scenario())
@@ -599,3 +613,45 @@ def test_the_watch_gives_each_snapshot_its_rivals_and_a_refused_one_is_queued_wh
     assert refused == ([], [plansnap.PATH_TAKEN])
     assert requeued == [("ml", "second")]
     assert (asked, state) == (1, plansnap.IN_PROGRESS)
+
+
+@dataclass
+class SlowDispatcher(FakeDispatcher):
+    """Deletes only once ``gate`` is set: a dispatcher whose store takes its time."""
+
+    gate: threading.Event = field(default_factory=threading.Event)
+
+    def delete(self, url: str) -> str | None:
+        self.gate.wait(10)
+        return super().delete(url)
+
+
+def test_a_deletion_that_waits_on_its_dispatcher_holds_up_no_other_snapshot() -> None:
+    dispatcher, api = SlowDispatcher(report(progress(wire.MISSING))), FakeApi()
+    slow = named(
+        "slow", "2026-11-27T10:00:00Z", status={"state": plansnap.COMPLETED, "path": PATH}, deletionPolicy="Delete"
+    )
+    slow["metadata"] |= {"finalizers": [SNAPSHOT_FINALIZER], "deletionTimestamp": "2026-11-27T12:00:00Z"}
+    others = [named(f"quick-{i}", "2026-11-27T10:00:00Z", snapshotName=f"quick-{i}") for i in range(3)]
+
+    async def scenario() -> tuple[set[str], list[str]]:
+        memo = snapshot_memo(api, dispatcher)
+        handlers.start_snapshot_workers(memo)
+        await watched(memo, slow)
+        for body in others:
+            await watched(memo, body)
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(api.statuses) < len(others) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        done_meanwhile = set(api.written_for)
+        dispatcher.gate.set()
+        while not api.patches and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        for task in memo.tasks:
+            task.cancel()
+        memo.snapshot_pool.shutdown()
+        return done_meanwhile, [p["metadata"]["finalizers"] for p in api.patches]
+
+    done_meanwhile, finalizers = asyncio.run(scenario())
+    assert done_meanwhile == {"quick-0", "quick-1", "quick-2"}, "the others waited for the slow deletion"
+    assert finalizers == [[]] and len(dispatcher.deleted) == 1

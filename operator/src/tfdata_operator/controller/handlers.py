@@ -34,6 +34,8 @@ from tfdata_operator.plan import children
 
 SERVICES_INDEX = "tfdataservices_by_name"
 Manifest = dict[str, Any]
+# TFDataSnapshots reconciled at once (one is never reconciled twice at once).
+SNAPSHOT_WORKERS = 4
 log = logging.getLogger(__name__)
 
 
@@ -56,8 +58,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **indi
         asyncio.create_task(queue.drain(lambda key: _reconcile(memo, key))) for _ in range(config.concurrent_reconciles)
     ]
     memo.tasks.append(asyncio.create_task(_resync_forever(memo)))
-    memo.snapshot_queue = WorkQueue()
-    memo.tasks.append(asyncio.create_task(memo.snapshot_queue.drain(lambda key: _reconcile_snapshot(memo, key))))
+    start_snapshot_workers(memo)
     if config.election is None:
         memo.kube = Kube(api)
         _start_leading(memo)
@@ -68,6 +69,17 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **indi
     metrics.LEADER.set(0)
     loop = asyncio.get_running_loop()
     elector.start(lambda: loop.call_soon_threadsafe(_start_leading, memo), election.exit_lost(elector.where))
+
+
+def start_snapshot_workers(memo: OperatorState) -> None:
+    """The TFDataSnapshots' queue, its workers and their threads (their own, not the services'): a
+    deletion waits on its dispatcher for as long as the store takes (``probes.DELETION_TIMEOUT_SECONDS``),
+    and holds only its worker, not every snapshot, nor a service's reconcile."""
+    memo.snapshot_pool = ThreadPoolExecutor(max_workers=SNAPSHOT_WORKERS, thread_name_prefix="snapshot")
+    memo.snapshot_queue = queue = WorkQueue()
+    memo.tasks.extend(
+        asyncio.create_task(queue.drain(lambda key: _reconcile_snapshot(memo, key))) for _ in range(SNAPSHOT_WORKERS)
+    )
 
 
 def _start_leading(memo: OperatorState) -> None:
@@ -90,6 +102,7 @@ async def stop(memo: OperatorState, **_: Any) -> None:
     for task in memo.tasks:
         task.cancel()
     memo.pool.shutdown(wait=False, cancel_futures=True)
+    memo.snapshot_pool.shutdown(wait=False, cancel_futures=True)
     if memo.elector is not None:
         # New writes are refused at once; those in flight may finish before the Lease is handed on.
         await asyncio.get_running_loop().run_in_executor(None, memo.elector.stop, 10.0)
@@ -257,7 +270,7 @@ async def _reconcile_snapshot(memo: OperatorState, key: Any) -> bool:
     try:
         loop = asyncio.get_running_loop()
         outcome = await loop.run_in_executor(
-            memo.pool,
+            memo.snapshot_pool,
             snapshots.reconcile_snapshot,
             memo.kube,
             memo.config,
