@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -13,8 +16,12 @@ from kubernetes.client.exceptions import ApiException
 from tfdata_operator.api import snapshot as snapshotapi
 from tfdata_operator.api.identity import SNAPSHOT_FINALIZER
 from tfdata_operator.api.spec import SpecError
+from tfdata_operator.controller import cache, handlers
 from tfdata_operator.controller import snapshots as controller
 from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.state import OperatorState
+from tfdata_operator.controller.workqueue import WorkQueue
+from tfdata_operator.plan import children
 from tfdata_operator.plan import snapshot as plansnap
 from tfdata_operator.plan.desired import Children
 from tfdata_operator.wire import snapshots as wire
@@ -46,9 +53,9 @@ def snap(**spec: Any) -> snapshotapi.SnapshotSpec:
     return snapshotapi.parse(snapshot_body(**spec))
 
 
-def with_snapshots(**extra: Any) -> dict[str, Any]:
+def with_snapshots(directory: str = DIRECTORY, **extra: Any) -> dict[str, Any]:
     return service_body(
-        shardingPolicy="DYNAMIC", image="tfdata-server:test", snapshots={"directory": DIRECTORY}, **extra
+        shardingPolicy="DYNAMIC", image="tfdata-server:test", snapshots={"directory": directory}, **extra
     )
 
 
@@ -181,6 +188,136 @@ def test_a_final_snapshot_is_not_read_again() -> None:
     assert not plansnap.needs_reading({}, plansnap.Target(None, plansnap.NO_SNAPSHOT_STORAGE))
 
 
+# --- One path, one TFDataSnapshot ------------------------------------------------------------
+
+
+def named(name: str, created: str, status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    """A TFDataSnapshot ``name`` whose snapshot name is imagenet-v3 (the path PATH on service demo)."""
+    body = snapshot_body(status=status, **({"snapshotName": "imagenet-v3"} | spec))
+    body["metadata"] |= {"name": name, "uid": f"uid-{name}", "creationTimestamp": created}
+    return body
+
+
+FIRST = named("first", "2026-11-27T10:00:00Z")
+SECOND = named("second", "2026-11-27T10:05:00Z")
+
+
+def claims(*bodies: dict[str, Any], service: dict[str, Any] | None = None) -> list[plansnap.Claim]:
+    found = [plansnap.claim_of(b, service or with_snapshots(), None) for b in bodies]
+    return [c for c in found if c is not None]
+
+
+def target_of(body: dict[str, Any], *rivals: plansnap.Claim, service: dict[str, Any] | None = None) -> plansnap.Target:
+    status = body.get("status") or {}
+    return plansnap.target(snapshotapi.parse(body), service or with_snapshots(), None, status, rivals)
+
+
+def test_the_later_of_two_snapshots_of_one_path_is_refused_naming_the_first() -> None:
+    assert target_of(FIRST, *claims(SECOND)).path == PATH
+    refused = target_of(SECOND, *claims(FIRST))
+    assert (refused.path, refused.reason, refused.taken_by) == (None, plansnap.PATH_TAKEN, "first")
+    assert refused.message.startswith(f"{PATH} is TFDataSnapshot first's (created 2026-11-27T10:00:00Z)")
+    seen = plansnap.observe(snapshotapi.parse(SECOND), refused, None, {}, NOW)
+    assert (seen.status["state"], seen.status["reason"]) == (plansnap.TRIGGER_PENDING, plansnap.PATH_TAKEN)
+    assert not plansnap.needs_reading(seen.status, refused), "a refused one never asks the dispatcher"
+    assert [(e[0], e[1]) for e in seen.events] == [("Warning", plansnap.PATH_TAKEN)]
+    assert seen.requeue_after == plansnap.RECHECK_SECONDS
+    again = plansnap.observe(snapshotapi.parse(SECOND), refused, None, seen.status, NOW)
+    assert again.status == seen.status and again.events == (), "the Warning is said once"
+    # Created in the same second: the first name keeps it.
+    twin = named("another", "2026-11-27T10:00:00Z")
+    assert target_of(twin, *claims(FIRST)).path == PATH
+    assert target_of(FIRST, *claims(twin)).taken_by == "another"
+
+
+def test_a_refused_snapshot_follows_the_path_by_itself_once_the_first_is_gone() -> None:
+    refused = plansnap.observe(snapshotapi.parse(SECOND), target_of(SECOND, *claims(FIRST)), None, {}, NOW)
+    free = target_of(SECOND)  # the first deleted: the watch no longer has it
+    assert free.path == PATH and plansnap.needs_reading(refused.status, free)
+    seen = plansnap.observe(snapshotapi.parse(SECOND), free, progress(wire.COMPLETED), refused.status, NOW)
+    assert (seen.status["state"], seen.status["path"]) == (plansnap.COMPLETED, PATH)
+    # Or once the first names another path (its service's directory changed before it started).
+    moved_away = named("first", "2026-11-27T10:00:00Z")
+    assert target_of(SECOND, *claims(moved_away, service=with_snapshots(MOVED))).path == PATH
+
+
+def test_two_services_sharing_a_directory_share_its_paths_unless_each_mounts_its_own_claim() -> None:
+    other = named("first", "2026-11-27T10:00:00Z", service="other")
+    assert target_of(SECOND, *claims(other)).reason == plansnap.PATH_TAKEN
+    # The same place written two ways: file:///x is /x, and /x//y is /x/y.
+    local, url = with_snapshots("/snaps"), with_snapshots("file:///snaps/")
+    assert target_of(SECOND, *claims(other, service=url), service=local).reason == plansnap.PATH_TAKEN
+    # Two claims mounted at one path are two places; one claim and an unknown mount may be one.
+    on_a, on_b = (with_snapshots("/snaps") for _ in "ab")
+    on_a["spec"]["snapshots"]["volume"], on_b["spec"]["snapshots"]["volume"] = {"claimName": "a"}, {"claimName": "b"}
+    assert target_of(SECOND, *claims(other, service=on_a), service=on_b).path == "/snaps/imagenet-v3"
+    assert target_of(SECOND, *claims(other, service=on_a), service=local).reason == plansnap.PATH_TAKEN
+
+
+def test_a_snapshot_whose_save_started_keeps_its_path_before_an_earlier_one_that_has_not() -> None:
+    started = named("second", "2026-11-27T10:05:00Z", status={"state": plansnap.COMPLETED, "path": PATH})
+    assert target_of(started, *claims(FIRST)).path == PATH
+    assert target_of(FIRST, *claims(started)).taken_by == "second"
+    # Of two started ones (written before this rule), the first created keeps it.
+    first_started = named("first", "2026-11-27T10:00:00Z", status={"state": plansnap.COMPLETED, "path": PATH})
+    assert target_of(started, *claims(first_started)).taken_by == "first"
+
+
+@pytest.mark.parametrize("state", plansnap.STATES)
+def test_a_refused_snapshots_deletion_deletes_nothing(state: str) -> None:
+    # In any state: two that both followed the path before this rule, the later refused now.
+    first = named("first", "2026-11-27T10:00:00Z", status={"state": plansnap.COMPLETED, "path": PATH})
+    body = named("second", "2026-11-27T10:05:00Z", status={"state": state, "path": PATH}, deletionPolicy="Delete")
+    d = plansnap.deletion(snapshotapi.parse(body), target_of(body, *claims(first)), body["status"], True)
+    assert d.release and not d.delete_data and d.reason == plansnap.DATA_KEPT and "first" in d.message
+
+
+def test_data_is_deleted_only_once_the_api_server_lists_no_rival_the_watch_has_not_delivered() -> None:
+    snap_ = snapshotapi.parse(FIRST)
+    assert plansnap.unseen_rivals(snap_, [FIRST, SECOND], ["uid-second"]) is None
+    other_name = named("third", "2026-11-27T09:00:00Z", snapshotName="imagenet-v4")
+    assert plansnap.unseen_rivals(snap_, [FIRST, other_name], []) is None
+    wait = plansnap.unseen_rivals(snap_, [FIRST, SECOND], [])
+    assert wait is not None and not wait.release and not wait.delete_data
+    assert wait.reason == plansnap.DELETION_WAITS and "TFDataSnapshot second names the same snapshot" in wait.message
+
+
+# A later spec.snapshots.directory of the service, and where it puts the same name.
+MOVED = "gs://other-bucket/snaps"
+MOVED_PATH = f"{MOVED}/imagenet-v3"
+
+
+def test_before_a_save_the_path_follows_the_services_directory() -> None:
+    waiting = {"state": plansnap.TRIGGER_PENDING, "path": PATH, "reason": plansnap.WAITING_FOR_SAVE}
+    target = plansnap.target(snap(), with_snapshots(MOVED), None, waiting)
+    assert (target.path, target.spec_path) == (MOVED_PATH, None)
+    assert plansnap.observe(snap(), target, progress(wire.MISSING), waiting, NOW).status["path"] == MOVED_PATH
+
+
+@pytest.mark.parametrize("state", [plansnap.IN_PROGRESS, plansnap.COMPLETED, plansnap.FAILED, plansnap.ABANDONED])
+def test_once_a_save_started_the_path_stays_and_a_directory_edit_is_only_said(state: str) -> None:
+    old = {"state": state, "reason": "Before", "message": "as read before", "path": PATH}
+    target = plansnap.target(snap(), with_snapshots(MOVED), None, old)
+    assert (target.path, target.spec_path) == (PATH, MOVED_PATH)
+    assert plansnap.needs_reading(old, target) == (state == plansnap.IN_PROGRESS)
+    reading = progress(wire.IN_PROGRESS) if state == plansnap.IN_PROGRESS else None  # read at PATH
+    seen = plansnap.observe(snap(), target, reading, old, NOW)
+    assert seen.status["path"] == PATH and seen.status["state"] == state and seen.events == ()
+    message = seen.status["message"]
+    assert message.endswith(
+        f"A save of this name now goes to {MOVED_PATH}: create another TFDataSnapshot to follow that one"
+    )
+    assert f"its data stays at {PATH}, the only path the operator reads" in message
+    # Said once: the next pass writes the same status; with the directory put back, the sentence goes.
+    assert plansnap.observe(snap(), target, reading, seen.status, NOW).status == seen.status
+    back = plansnap.target(snap(), with_snapshots(), None, seen.status)
+    assert (back.path, back.spec_path) == (PATH, None)
+    restored = plansnap.observe(snap(), back, reading, seen.status, NOW).status
+    assert "Since this snapshot started" not in restored["message"]
+    if reading is None:
+        assert restored == old
+
+
 # --- Deletion ------------------------------------------------------------------------------
 
 
@@ -245,6 +382,14 @@ class FakeApi:
     patches: list[dict[str, Any]] = field(default_factory=list)
     events: list[tuple[str, str]] = field(default_factory=list)
     conflict: bool = False
+    # The TFDataSnapshots a list of the namespace answers (the API server's, not the watch's).
+    listed: list[dict[str, Any]] = field(default_factory=list)
+    lists: int = 0
+    written_for: list[str] = field(default_factory=list)  # whose status each write was
+
+    def list_objects(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
+        self.lists += 1
+        return self.listed
 
     def patch(self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         if self.conflict:
@@ -256,7 +401,8 @@ class FakeApi:
         self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]
     ) -> dict[str, Any]:
         self.statuses.append(status)
-        return {"metadata": {"name": name}, "status": status}
+        self.written_for.append(name)
+        return {"metadata": {"name": name, "namespace": namespace}, "status": status}
 
     def event(self, owner: Any, event_type: str, reason: str, message: str) -> None:
         self.events.append((event_type, reason))
@@ -281,14 +427,20 @@ class FakeDispatcher:
         return self.refuse
 
 
-def service() -> controller.Service:
-    body = with_snapshots()
+def service(directory: str = DIRECTORY) -> controller.Service:
+    body = with_snapshots(directory)
     return controller.Service(body, Children(name="demo"))
 
 
-def run(body: dict[str, Any], dispatcher: FakeDispatcher, api: FakeApi | None = None) -> FakeApi:
+def run(
+    body: dict[str, Any],
+    dispatcher: FakeDispatcher,
+    api: FakeApi | None = None,
+    directory: str = DIRECTORY,
+    rivals: tuple[controller.Rival, ...] = (),
+) -> FakeApi:
     api = api or FakeApi()
-    controller.reconcile_snapshot(api, OperatorConfig(), body, service(), dispatcher.readers())
+    controller.reconcile_snapshot(api, OperatorConfig(), body, service(directory), dispatcher.readers(), rivals)
     return api
 
 
@@ -371,3 +523,135 @@ def test_deleting_when_the_dispatcher_cannot_say_waits() -> None:
     api = run(deleting(plansnap.TRIGGER_PENDING), dispatcher)
     assert dispatcher.deleted == [] and api.patches == []
     assert api.statuses[-1]["reason"] == plansnap.DELETION_WAITS
+
+
+def test_deleting_after_a_directory_edit_deletes_the_frozen_path_only() -> None:
+    dispatcher = FakeDispatcher("not read")
+    api = run(deleting(plansnap.COMPLETED), dispatcher, directory=MOVED)
+    (url,) = dispatcher.deleted
+    assert "path=gs%3A%2F%2Fbucket%2Fsnaps%2Fimagenet-v3" in url and "other-bucket" not in url
+    assert api.events == [("Normal", plansnap.DATA_DELETED)]
+    assert api.patches == [{"metadata": {"finalizers": [], "resourceVersion": "7"}}]
+    # A dispatcher that deletes only in its new directory refuses; the status says how to go on.
+    refused = FakeDispatcher("not read", refuse="DELETE ... answered 403 Forbidden: not a snapshot of this service")
+    api = run(deleting(plansnap.COMPLETED), refused, directory=MOVED)
+    assert ["other-bucket" in url for url in refused.deleted] == [False] and api.patches == []
+    assert "403" in api.statuses[-1]["message"] and "put the directory back" in api.statuses[-1]["message"]
+
+
+def test_the_controller_refuses_the_second_snapshot_of_a_path_and_lets_it_go_without_deleting() -> None:
+    dispatcher = FakeDispatcher(report(progress(wire.COMPLETED)))
+    first = controller.Rival(FIRST, with_snapshots())
+    second = named("second", "2026-11-27T10:05:00Z", deletionPolicy="Delete")
+    api = run(second, dispatcher, rivals=(first,))
+    assert dispatcher.asked == [] and [s["reason"] for s in api.statuses] == [plansnap.PATH_TAKEN]
+    assert api.events == [("Warning", plansnap.PATH_TAKEN)]
+    second = named("second", "2026-11-27T10:05:00Z", status=api.statuses[0], deletionPolicy="Delete")
+    second["metadata"] |= {"finalizers": [SNAPSHOT_FINALIZER], "resourceVersion": "8"}
+    assert run(second, dispatcher, rivals=(first,)).statuses == [], "nothing more to write"
+    second["metadata"]["deletionTimestamp"] = "2026-11-27T12:00:00Z"
+    api = run(second, dispatcher, rivals=(first,))
+    assert dispatcher.deleted == [] and dispatcher.asked == [] and api.lists == 0
+    assert api.patches == [{"metadata": {"finalizers": [], "resourceVersion": "8"}}]
+    assert api.events == [("Normal", plansnap.DATA_KEPT)]
+
+
+def test_the_first_snapshot_of_a_path_deletes_its_data_only_when_the_watch_has_every_rival() -> None:
+    first = named(
+        "first", "2026-11-27T10:00:00Z", status={"state": plansnap.COMPLETED, "path": PATH}, deletionPolicy="Delete"
+    )
+    first["metadata"] |= {"finalizers": [SNAPSHOT_FINALIZER], "deletionTimestamp": "2026-11-27T12:00:00Z"}
+    dispatcher = FakeDispatcher("not read")
+    # After a restart the watch has not delivered the second yet: the list shows it, nothing is deleted.
+    api = run(first, dispatcher, FakeApi(listed=[first, SECOND]))
+    assert dispatcher.deleted == [] and api.patches == [] and api.lists == 1
+    assert api.statuses[-1]["reason"] == plansnap.DELETION_WAITS
+    api = run(first, dispatcher, FakeApi(listed=[first, SECOND]), rivals=(controller.Rival(SECOND, with_snapshots()),))
+    assert len(dispatcher.deleted) == 1 and api.events == [("Normal", plansnap.DATA_DELETED)]
+
+
+def snapshot_memo(api: FakeApi, dispatcher: FakeDispatcher) -> OperatorState:
+    """The operator's state with an in-memory cache holding the service demo (with spec.snapshots)."""
+    memo = handlers.new_memo(OperatorConfig())
+    memo.indices = {kind.index: {} for kind in children.OBSERVED}
+    memo.indices[handlers.SERVICES_INDEX] = {("ml", "demo"): [cache.pack(with_snapshots())]}
+    memo.kube, memo.snapshot_readers, memo.tasks = api, dispatcher.readers(), []  # type: ignore[assignment]
+    memo.indexed.set()
+    memo.leading.set()
+    return memo
+
+
+async def watched(memo: OperatorState, body: dict[str, Any]) -> None:
+    name = body["metadata"]["name"]
+    await handlers.snapshot_event(event={"type": "ADDED"}, body=body, namespace="ml", name=name, memo=memo)
+
+
+def test_the_watch_gives_each_snapshot_its_rivals_and_a_refused_one_is_queued_when_the_first_goes() -> None:
+    """The operator's own wiring (controller/handlers.py) on an in-memory cache: the watch's bodies
+    make the refusal, and the first one's DELETED event queues the second, which then follows."""
+    dispatcher = FakeDispatcher(report(progress(wire.IN_PROGRESS)))
+    api = FakeApi()
+
+    async def scenario() -> list[Any]:
+        memo = snapshot_memo(api, dispatcher)
+        memo.snapshot_queue, memo.snapshot_pool = WorkQueue(), ThreadPoolExecutor(max_workers=1)
+        for body in (FIRST, SECOND):
+            await watched(memo, body)
+        queued = [await memo.snapshot_queue.get() for _ in range(2)]
+        for key in queued:
+            memo.snapshot_queue.done(key)
+        await handlers._reconcile_snapshot(memo, ("ml", "second"))
+        refused = (list(dispatcher.asked), [s["reason"] for s in api.statuses])
+        await handlers.snapshot_event(event={"type": "DELETED"}, body=FIRST, namespace="ml", name="first", memo=memo)
+        requeued = [await asyncio.wait_for(memo.snapshot_queue.get(), 5)]
+        await handlers._reconcile_snapshot(memo, ("ml", "second"))
+        memo.snapshot_pool.shutdown()
+        return [queued, refused, requeued, len(dispatcher.asked), api.statuses[-1]["state"]]
+
+    queued, refused, requeued, asked, state = asyncio.run(scenario())
+    assert queued == [("ml", "first"), ("ml", "second")]
+    assert refused == ([], [plansnap.PATH_TAKEN])
+    assert requeued == [("ml", "second")]
+    assert (asked, state) == (1, plansnap.IN_PROGRESS)
+
+
+@dataclass
+class SlowDispatcher(FakeDispatcher):
+    """Deletes only once ``gate`` is set: a dispatcher whose store takes its time."""
+
+    gate: threading.Event = field(default_factory=threading.Event)
+
+    def delete(self, url: str) -> str | None:
+        self.gate.wait(10)
+        return super().delete(url)
+
+
+def test_a_deletion_that_waits_on_its_dispatcher_holds_up_no_other_snapshot() -> None:
+    dispatcher, api = SlowDispatcher(report(progress(wire.MISSING))), FakeApi()
+    slow = named(
+        "slow", "2026-11-27T10:00:00Z", status={"state": plansnap.COMPLETED, "path": PATH}, deletionPolicy="Delete"
+    )
+    slow["metadata"] |= {"finalizers": [SNAPSHOT_FINALIZER], "deletionTimestamp": "2026-11-27T12:00:00Z"}
+    others = [named(f"quick-{i}", "2026-11-27T10:00:00Z", snapshotName=f"quick-{i}") for i in range(3)]
+
+    async def scenario() -> tuple[set[str], list[str]]:
+        memo = snapshot_memo(api, dispatcher)
+        handlers.start_snapshot_workers(memo)
+        await watched(memo, slow)
+        for body in others:
+            await watched(memo, body)
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(api.statuses) < len(others) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        done_meanwhile = set(api.written_for)
+        dispatcher.gate.set()
+        while not api.patches and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        for task in memo.tasks:
+            task.cancel()
+        memo.snapshot_pool.shutdown()
+        return done_meanwhile, [p["metadata"]["finalizers"] for p in api.patches]
+
+    done_meanwhile, finalizers = asyncio.run(scenario())
+    assert done_meanwhile == {"quick-0", "quick-1", "quick-2"}, "the others waited for the slow deletion"
+    assert finalizers == [[]] and len(dispatcher.deleted) == 1

@@ -28,11 +28,18 @@ class SnapshotSpec:
     service: str
     snapshot_name: str  # spec.snapshotName, else metadata.name: the last part of the path
     deletion_policy: str = RETAIN
+    created: str = ""  # metadata.creationTimestamp: of two that name one path, the earlier keeps it
 
     def path(self, snapshots: SnapshotsSpec) -> str:
         """Where the service's workers write it: ``<spec.snapshots.directory>/<snapshot name>``, as
         ``client.snapshots`` joins them."""
         return f"{snapshots.directory.rstrip('/')}/{self.snapshot_name}"
+
+
+def snapshot_name(body: Mapping[str, Any]) -> object:
+    """The last part of the path as written (``spec.snapshotName``, else ``metadata.name``), unchecked."""
+    spec = body.get("spec")
+    return spec.get("snapshotName", (body.get("metadata") or {}).get("name")) if isinstance(spec, Mapping) else None
 
 
 def parse(body: Mapping[str, Any]) -> SnapshotSpec:
@@ -43,7 +50,7 @@ def parse(body: Mapping[str, Any]) -> SnapshotSpec:
     service = spec.get("service")
     if not isinstance(service, str) or len(service) > MAX_SERVICE_LENGTH or not _SERVICE.match(service):
         problems.append(f"spec.service must name a TFDataService in this namespace, got {service!r}")
-    name = spec.get("snapshotName", meta.get("name"))
+    name = snapshot_name(body)
     if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH or not SNAPSHOT_NAME.fullmatch(name):
         problems.append(
             f"spec.snapshotName must be letters, digits, '.', '_' or '-' (at most {MAX_NAME_LENGTH}), "
@@ -54,4 +61,5 @@ def parse(body: Mapping[str, Any]) -> SnapshotSpec:
         problems.append(f"spec.deletionPolicy must be Retain or Delete, got {policy!r}")
     if problems or not isinstance(service, str) or not isinstance(name, str):
         raise SpecError(problems)
-    return SnapshotSpec(meta.get("namespace") or "", meta.get("name") or "", service, name, policy)
+    created = str(meta.get("creationTimestamp") or "")
+    return SnapshotSpec(meta.get("namespace") or "", meta.get("name") or "", service, name, policy, created)

@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
 
+from tfdata_operator.api import snapshot as snapshotapi
 from tfdata_operator.api.identity import API_GROUP, INSTANCE_LABEL, MANAGED_SELECTOR, PLURAL, SNAPSHOT_PLURAL, VERSION
 from tfdata_operator.controller import cache, election, metrics, reconcile, snapshots
 from tfdata_operator.controller.config import OperatorConfig
@@ -31,6 +33,9 @@ from tfdata_operator.controller.workqueue import WorkQueue
 from tfdata_operator.plan import children
 
 SERVICES_INDEX = "tfdataservices_by_name"
+Manifest = dict[str, Any]
+# TFDataSnapshots reconciled at once (one is never reconciled twice at once).
+SNAPSHOT_WORKERS = 4
 log = logging.getLogger(__name__)
 
 
@@ -53,8 +58,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **indi
         asyncio.create_task(queue.drain(lambda key: _reconcile(memo, key))) for _ in range(config.concurrent_reconciles)
     ]
     memo.tasks.append(asyncio.create_task(_resync_forever(memo)))
-    memo.snapshot_queue = WorkQueue()
-    memo.tasks.append(asyncio.create_task(memo.snapshot_queue.drain(lambda key: _reconcile_snapshot(memo, key))))
+    start_snapshot_workers(memo)
     if config.election is None:
         memo.kube = Kube(api)
         _start_leading(memo)
@@ -65,6 +69,17 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **indi
     metrics.LEADER.set(0)
     loop = asyncio.get_running_loop()
     elector.start(lambda: loop.call_soon_threadsafe(_start_leading, memo), election.exit_lost(elector.where))
+
+
+def start_snapshot_workers(memo: OperatorState) -> None:
+    """The TFDataSnapshots' queue, its workers and their threads (their own, not the services'): a
+    deletion waits on its dispatcher for as long as the store takes (``probes.DELETION_TIMEOUT_SECONDS``),
+    and holds only its worker, not every snapshot, nor a service's reconcile."""
+    memo.snapshot_pool = ThreadPoolExecutor(max_workers=SNAPSHOT_WORKERS, thread_name_prefix="snapshot")
+    memo.snapshot_queue = queue = WorkQueue()
+    memo.tasks.extend(
+        asyncio.create_task(queue.drain(lambda key: _reconcile_snapshot(memo, key))) for _ in range(SNAPSHOT_WORKERS)
+    )
 
 
 def _start_leading(memo: OperatorState) -> None:
@@ -87,6 +102,7 @@ async def stop(memo: OperatorState, **_: Any) -> None:
     for task in memo.tasks:
         task.cancel()
     memo.pool.shutdown(wait=False, cancel_futures=True)
+    memo.snapshot_pool.shutdown(wait=False, cancel_futures=True)
     if memo.elector is not None:
         # New writes are refused at once; those in flight may finish before the Lease is handed on.
         await asyncio.get_running_loop().run_in_executor(None, memo.elector.stop, 10.0)
@@ -117,12 +133,31 @@ async def snapshot_event(
     if event.get("type") == "DELETED":
         memo.snapshot_bodies.pop(key, None)
         memo.snapshots_released.discard(uid)
+        _queue_rivals(memo, key, body)
         return
     if uid in memo.snapshots_released:
         return  # its finalizer is gone, the object with it: an event from before that says otherwise
     memo.snapshot_bodies[key] = {**body, "apiVersion": f"{API_GROUP}/{VERSION}", "kind": "TFDataSnapshot"}
     if memo.leading.is_set():
         memo.snapshot_queue.add(key)
+
+
+def _rivals(memo: OperatorState, key: cache.InstanceKey, body: Mapping[str, Any]) -> dict[cache.InstanceKey, Manifest]:
+    """The other TFDataSnapshots of the namespace with the same snapshot name, as last watched: only
+    those can name the same path (a snapshot name has no "/")."""
+    named = snapshotapi.snapshot_name(body)
+    return {
+        other: other_body
+        for other, other_body in memo.snapshot_bodies.items()
+        if other[0] == key[0] and other != key and snapshotapi.snapshot_name(other_body) == named
+    }
+
+
+def _queue_rivals(memo: OperatorState, key: cache.InstanceKey, body: Mapping[str, Any]) -> None:
+    """A TFDataSnapshot that is gone leaves its path: the one refused for it (PathTaken) takes it now."""
+    if memo.leading.is_set():
+        for other in _rivals(memo, key, body):
+            memo.snapshot_queue.add(other)
 
 
 def _watch(kind: children.Kind) -> None:
@@ -183,6 +218,11 @@ def snapshot(memo: OperatorState, key: cache.InstanceKey) -> tuple[dict[str, Any
     return body, reconcile.Observed({k: v for k, v in merged.items() if k[0] in kinds}, pod_list)
 
 
+def _service_body(memo: OperatorState, key: cache.InstanceKey) -> Manifest | None:
+    """A TFDataService's body as the cache has it, without its children."""
+    return cache.by_key(memo.indices[SERVICES_INDEX].get(key, ())).get((children.TFDATASERVICE.kind, key[1]))
+
+
 async def _reconcile(memo: OperatorState, key: Any) -> bool:
     await memo.indexed.wait()
     body, observed = snapshot(memo, key)
@@ -223,10 +263,21 @@ async def _reconcile_snapshot(memo: OperatorState, key: Any) -> bool:
     service = snapshots.Service(service_body)
     if service_body is not None:
         service = snapshots.Service(service_body, reconcile.observe_children(service_body, observed))
+    rivals = [
+        snapshots.Rival(other, _service_body(memo, (namespace, str((other.get("spec") or {}).get("service", "")))))
+        for other in _rivals(memo, key, body).values()
+    ]
     try:
         loop = asyncio.get_running_loop()
         outcome = await loop.run_in_executor(
-            memo.pool, snapshots.reconcile_snapshot, memo.kube, memo.config, body, service, memo.snapshot_readers
+            memo.snapshot_pool,
+            snapshots.reconcile_snapshot,
+            memo.kube,
+            memo.config,
+            body,
+            service,
+            memo.snapshot_readers,
+            rivals,
         )
     except Exception as exc:  # retried with backoff
         log.error("Reconcile of TFDataSnapshot %s/%s failed, will retry: %s: %s", *key, type(exc).__name__, exc)
@@ -240,6 +291,7 @@ async def _reconcile_snapshot(memo: OperatorState, key: Any) -> bool:
     if outcome.result == snapshots.RELEASED:
         memo.snapshots_released.add(body["metadata"].get("uid"))
         memo.snapshot_bodies.pop(key, None)
+        _queue_rivals(memo, key, body)
     elif outcome.requeue_after is not None:
         memo.snapshot_queue.add_after(key, outcome.requeue_after)
     return True

@@ -109,6 +109,12 @@ class Kube:
         items: list[Manifest] = self.call("GET", path(api_version, kind, namespace), query=query).get("items", [])
         return items[0] if items else None
 
+    def list_objects(self, api_version: str, kind: str, namespace: str) -> list[Manifest]:
+        """Every object of a kind in a namespace: one request, for what the watches' cache cannot
+        settle alone (that it holds every one of them)."""
+        items: list[Manifest] = self.call("GET", path(api_version, kind, namespace)).get("items", [])
+        return items
+
     def apply(self, manifest: Manifest, dry_run: bool = False) -> Manifest:
         """Server-side apply as the operator's field manager, taking over conflicting fields."""
         meta = manifest["metadata"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -45,6 +45,8 @@ class Api(Protocol):
 
     def event(self, owner: Mapping[str, Any], event_type: str, reason: str, message: str) -> None: ...
 
+    def list_objects(self, api_version: str, kind: str, namespace: str) -> list[Manifest]: ...
+
 
 @dataclass
 class Readers:
@@ -63,8 +65,22 @@ class Service:
     children: plan.Children | None = None
 
 
+@dataclass(frozen=True)
+class Rival:
+    """Another TFDataSnapshot of the namespace with the same snapshot name (it may name the same
+    path), as the watch has it, and its TFDataService's body as the cache has it (None: none)."""
+
+    body: Manifest
+    service: Manifest | None
+
+
 def reconcile_snapshot(
-    api: Api, config: OperatorConfig, body: Manifest, service: Service, readers: Readers | None = None
+    api: Api,
+    config: OperatorConfig,
+    body: Manifest,
+    service: Service,
+    readers: Readers | None = None,
+    rivals: Sequence[Rival] = (),
 ) -> Outcome:
     readers = readers or Readers()
     outcome = Outcome()
@@ -75,7 +91,8 @@ def reconcile_snapshot(
     except spec.SpecError as exc:
         _write(api, body, old, {**old, "reason": plansnap.INVALID_SPEC, "message": f"Invalid spec: {exc}"}, outcome)
         return outcome
-    target = plansnap.target(snap, service.body, config.server_image)
+    claims = [plansnap.claim_of(r.body, r.service, config.server_image) for r in rivals]
+    target = plansnap.target(snap, service.body, config.server_image, old, [c for c in claims if c is not None])
     deleting = bool(meta.get("deletionTimestamp"))
     finalizers = list(meta.get("finalizers") or [])
     wants_finalizer = snap.deletion_policy == snapshotapi.DELETE
@@ -90,7 +107,8 @@ def reconcile_snapshot(
     release: plansnap.Deletion | None = None
     if deleting and SNAPSHOT_FINALIZER in finalizers:
         fresh = isinstance(reading, wire.SnapshotProgress)
-        status, release = _finalize(config, snap, target, service, status, fresh, readers, outcome)
+        seen = [str(r.body["metadata"].get("uid")) for r in rivals]
+        status, release = _finalize(api, config, snap, target, service, status, fresh, readers, seen, outcome)
     body = _write(api, body, old, status, outcome)
     for event_type, reason, message in observed.events:
         _event(api, body, event_type, reason, message)
@@ -103,6 +121,7 @@ def reconcile_snapshot(
 
 
 def _finalize(
+    api: Api,
     config: OperatorConfig,
     snap: snapshotapi.SnapshotSpec,
     target: plansnap.Target,
@@ -110,6 +129,7 @@ def _finalize(
     status: Manifest,
     fresh: bool,
     readers: Readers,
+    seen: Sequence[str],
     outcome: Outcome,
 ) -> tuple[Manifest, plansnap.Deletion | None]:
     """The finalizer's work: the data deleted by the dispatcher when that is asked for and safe. The
@@ -117,6 +137,11 @@ def _finalize(
     decision = plansnap.deletion(snap, target, status, fresh)
     if decision.delete_data and status.get("dataDeleted"):  # deleted before; the finalizer's patch failed
         return status, plansnap.Deletion(release=True)
+    if decision.delete_data:
+        # Who keeps the path was settled from the watch's TFDataSnapshots, which a restarted operator
+        # receives one by one: before deleting, one list says the watch had them all (``seen``).
+        listed = api.list_objects(API_VERSION, SNAPSHOT_KIND, snap.namespace)
+        decision = plansnap.unseen_rivals(snap, listed, seen) or decision
     if decision.delete_data and target.path is not None:
         failed = readers.delete(_url(service, config, target.path))
         if failed is not None:
@@ -125,6 +150,11 @@ def _finalize(
                 f"{plansnap.POLL_SECONDS:.0f}s. Remove the finalizer {SNAPSHOT_FINALIZER} to keep the files and "
                 "let the resource go"
             )
+            if target.spec_path is not None:  # the dispatcher deletes only in the directory it has now
+                message += (
+                    f". TFDataService {snap.service}'s spec.snapshots.directory no longer holds {target.path}: "
+                    "put the directory back to have its dispatcher delete it"
+                )
             outcome.requeue_after = plansnap.POLL_SECONDS
             return {**status, "reason": plansnap.DELETE_FAILED, "message": message}, None
         decision = plansnap.Deletion(

@@ -35,8 +35,9 @@ class OperatorState:
     # The rest is made by the startup handler, on kopf's event loop.
     indices: dict[str, Any] = field(init=False)
     queue: WorkQueue = field(init=False)
-    # TFDataSnapshots: their queue (keys (namespace, name)), and each one's body as last watched.
+    # TFDataSnapshots: their queue (keys (namespace, name)) and its threads, and each one's body as last watched.
     snapshot_queue: WorkQueue = field(init=False)
+    snapshot_pool: ThreadPoolExecutor = field(init=False)
     snapshot_bodies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     # The uids of TFDataSnapshots whose finalizer this process removed (they are gone, or going).
     snapshots_released: set[str] = field(default_factory=set)

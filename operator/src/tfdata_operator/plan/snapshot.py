@@ -18,16 +18,25 @@ Deletion with ``deletionPolicy: Delete`` (the finalizer): a snapshot being writt
 finalizer goes. A service that is gone has no dispatcher to ask: the finalizer goes, and a
 Warning says where the files stay.
 
+One path, one resource: of the TFDataSnapshots of a namespace that name one place (the same
+service and name, or two services that share a directory), the one that keeps it (``Claim.rank``)
+is followed and may delete it; the others say ``PathTaken`` and touch nothing, their deletion
+included, until it is theirs. And once a save started, ``status.path`` is where the data is: a
+later edit of the service's directory is said in the message, and never moves what is read or deleted.
+
 Pure: the controller (``controller/snapshots.py``) reads, writes, and gives this what it saw.
 """
 
 from __future__ import annotations
 
+import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from tfdata_operator.api import spec
+from tfdata_operator.api import limits, spec
+from tfdata_operator.api import snapshot as snapshotapi
 from tfdata_operator.api.identity import SNAPSHOT_FINALIZER
 from tfdata_operator.api.snapshot import DELETE, SnapshotSpec
 from tfdata_operator.wire import snapshots as wire
@@ -71,17 +80,53 @@ DELETION_WAITS = "DeletionWaits"
 DATA_DELETED = "DataDeleted"
 DATA_KEPT = "DataKept"
 DELETE_FAILED = "DataDeletionFailed"
+PATH_TAKEN = "PathTaken"
 
 
 @dataclass(frozen=True)
 class Target:
-    """The service as far as this snapshot is concerned. ``path`` is None when it cannot take one;
-    then ``reason`` and ``message`` say why."""
+    """The service as far as this snapshot is concerned. ``path`` is the path followed and, with
+    deletionPolicy Delete, deleted: ``status.path`` once a save started (``frozen_path``), else
+    where the service's spec puts it. None when it cannot be followed; then ``reason`` and
+    ``message`` say why."""
 
     path: str | None
     reason: str = ""
     message: str = ""
     exists: bool = True  # False: no such TFDataService
+    taken_by: str = ""  # PATH_TAKEN: the TFDataSnapshot that keeps the path
+    # Where the service's spec puts it today, when that is not ``path`` (its directory changed after the start).
+    spec_path: str | None = None
+    volume: str | None = None  # the claim the service mounts at its directory (spec.snapshots.volume)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One TFDataSnapshot's hold on its path. Of those that name one place in a namespace, one keeps
+    it (``rank``): one whose save started before one whose has not, else the one created first,
+    else the first name. The others neither follow nor delete it (``PATH_TAKEN``)."""
+
+    name: str  # metadata.name
+    path: str
+    volume: str | None
+    started: bool
+    created: str  # metadata.creationTimestamp (RFC 3339 in UTC: ordered as text)
+
+    def rank(self) -> tuple[bool, str, str]:
+        return (not self.started, self.created, self.name)
+
+    def shares(self, other: Claim) -> bool:
+        """Whether both name one place: the same path, unless each is on a claim of its own."""
+        if _place(self.path) != _place(other.path):
+            return False
+        return self.volume is None or other.volume is None or self.volume == other.volume
+
+
+def _place(path: str) -> str:
+    """A path as compared: ``file:///x`` is ``/x``, and a local path's ``//`` and ``/./`` are one ``/``.
+    Object stores' URLs are compared as written."""
+    local = path.removeprefix("file://")
+    return posixpath.normpath("/" + local.lstrip("/")) if local.startswith("/") else path.rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -117,8 +162,55 @@ class Deletion:
     events: tuple[tuple[str, str, str], ...] = field(default_factory=tuple)
 
 
-def target(snap: SnapshotSpec, service: Manifest | None, default_image: str | None) -> Target:
-    """Where the snapshot goes, from its TFDataService as the cache has it (None: no such service)."""
+def target(
+    snap: SnapshotSpec,
+    service: Manifest | None,
+    default_image: str | None,
+    status: Manifest | None = None,
+    rivals: Iterable[Claim] = (),
+) -> Target:
+    """Where the snapshot is, from its TFDataService as the cache has it (None: no such service) and
+    its ``status`` (the path is frozen once a save started); refused (``PATH_TAKEN``) when one of
+    ``rivals``, the other TFDataSnapshots of the namespace (``claim_of``), keeps that place."""
+    found = _target(snap, service, default_image, status or {})
+    mine = claim(snap, found, status or {})
+    if mine is None:
+        return found
+    taken = [c for c in rivals if c.name != snap.name and c.shares(mine) and c.rank() < mine.rank()]
+    if not taken:
+        return found
+    owner = min(taken, key=Claim.rank)
+    return Target(
+        None,
+        PATH_TAKEN,
+        f"{mine.path} is TFDataSnapshot {owner.name}'s (created {owner.created or 'first'}"
+        f"{', its save started' if owner.started else ''}): this one neither follows it nor, when deleted, "
+        f"deletes it. It follows the path by itself once {owner.name} is deleted or names another path; "
+        "to keep both, create this one again with another spec.snapshotName",
+        taken_by=owner.name,
+    )
+
+
+def claim(snap: SnapshotSpec, target: Target, status: Manifest) -> Claim | None:
+    """The place ``snap`` holds: its frozen path, else the path its service gives (None: neither)."""
+    frozen = frozen_path(status)
+    path = frozen or target.path
+    if path is None:
+        return None
+    return Claim(snap.name, path, target.volume, frozen is not None, snap.created)
+
+
+def claim_of(body: Manifest, service: Manifest | None, default_image: str | None) -> Claim | None:
+    """The place another TFDataSnapshot holds, from its body and its service's as the cache has them."""
+    try:
+        other = snapshotapi.parse(body)
+    except spec.SpecError:
+        return None
+    status = body.get("status") or {}
+    return claim(other, _target(other, service, default_image, status), status)
+
+
+def _target(snap: SnapshotSpec, service: Manifest | None, default_image: str | None, status: Manifest) -> Target:
     if service is None:
         return Target(
             None,
@@ -139,7 +231,19 @@ def target(snap: SnapshotSpec, service: Manifest | None, default_image: str | No
             "spec.snapshots.directory to a URL every worker reaches (gs://bucket/path) or to a path with "
             "spec.snapshots.volume, a ReadWriteMany claim mounted in the dispatcher and every worker",
         )
-    return Target(snap.path(svc.snapshots))
+    path, frozen, volume = snap.path(svc.snapshots), frozen_path(status), svc.snapshots.claim_name
+    if frozen is not None and frozen != path:
+        return Target(frozen, spec_path=path, volume=volume)
+    return Target(path, volume=volume)
+
+
+def frozen_path(status: Manifest) -> str | None:
+    """``status.path`` once a save started (the state is past TRIGGER_PENDING): where the data is,
+    whatever the service's ``spec.snapshots.directory`` says since."""
+    path = status.get("path")
+    if status.get("state", TRIGGER_PENDING) == TRIGGER_PENDING or not isinstance(path, str) or not path:
+        return None
+    return path
 
 
 def needs_reading(old_status: Manifest, target: Target) -> bool:
@@ -151,14 +255,23 @@ def observe(
     snap: SnapshotSpec, target: Target, reading: Reading | None, old_status: Manifest, now: datetime
 ) -> Observation:
     """The status from the last reading (None: not read, the state is final or the target unusable)."""
+    status, requeue = _observed(snap, target, reading, old_status, now)
+    if target.path is not None and (target.spec_path is not None or _MOVED in str(status.get("message", ""))):
+        status = {**status, "message": _moved(str(status.get("message", "")), snap, target)}
+    return _changed(snap, old_status, status, requeue)
+
+
+def _observed(
+    snap: SnapshotSpec, target: Target, reading: Reading | None, old_status: Manifest, now: datetime
+) -> tuple[Manifest, float | None]:
     old_state = old_status.get("state") or TRIGGER_PENDING
     base = {k: v for k, v in old_status.items() if k not in ("reason", "message")}
     if target.path is None:
         status = {**base, "state": old_state, "reason": target.reason, "message": target.message}
-        return _changed(snap, old_status, status, RECHECK_SECONDS if old_state not in FINAL else None)
+        return status, RECHECK_SECONDS if old_state not in FINAL or target.reason == PATH_TAKEN else None
     base["path"] = target.path
     if reading is None:
-        return _changed(snap, old_status, {**old_status, "path": target.path}, None)
+        return {**old_status, "path": target.path}, None
     if isinstance(reading, Unreadable):
         status = {
             **base,
@@ -167,10 +280,29 @@ def observe(
             "message": f"the dispatcher's {wire.SNAPSHOTS_PATH} could not be read ({reading.why}); "
             f"the state is the last one read, and is read again in {POLL_SECONDS:.0f}s",
         }
-        return _changed(snap, old_status, status, POLL_SECONDS)
+        return status, POLL_SECONDS
     state, reason, message = _state(snap, target.path, reading, old_state, now)
     status = {**base, **_progress(reading), "state": state, "reason": reason, "message": message}
-    return _changed(snap, old_status, status, None if state in FINAL else POLL_SECONDS)
+    return status, None if state in FINAL else POLL_SECONDS
+
+
+# Begins the last sentence of the status message while the service's directory is not where the
+# snapshot is (the sentence goes when the directory is put back).
+_MOVED = "Since this snapshot started, "
+
+
+def _moved(message: str, snap: SnapshotSpec, target: Target) -> str:
+    """``message`` with the sentence that says the service's directory moved, or without it."""
+    kept = message.split(_MOVED, 1)[0].rstrip()
+    if target.spec_path is None:
+        return kept
+    note = (
+        f"{_MOVED}TFDataService {snap.service}'s spec.snapshots.directory changed: its data stays at "
+        f"{target.path}, the only path the operator reads for it and, with deletionPolicy Delete, deletes. "
+        f"A save of this name now goes to {target.spec_path}: create another TFDataSnapshot to follow that one"
+    )
+    room = limits.SNAPSHOT_STATUS["message"] - len(note) - 1
+    return f"{limits.clip(kept, room)} {note}" if kept and room > len(limits.MARK) else note
 
 
 def _state(
@@ -260,6 +392,9 @@ _EVENTS = {
     ABANDONED: ("Warning", "SnapshotAbandoned"),
 }
 
+# Reasons that are a Warning Event when the status takes them.
+_WARNED = (PATH_UNUSABLE, NO_SNAPSHOT_STORAGE, PATH_TAKEN)
+
 
 def _changed(snap: SnapshotSpec, old: Manifest, new: Manifest, requeue: float | None) -> Observation:
     new = {k: v for k, v in new.items() if v is not None}
@@ -268,9 +403,31 @@ def _changed(snap: SnapshotSpec, old: Manifest, new: Manifest, requeue: float | 
     if state != old.get("state") and state in _EVENTS:
         kind, reason = _EVENTS[state]
         events = ((kind, reason, str(new.get("message", ""))),)
-    if new.get("reason") != old.get("reason") and new.get("reason") in (PATH_UNUSABLE, NO_SNAPSHOT_STORAGE):
+    if new.get("reason") != old.get("reason") and new.get("reason") in _WARNED:
         events += (("Warning", str(new["reason"]), str(new.get("message", ""))),)
     return Observation(new, events, requeue)
+
+
+def unseen_rivals(snap: SnapshotSpec, listed: Iterable[Manifest], seen: Iterable[str]) -> Deletion | None:
+    """A wait, when the API server lists a TFDataSnapshot of the same name that the watch has not
+    delivered (``seen``: the uids it has; after a restart it delivers them one by one): who keeps
+    the path is settled from every one of them before data is deleted."""
+    known = set(seen)
+    unseen = [
+        str(meta.get("name"))
+        for body, meta in ((b, b.get("metadata") or {}) for b in listed)
+        if meta.get("name") != snap.name
+        and meta.get("uid") not in known
+        and snapshotapi.snapshot_name(body) == snap.snapshot_name
+    ]
+    if not unseen:
+        return None
+    return Deletion(
+        reason=DELETION_WAITS,
+        message=f"the deletion waits: TFDataSnapshot {', '.join(sorted(unseen))} names the same snapshot, and the "
+        "operator has not seen it yet; which one keeps the path is settled first",
+        requeue_after=POLL_SECONDS,
+    )
 
 
 def deletion(snap: SnapshotSpec, target: Target, status: Manifest, fresh: bool) -> Deletion:
@@ -279,6 +436,12 @@ def deletion(snap: SnapshotSpec, target: Target, status: Manifest, fresh: bool) 
     path = status.get("path") or target.path
     if snap.deletion_policy != DELETE:
         return Deletion(release=True)
+    if target.reason == PATH_TAKEN:
+        return Deletion(
+            release=True,
+            reason=DATA_KEPT,
+            message=f"nothing was deleted: the path is TFDataSnapshot {target.taken_by}'s, and stays with it",
+        )
     if not target.exists and status.get("state", TRIGGER_PENDING) == TRIGGER_PENDING and not status.get("startedAt"):
         return Deletion(release=True)  # no service, and none had started a snapshot: nothing to keep or delete
     if not target.exists:
