@@ -300,3 +300,22 @@ def test_a_background_read_never_blocks_and_its_answer_is_kept_while_asked_for()
     # A key nobody asked for in ttl is forgotten (its pod is gone).
     reads.get("pod-b", lambda: None, now=200.0, ttl=60.0)
     assert len(reads) == 0
+
+
+def test_a_snapshots_body_is_kept_without_what_a_tenant_can_grow() -> None:
+    body = {
+        "metadata": {
+            "name": "s", "namespace": "ml", "uid": "u", "finalizers": ["tfdata.dev/snapshot-data"],
+            "creationTimestamp": "2026-11-28T10:00:00Z", "annotations": {"big": "x" * 200_000},
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}] * 50,
+        },
+        "spec": {"service": "svc", "deletionPolicy": "Delete"},
+        "status": {"state": "COMPLETED"},
+    }  # fmt: skip
+    kept = cache.trim_snapshot(body)
+    assert kept == {
+        "apiVersion": "tfdata.dev/v1alpha1", "kind": "TFDataSnapshot",
+        "metadata": {"name": "s", "namespace": "ml", "uid": "u", "finalizers": ["tfdata.dev/snapshot-data"],
+                     "creationTimestamp": "2026-11-28T10:00:00Z"},
+        "spec": {"service": "svc", "deletionPolicy": "Delete"}, "status": {"state": "COMPLETED"},
+    }  # fmt: skip

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from tfdata_operator.api import spec
-from tfdata_operator.api.identity import API_VERSION, INSTANCE_LABEL, KIND
+from tfdata_operator.api.identity import API_VERSION, INSTANCE_LABEL, KIND, SNAPSHOT_KIND
 from tfdata_operator.plan.desired import Children, desired_children
 from tfdata_operator.render.builders import BuildSettings
 
@@ -45,6 +45,18 @@ def trim(body: Mapping[str, Any]) -> Manifest:
     if annotations := meta.get("annotations"):
         meta["annotations"] = {k: v for k, v in annotations.items() if k not in _DROPPED_ANNOTATIONS}
     return {**{k: v for k, v in body.items() if k != "metadata"}, "metadata": meta}
+
+
+def trim_snapshot(body: Mapping[str, Any]) -> Manifest:
+    """A TFDataSnapshot as the operator keeps it: its spec, status, finalizers and identity; no
+    annotations (it reads none), no managedFields."""
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k not in ("managedFields", "annotations")}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": SNAPSHOT_KIND,
+        "metadata": meta,
+        **{k: body[k] for k in ("spec", "status") if k in body},
+    }
 
 
 _POD_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",

@@ -126,8 +126,9 @@ async def service_event(namespace: str | None, name: str, memo: OperatorState, *
 async def snapshot_event(
     event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, memo: OperatorState, **_: Any
 ) -> None:
-    """TFDataSnapshots are few and small: each one's last body is kept whole, outside kopf's indexes
-    (an index of a kind whose CRD is not installed would hold up every reconcile)."""
+    """Each TFDataSnapshot's last body is kept outside kopf's indexes (an index of a kind whose CRD
+    is not installed would hold up every reconcile), trimmed as the services' children are
+    (``cache.trim_snapshot``): a tenant's annotations are not the operator's memory to grow."""
     key = (namespace or "", name)
     uid = body.get("metadata", {}).get("uid")
     if event.get("type") == "DELETED":
@@ -137,7 +138,7 @@ async def snapshot_event(
         return
     if uid in memo.snapshots_released:
         return  # its finalizer is gone, the object with it: an event from before that says otherwise
-    memo.snapshot_bodies[key] = {**body, "apiVersion": f"{API_GROUP}/{VERSION}", "kind": "TFDataSnapshot"}
+    memo.snapshot_bodies[key] = cache.trim_snapshot(body)
     if memo.leading.is_set():
         memo.snapshot_queue.add(key)
 
