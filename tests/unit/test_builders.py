@@ -133,6 +133,8 @@ def test_every_dispatcher_setting_reaches_the_pod(settings: BuildSettings) -> No
         worker_max_concurrent_snapshots=2,
         worker_health_port=7201,  # it reads its workers' /metrics there
         cpu_given_millicores=250,
+        owner="ml/demo",  # a user's workDir is claimed (review O7)
+        owner_marker="gs://bucket/journal/tfdata-owner",
     )
 
 
@@ -410,6 +412,34 @@ def test_a_new_static_dispatcher_journals_per_worker_count_and_generation(settin
     assert (dynamic.work_dir, dynamic.prune_old_journals) == (builders.DEFAULT_WORK_DIR, False)
     no_journal = parse(shardingPolicy="FILE", dispatcher={"faultTolerantMode": False, "storage": {"enabled": False}})
     assert (builders.dispatcher_config(no_journal, settings, 2).work_dir, no_journal.is_static) == (None, True)
+
+
+@pytest.mark.parametrize(
+    ("policy", "work_dir", "journal"),
+    [
+        ("DYNAMIC", "gs://bucket/journal", "gs://bucket/journal"),
+        ("FILE", "gs://bucket/journal/", "gs://bucket/journal/2-workers-g1"),
+        ("DATA", "/shared/journal", "/shared/journal/2-workers-g1"),
+    ],
+)
+def test_a_user_work_dir_is_claimed_by_the_service_in_its_journal_base(
+    settings: BuildSettings, policy: str, work_dir: str, journal: str
+) -> None:
+    """Two services given one workDir would share (or prune) each other's journals: the marker says whose it is."""
+    svc = parse(shardingPolicy=policy, dispatcher={"workDir": work_dir})
+    config = builders.dispatcher_config(svc, settings, 2)
+    assert (config.work_dir, config.owner) == (journal, "ml/demo")
+    # Beside the static <N>-workers-g<gen> journals, so every generation of the service finds it.
+    assert config.owner_marker == "/".join([work_dir.rstrip("/"), serverconfig.OWNER_MARKER_NAME])
+    config.validate()
+
+
+@pytest.mark.parametrize("policy", ["DYNAMIC", "FILE"])
+def test_the_journal_volume_is_the_service_own_and_claims_nothing(settings: BuildSettings, policy: str) -> None:
+    config = builders.dispatcher_config(parse(shardingPolicy=policy), settings, 2)
+    assert config.work_dir is not None and config.work_dir.startswith(builders.DEFAULT_WORK_DIR)
+    assert (config.owner, config.owner_marker) == (None, None)
+    assert "owner" not in serverconfig.to_json(config)  # unchanged pods for services without a workDir
 
 
 def live_dispatcher(svc: spec.ServiceSpec, settings: BuildSettings, workers: int, work_dir: str) -> dict[str, Any]:

@@ -25,6 +25,8 @@ DISPATCHER = DispatcherServerConfig(
     worker_timeout_ms=4000,
     worker_max_concurrent_snapshots=2,
     snapshot_dir="gs://bucket/snapshots",
+    owner="ns/svc",
+    owner_marker="/journal/tfdata-owner",
 )
 WORKER = WorkerServerConfig(
     port=5051,
@@ -67,6 +69,8 @@ def test_json_is_deterministic_and_leaves_out_unset_fields() -> None:
     # A configuration written before snapshot_dir existed reads as a service without spec.snapshots.
     older = serverconfig.from_json(dispatcher_json(work_dir="/j", fault_tolerant_mode=True), "dispatcher")
     assert isinstance(older, DispatcherServerConfig) and older.snapshot_dir is None
+    # One written before the owner marker: a dispatcher that claims no workDir.
+    assert isinstance(older, DispatcherServerConfig) and (older.owner, older.owner_marker) == (None, None)
 
 
 def test_worker_announces_its_pod_name_never_localhost() -> None:
@@ -106,6 +110,23 @@ def test_worker_announces_its_pod_name_never_localhost() -> None:
         (dispatcher_json(snapshot_dir="snaps"), "dispatcher", "snapshot_dir must be an absolute path or a URL"),
         (dispatcher_json(snapshot_dir=""), "dispatcher", "snapshot_dir must be an absolute path or a URL"),
         (dispatcher_json(snapshot_dir=["/s"]), "dispatcher", "snapshot_dir must be a string"),
+        (dispatcher_json(work_dir="/j", owner="ns/svc"), "dispatcher", "owner and owner_marker are set together"),
+        (
+            dispatcher_json(work_dir="/j", owner="svc", owner_marker="/j/tfdata-owner"),
+            "dispatcher",
+            "owner must be <namespace>/<name> of a TFDataService, got 'svc'",
+        ),
+        (dispatcher_json(owner="ns/svc", owner_marker="/j/tfdata-owner"), "dispatcher", "owner_marker needs work_dir"),
+        (
+            dispatcher_json(work_dir="/j/2-workers-g1", owner="ns/svc", owner_marker="/elsewhere/tfdata-owner"),
+            "dispatcher",
+            "owner_marker must be tfdata-owner in work_dir or in its parent",
+        ),
+        (
+            dispatcher_json(work_dir="/j", owner="ns/svc", owner_marker="/j/owner.txt"),
+            "dispatcher",
+            "owner_marker must be tfdata-owner",
+        ),
         # An optional field left null does not end the type checks of the fields after it.
         (
             dispatcher_json(work_dir=None, fault_tolerant_mode="yes"),

@@ -214,6 +214,9 @@ def dispatcher_config(
     static_journal_dir = work_dir is not None and svc.is_static
     if work_dir is not None and svc.is_static:
         work_dir = f"{work_dir.rstrip('/')}/{journal or static_journal(svc, settings, worker_count, None)}"
+    # A user's workDir may be given to other services too (the journal volume is this service's
+    # own): the dispatcher claims it with a marker, and refuses one another service claimed.
+    owner_marker = f"{d.work_dir.rstrip('/')}/{serverconfig.OWNER_MARKER_NAME}" if d.work_dir else None
     return serverconfig.DispatcherServerConfig(
         port=d.port,
         health_port=d.health_port,
@@ -233,6 +236,8 @@ def dispatcher_config(
         # As the pods see it: a volume is mounted at that path (operator_volumes), a URL is the same
         # store in every pod; the operator and the trainers' helper join names to it as written.
         snapshot_dir=svc.snapshots.directory if svc.snapshots else None,
+        owner=f"{svc.namespace}/{svc.name}" if owner_marker else None,
+        owner_marker=owner_marker,
     )
 
 

@@ -30,6 +30,11 @@ POD_NAME_PLACEHOLDER = "{pod_name}"
 STATIC_JOURNAL_NAME = re.compile(r"[0-9]+-workers(-g[0-9]+)?")
 # DispatcherServerConfig.snapshot_dir: what spec.snapshots.directory takes (api.spec).
 SNAPSHOT_DIR = re.compile(r"(/|[a-z][a-z0-9+.-]*://)\S*")
+# The file in a user's workDir (the journal base: a static journal's parent) naming the service
+# that journals there, as ``<namespace>/<name>``: a dispatcher refuses a workDir another service owns.
+OWNER_MARKER_NAME = "tfdata-owner"
+# DispatcherServerConfig.owner: a namespace and a TFDataService name (DNS labels and subdomains).
+OWNER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 # The server program brought into a pod whose image is the user's (spec.serverProgram Injected):
@@ -116,12 +121,18 @@ class DispatcherServerConfig:
     # same store everywhere): the only place /v1/snapshots deletes in or checks for writing
     # (wire.snapshots.confined). None: the service has no spec.snapshots, and neither is done.
     snapshot_dir: str | None = None
+    # Set only when the user chose spec.dispatcher.workDir (one that other services may also be
+    # given): this service, as ``<namespace>/<name>``, and its owner marker, OWNER_MARKER_NAME in
+    # the journal base. The dispatcher claims the workDir there, and refuses one another service owns.
+    owner: str | None = None
+    owner_marker: str | None = None
 
     def validate(self) -> None:
         _check_port("port", self.port)
         _check_port("health_port", self.health_port)
         if self.port == self.health_port:
             raise ConfigError(f"port and health_port must differ (both are {self.port})")
+        _check_owner(self)
         if self.snapshot_dir is not None and not SNAPSHOT_DIR.fullmatch(self.snapshot_dir):
             raise ConfigError(
                 f"snapshot_dir must be an absolute path or a URL such as gs://bucket/path, got {self.snapshot_dir!r}"
@@ -330,6 +341,23 @@ def _check_preload(config: DispatcherServerConfig | WorkerServerConfig) -> None:
             raise ConfigError(f"preload_op_libraries: {path!r} must be an absolute path to a shared library")
 
 
+def _check_owner(config: DispatcherServerConfig) -> None:
+    if (config.owner is None) != (config.owner_marker is None):
+        raise ConfigError("owner and owner_marker are set together or not at all")
+    if config.owner is None or config.owner_marker is None:
+        return
+    if not OWNER.fullmatch(config.owner):
+        raise ConfigError(f"owner must be <namespace>/<name> of a TFDataService, got {config.owner!r}")
+    if not config.work_dir:
+        raise ConfigError("owner_marker needs work_dir: the marker is in the journal's location")
+    base = config.owner_marker.rsplit("/", 1)[0]
+    work_dir = config.work_dir.rstrip("/")
+    if _leaf(config.owner_marker) != OWNER_MARKER_NAME or base not in (work_dir, work_dir.rsplit("/", 1)[0]):
+        raise ConfigError(
+            f"owner_marker must be {OWNER_MARKER_NAME} in work_dir or in its parent, got {config.owner_marker!r}"
+        )
+
+
 def _check_port(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
         raise ConfigError(f"{name} must be an integer port in 1..65535, got {value!r}")
@@ -338,6 +366,7 @@ def _check_port(name: str, value: object) -> None:
 __all__ = [
     "CONFIG_ENV",
     "DEFAULTS",
+    "OWNER_MARKER_NAME",
     "POD_NAMESPACE_ENV",
     "POD_NAME_ENV",
     "ConfigError",
