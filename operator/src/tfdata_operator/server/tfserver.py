@@ -40,7 +40,7 @@ import sys
 import threading
 from typing import Any, Protocol
 
-from tfdata_operator.server import bootstrap, configure_logging, journal
+from tfdata_operator.server import bootstrap, configure_logging, journal, owner
 from tfdata_operator.server.health import CANNOT_SERVE, FAILED, RUNNING, STARTING, HealthServer, ProbeState, status_line
 from tfdata_operator.server.nofollow import NoFollowFileSystem, local_path
 from tfdata_operator.server.snapshots import SnapshotReader
@@ -374,6 +374,14 @@ def run(kind: str, config: serverconfig.ServerConfig, pod_name: str | None, repo
         report(CANNOT_SERVE, False, problem, None, info)
         return EXIT_CANNOT_SERVE
     report(STARTING, False, "starting the server", None, info)
+    if isinstance(config, DispatcherServerConfig) and config.owner and config.owner_marker:
+        # Before anything reads or rewrites a journal there (replay, forget_finished_snapshots, pruning).
+        with contextlib.suppress(Exception):  # a new service's: else claim() says what failed
+            tf.io.gfile.makedirs(config.owner_marker.rsplit("/", 1)[0])
+        refused = owner.claim(GFileSystem(), config.owner_marker, config.owner, log)
+        if refused is not None:
+            report(FAILED, False, refused, None)
+            return 1
     try:
         server = _Server(config, pod_name)
     except Exception as exc:  # TensorFlow rejecting its configuration
