@@ -196,6 +196,39 @@ def test_static_dispatcher_deletes_the_journals_it_replaces_once_started(launch:
     assert dispatcher.terminate(timeout=15) == 0, dispatcher.log()
 
 
+def test_a_dispatcher_does_not_start_in_a_work_dir_another_service_claimed(launch: Launch, tmp_path: Path) -> None:
+    """Two static services given one workDir: the second would prune the first's journal (review O7)."""
+
+    def static(owner: str, workers: int) -> DispatcherServerConfig:
+        return DispatcherServerConfig(
+            port=free_port(),
+            health_port=free_port(),
+            work_dir=str(tmp_path / f"{workers}-workers-g1"),
+            fault_tolerant_mode=True,
+            worker_addresses=tuple(f"127.0.0.1:{free_port()}" for _ in range(workers)),
+            prune_old_journals=True,
+            owner=owner,
+            owner_marker=str(tmp_path / serverconfig.OWNER_MARKER_NAME),
+        )
+
+    first = launch(static("team-a/reader", 2))
+    first.wait_probe("/readyz", 503, contains="0 of 2 workers registered")  # started on its journal
+    assert first.terminate(timeout=15) == 0, first.log()
+    assert (tmp_path / serverconfig.OWNER_MARKER_NAME).read_text() == "team-a/reader\n"
+    before = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert any(name.startswith("2-workers-g1/tf_data_dispatcher_journal/") for name in before), before
+
+    second = launch(static("team-b/reader", 3))
+    code = second.wait_exit(START_TIMEOUT)
+    log = second.log()
+    assert code == 1, log
+    assert f"the work directory {tmp_path} belongs to TFDataService team-a/reader" in log
+    assert "Give each service its own spec.dispatcher.workDir." in log
+    # Nothing touched: the first's journal is not pruned, the second's never created.
+    assert {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "3-workers-g1").exists()
+
+
 def test_sigterm_while_a_worker_waits_for_its_dispatcher_exits_0(launch: Launch) -> None:
     # TensorFlow's start() holds the GIL until a dispatcher accepts the worker: only the
     # supervisor process can still answer probes and signals.
