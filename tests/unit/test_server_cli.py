@@ -277,6 +277,21 @@ def test_server_that_fails_to_start_exits_1_with_its_message(
     assert supervisor.state.liveness() == (False, f"failed: {message}")
 
 
+def test_why_a_server_failed_is_its_termination_message(
+    log_lines: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The conditions quote the termination message: it says why, not the log's TensorFlow noise."""
+    termination_log = tmp_path / "termination-log"
+    termination_log.write_text("")  # the kubelet creates it
+    monkeypatch.setattr(main, "TERMINATION_LOG", str(termination_log))
+    assert supervise("fail", monkeypatch).run() == 1
+    assert termination_log.read_text() == "worker failed to start: Failed to assign an index for worker w-9:5051"
+    # Outside a pod there is no such file, and none is made.
+    monkeypatch.setattr(main, "TERMINATION_LOG", str(tmp_path / "absent"))
+    assert supervise("fail", monkeypatch).run() == 1
+    assert not (tmp_path / "absent").exists()
+
+
 def test_server_that_crashes_exits_1(log_lines: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     assert supervise("crash", monkeypatch).run() == 1
     assert "the TensorFlow worker process exited unexpectedly (signal SIGKILL)" in log_lines

@@ -40,6 +40,23 @@ from tfdata_operator.wire import serverconfig, serverinfo, signals, snapshots
 STOP_GRACE_SECONDS = 20.0
 EXIT_OK, EXIT_FAILED, EXIT_INVALID_CONFIG = 0, 1, 2
 TFSERVER = "tfdata_operator.server.tfserver"
+# The container's terminationMessagePath (Kubernetes' default, which the builders keep): the kubelet
+# creates it. Text there is the termination message, which the operator's conditions quote
+# (plan.diagnose), in place of FallbackToLogsOnError's last 2 KiB of log, which starts with
+# TensorFlow's start-up noise and can cut off why the server failed.
+TERMINATION_LOG = "/dev/termination-log"
+_TERMINATION_MESSAGE_BYTES = 4096  # the kubelet's limit per container
+
+
+def write_termination_message(text: str, path: str | None = None) -> None:
+    """Writes ``text`` where Kubernetes takes the termination message from, when it is there (in a
+    pod); elsewhere (a server run by hand) there is no such file and none is created."""
+    try:
+        fd = os.open(path or TERMINATION_LOG, os.O_WRONLY | os.O_TRUNC)
+    except OSError:
+        return
+    with os.fdopen(fd, "wb") as file:
+        file.write(text.encode("utf-8", errors="replace")[:_TERMINATION_MESSAGE_BYTES])
 
 
 def pod_name_for(kind: str, environ: Mapping[str, str] = os.environ) -> str | None:
@@ -220,6 +237,7 @@ class Supervisor:
                 f"the TensorFlow {self.kind} process exited unexpectedly ({_describe_exit(child.returncode)})"
             )
         self.log.error("%s", self.state.detail)
+        write_termination_message(self.state.detail)
         return EXIT_FAILED
 
 
