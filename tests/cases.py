@@ -113,6 +113,13 @@ BAD_SPECS = [
         "minReplicas 0 (scale to zero) needs spec.dispatcher.faultTolerantMode true",
         "minReplicas 0 (scale to zero) needs spec.dispatcher.faultTolerantMode true",
     ),
+    BadSpec(
+        "scale-to-zero-with-a-url-journal",
+        "shardingPolicy: DYNAMIC\ndispatcher: {workDir: 'gs://bucket/journal'}\n"
+        "autoscaling: {minReplicas: 0, maxReplicas: 4}",
+        "minReplicas 0 (scale to zero) needs the dispatcher's journal on its pod's own file system",
+        "minReplicas 0 (scale to zero) needs the dispatcher's journal on its pod's own file system",
+    ),
     BadSpec("replicas-as-string", 'workers: {replicas: "3"}', "must be of type integer", "must be an integer"),
     BadSpec(
         "autoscaling-with-FILE",

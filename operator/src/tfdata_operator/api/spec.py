@@ -428,6 +428,13 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
                 "no worker running, the dispatcher's journal is how the operator sees a client waiting. Set "
                 "faultTolerantMode to true (its default), or minReplicas to 1 or more"
             )
+        if autoscaling.min_replicas == 0 and dispatcher.work_dir is not None and "://" in dispatcher.work_dir:
+            problems.append(
+                "spec.autoscaling.minReplicas 0 (scale to zero) needs the dispatcher's journal on its pod's own file "
+                "system: with no worker running, a client waiting is seen in the journal, which is read there, not "
+                "through a URL. Remove spec.dispatcher.workDir (the journal volume), set it to a path, or set "
+                "minReplicas to 1 or more"
+            )
     if snapshots is not None and not dispatcher.fault_tolerant_mode:
         problems.append(
             "spec.snapshots needs spec.dispatcher.faultTolerantMode true: TensorFlow refuses a snapshot "
