@@ -18,9 +18,10 @@
 #      downloads stay in a wheelhouse in BuildKit's cache: a rebuild with no change takes
 #      a second, after a source change seconds, after a dependency change no re-download.
 #
-# `images/images.sh other DOCKERFILE TAG` builds another Dockerfile (its directory the context)
-# the same way, on the same base (passed as BASE_IMAGE) and with the same CA bundle secret,
-# and nothing else: an image of a user's the tests need (tests/kind/user-image/).
+# `images/images.sh other DOCKERFILE TAG [CONTEXT]` builds another Dockerfile (its directory the
+# context unless CONTEXT is given) the same way, on the same base (passed as BASE_IMAGE) and with
+# the same CA bundle secret, and nothing else: an image of a user's the tests need
+# (tests/kind/user-image/, whose context is the repository: it installs the trainer package).
 #
 # Settings (environment): BASE_IMAGE, TFDATA_LOCAL_BASE=1 (always the local base),
 # TFDATA_CACHE (default ~/.cache/tfdata-operator), TFDATA_DEBIAN_MIRROR,
@@ -38,8 +39,8 @@ log() { printf '[images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 elapsed() { local s=$(($(date +%s) - $1)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
 
-if [[ "${1:-}" == other ]] && ! [[ $# == 3 && -f "${2:-}" ]]; then
-  die "usage: $0 [other DOCKERFILE TAG]"
+if [[ "${1:-}" == other ]] && ! [[ ($# == 3 || ($# == 4 && -d "${4:-}")) && -f "${2:-}" ]]; then
+  die "usage: $0 [other DOCKERFILE TAG [CONTEXT]]"
 fi
 
 VERSION="$(sed -nE 's/^version = "([^"]+)"$/\1/p' "$REPO/operator/pyproject.toml" | head -n 1)"
@@ -205,7 +206,7 @@ build() {  # name
 }
 
 if [[ "${1:-}" == other ]]; then
-  build_image "$2" "$3" "$(dirname "$2")"
+  build_image "$2" "$3" "${4:-$(dirname "$2")}"
   table "$BASE" "$3"
   exit 0
 fi

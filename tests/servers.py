@@ -110,6 +110,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def worker_config(dispatcher_port: int, port: int | None = None) -> serverconfig.WorkerServerConfig:
+    """A worker of the dispatcher on ``dispatcher_port`` here, announced as ``{pod_name}:<port>``."""
+    port = port or free_port()
+    return serverconfig.WorkerServerConfig(
+        port=port,
+        health_port=free_port(),
+        dispatcher_address=f"127.0.0.1:{dispatcher_port}",
+        worker_address_format=f"{serverconfig.POD_NAME_PLACEHOLDER}:{port}",
+        heartbeat_interval_ms=1000,
+    )
+
+
 def wait_for(what: str, check: Callable[[], T | None], seen: Callable[[], str], timeout: float) -> T:
     """Polls ``check`` until it returns a value; on timeout fails with what was last seen."""
     deadline = time.monotonic() + timeout

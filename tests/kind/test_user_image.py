@@ -1,14 +1,16 @@
 """Your pipeline, your TensorFlow: a TFDataService on the image of a user's trainer, on a real kind node.
 
-The image (user-image/Dockerfile) is what a team builds for its trainer: a plain Python base,
-TensorFlow 2.16 (not the server image's) and tensorflow-text, nothing of this project's. The
-module builds it and loads it into the cluster's node. The operator injects the server program
-into the service's pods (spec.serverProgram: Injected) and the servers import tensorflow_text
-before they start (spec.preload), so a pipeline that tokenizes with tensorflow-text inside a
-map runs on the workers. The trainer pod, on the same image, gets the client helper as the
-servers get their program: an init container from the operator's image copies it into an
-emptyDir. Against a service on the stock server image the same pipeline, from the same pod,
-is refused by the helper before any element is read, naming the op, its module and the fix.
+The image (user-image/Dockerfile) is what a team builds for its trainer as docs/trainers.md
+tells it to: a plain Python base, TensorFlow 2.16 (not the server image's), tensorflow-text, and
+the trainer package (`pip install ./operator/client-dist`: a `tfdata_operator` in site-packages
+with the client helper and no server program). The module builds it and loads it into the
+cluster's nodes. The operator injects the server program into the service's pods
+(spec.serverProgram: Injected), which must run its own `tfdata_operator` and not the image's
+(it would crash with ModuleNotFoundError), and the servers import tensorflow_text before they
+start (spec.preload), so a pipeline that tokenizes with tensorflow-text inside a map runs on the
+workers. The trainer pod, on the same image, reads with the image's trainer package. Against a
+service on the stock server image the same pipeline, from the same pod, is refused by the
+helper before any element is read, naming the op, its module and the fix.
 """
 
 from __future__ import annotations
@@ -25,24 +27,24 @@ import pytest
 from kindpods import readiness, start_pod, tfdata_service, wait_finished, wait_ready
 from support import ROOT, Kubectl
 
-from tfdata_operator import __version__
 from tfdata_operator.wire import serverconfig
 
-USER_IMAGE = "tfdata-test/trainer:tf2.16"
+USER_IMAGE = "tfdata-test/trainer:tf2.16-client"
 USER_TENSORFLOW = "2.16.2"  # what user-image/Dockerfile installs
 DOCKERFILE = Path(__file__).resolve().parent / "user-image" / "Dockerfile"
-OPERATOR_IMAGE = f"tfdata-operator:{__version__}"  # kind/cluster.sh loads it
 USERS, STOCK = "usertf", "stocktf"
 OP = "TFText>WhitespaceTokenizeWithOffsetsV2"  # what WhitespaceTokenizer().tokenize runs
 COUNT = 300
 BUILD_TIMEOUT = 900  # a cold build downloads TensorFlow (214 MB) and installs ~1.3 GB
 
-# The trainer: its own TensorFlow and tensorflow-text, and the helper from the emptyDir. It
-# prints the servers' TensorFlow and preloads (what the helper checks against), then each
-# element: its number and the count of words tensorflow-text found in "0 1 ... i % 7".
-TRAINER = f"""
-import json, os, sys, urllib.request
-sys.path.append("{serverconfig.INJECT_MOUNT}/python")
+# The trainer: its own TensorFlow, tensorflow-text and trainer package. It prints where that
+# package is and whether it has a server program, the servers' TensorFlow and preloads (what the
+# helper checks against), then each element: its number and the count of words tensorflow-text
+# found in "0 1 ... i % 7".
+TRAINER = """
+import importlib.util, json, os, sys, urllib.request
+import tfdata_operator
+print("package", tfdata_operator.__file__, importlib.util.find_spec("tfdata_operator.server") is not None, flush=True)
 import tensorflow as tf
 import tensorflow_text as tf_text
 from tfdata_operator.client import distribute
@@ -50,8 +52,8 @@ from tfdata_operator.wire import serverinfo
 with urllib.request.urlopen(os.environ["TFDATA_SERVER_INFO_URL"], timeout=30) as answer:
     info = serverinfo.from_json(answer.read())
 print("trainer", tf.__version__, flush=True)
-print("servers", json.dumps({{"tensorflow": info.tensorflow_version, "preloaded": info.preloaded,
-                              "preloaded_ops": info.preloaded_ops}}), flush=True)
+print("servers", json.dumps({"tensorflow": info.tensorflow_version, "preloaded": info.preloaded,
+                            "preloaded_ops": info.preloaded_ops}), flush=True)
 tokenizer = tf_text.WhitespaceTokenizer()
 def words(i):
     text = tf.strings.reduce_join(tf.strings.as_string(tf.range(i % 7 + 1)), separator=" ")
@@ -64,7 +66,8 @@ print("done", flush=True)
 
 
 def build_and_load(kubectl: Kubectl) -> str:
-    """Builds USER_IMAGE with images/images.sh (its base, BuildKit and pip cache) and loads it into
+    """Builds USER_IMAGE with images/images.sh (its base, BuildKit and pip cache; the repository as
+    the context, from which it installs the trainer package) and loads it into
     the kind cluster of ``kubectl``'s kubeconfig; says how long each took and the image's size."""
     context = kubectl.run("config", "current-context").stdout.strip()
     if not context.startswith("kind-"):
@@ -79,7 +82,7 @@ def build_and_load(kubectl: Kubectl) -> str:
         assert done.returncode == 0, f"{' '.join(step)} exited with {done.returncode}:\n{done.stderr[-6000:]}"
         return f"{step[0]} {step[1]} {time.monotonic() - started:.0f}s{done.stdout.rstrip()}"
 
-    built = run("images/images.sh", "other", str(DOCKERFILE), USER_IMAGE)  # ends with the image's size
+    built = run("images/images.sh", "other", str(DOCKERFILE), USER_IMAGE, str(ROOT))  # ends with the image's size
     loaded = run("kind/cluster.sh", "load", USER_IMAGE)
     return f"{built}\n{loaded}"
 
@@ -102,22 +105,11 @@ def services(image: str) -> list[dict[str, Any]]:
 
 
 def start_trainer(kubectl: Kubectl, namespace: str, service: str, image: str) -> str:
-    """A trainer pod on ``image`` with the helper copied into an emptyDir by the operator's image."""
-    mount = {"name": "tfdata", "mountPath": serverconfig.INJECT_MOUNT}
-    helper = {
-        "name": "tfdata-helper",
-        "image": OPERATOR_IMAGE,
-        "imagePullPolicy": "Never",
-        "command": ["python3", "-m", serverconfig.INJECT_MODULE, serverconfig.INJECT_MOUNT],
-        "volumeMounts": [mount],
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-    }
+    """A trainer pod on ``image``, reading with the image's trainer package."""
     name = f"{service}-trainer"
     start_pod(
         kubectl, namespace, name, {"tfdata.dev/client": service}, TRAINER, service, str(COUNT),
-        pod_spec={"initContainers": [helper], "volumes": [{"name": "tfdata", "emptyDir": {}}]},
         image=image, envFrom=[{"configMapRef": {"name": f"{service}-client"}}],
-        volumeMounts=[{**mount, "readOnly": True}],
     )  # fmt: skip
     return name
 
@@ -155,6 +147,11 @@ def test_the_servers_run_the_users_image_with_the_program_injected(
         assert injectors == [["python3", "-m", serverconfig.INJECT_MODULE, serverconfig.INJECT_MOUNT]], pod
     ready = readiness(kubectl, namespace, USERS)
     assert ready == {f"{USERS}-dispatcher-0": True, f"{USERS}-worker-0": True, f"{USERS}-worker-1": True}, ready
+    # Ready at the first try: the image's own tfdata_operator (the trainer package, no server
+    # program) never shadowed the injected one.
+    pods = kubectl.json("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={USERS}")["items"]
+    restarts = {p["metadata"]["name"]: [c["restartCount"] for c in p["status"]["containerStatuses"]] for p in pods}
+    assert all(counts == [0] for counts in restarts.values()), restarts
 
 
 def test_a_trainer_on_the_same_image_reads_a_tensorflow_text_pipeline_once(
@@ -162,6 +159,8 @@ def test_a_trainer_on_the_same_image_reads_a_tensorflow_text_pipeline_once(
 ) -> None:
     phase, log = wait_finished(kubectl, namespace, trainers[USERS], 300)
     assert phase == "Succeeded" and log.rstrip().endswith("done"), log[-4000:]
+    # The image's trainer package, as the servers' image has it: no server program.
+    assert re.fullmatch(r"/\S+/site-packages/tfdata_operator/__init__\.py False", printed(log, "package") or ""), log
     assert printed(log, "trainer") == USER_TENSORFLOW, log[-4000:]
     servers = json.loads(printed(log, "servers") or "{}")
     assert servers["tensorflow"] == USER_TENSORFLOW and servers["preloaded"] == ["tensorflow_text"], servers

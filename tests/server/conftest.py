@@ -20,6 +20,15 @@ def server_tf(tmp_path_factory: pytest.TempPathFactory) -> ServerTensorFlow:
     return found
 
 
+@pytest.fixture(scope="module")
+def oldest(tmp_path_factory: pytest.TempPathFactory) -> ServerTensorFlow:
+    """The server program injected into the TensorFlow 2.16 image stand-in (tests/servers.py)."""
+    try:
+        return servers.injected_on(servers.OLDEST_PYTHON, tmp_path_factory.mktemp("opt-tfdata"))
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+
+
 @pytest.fixture
 def launch(tmp_path_factory: pytest.TempPathFactory, server_tf: ServerTensorFlow) -> Iterator[Launch]:
     yield from servers.launcher(tmp_path_factory, server_tf)

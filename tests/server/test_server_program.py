@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import START_TIMEOUT, Launch, ServerProcess, ServerTensorFlow, free_port, wait_for
+from servers import START_TIMEOUT, Launch, ServerProcess, ServerTensorFlow, free_port, wait_for, worker_config
 
 from tfdata_operator.wire import serverconfig, serverinfo
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
@@ -23,17 +23,6 @@ from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServ
 # The worker's pod name; "{pod_name}:<port>" then announces a reachable address on this host.
 POD_NAME = "127.0.0.1"
 ELEMENTS = 50
-
-
-def worker_config(dispatcher_port: int, port: int | None = None) -> WorkerServerConfig:
-    port = port or free_port()
-    return WorkerServerConfig(
-        port=port,
-        health_port=free_port(),
-        dispatcher_address=f"127.0.0.1:{dispatcher_port}",
-        worker_address_format=f"{serverconfig.POD_NAME_PLACEHOLDER}:{port}",
-        heartbeat_interval_ms=1000,
-    )
 
 
 Probes = dict[str, tuple[int | None, str]]

@@ -43,14 +43,6 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def oldest(tmp_path_factory: pytest.TempPathFactory) -> ServerTensorFlow:
-    try:
-        return servers.injected_on(servers.OLDEST_PYTHON, tmp_path_factory.mktemp("opt-tfdata"))
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-
-
-@pytest.fixture(scope="module")
 def current() -> ServerTensorFlow:
     return ServerTensorFlow(servers.CURRENT_PYTHON)
 

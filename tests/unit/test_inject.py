@@ -4,6 +4,8 @@ makes before anything runs (``bootstrap``), on made-up metadata."""
 from __future__ import annotations
 
 import ast
+import json
+import shutil
 import stat
 import subprocess
 import sys
@@ -77,6 +79,47 @@ def test_launcher_on_a_python_older_than_needed_says_so_and_exits_3(tmp_path: Pa
         f"tfdata-server: this image has Python {version}; the server program needs Python 99.0 or newer: "
         "use an image with a newer Python as spec.image\n"
     )
+
+
+# In place of the real bootstrap (tests/server runs that): where each module came from.
+REPORTER = """\
+import json, sys
+import click, prometheus_client, tfdata_operator.wire.serverconfig
+def main():
+    names = ("tfdata_operator", "tfdata_operator.wire.serverconfig", "click", "prometheus_client")
+    print(json.dumps({name: sys.modules[name].__file__ for name in names}))
+"""
+
+
+def test_the_program_loads_its_own_package_and_the_images_packages_first(injected: Path, tmp_path: Path) -> None:
+    # This Python has the operator installed (an image with an older one), click and
+    # prometheus_client; on its PYTHONPATH another tfdata_operator, imported at startup.
+    program = tmp_path / "opt-tfdata"
+    shutil.copytree(injected, program)
+    (program / inject.PYTHON_DIR / "tfdata_operator" / "server" / "bootstrap.py").write_text(REPORTER)
+    image = tmp_path / "image"
+    for name, text in {
+        "tfdata_operator/__init__.py": "",
+        "tfdata_operator/wire/__init__.py": "",
+        "tfdata_operator/wire/serverconfig.py": "",
+        "sitecustomize.py": "import tfdata_operator.wire.serverconfig\n",
+    }.items():
+        (image / name).parent.mkdir(parents=True, exist_ok=True)
+        (image / name).write_text(text)
+    result = subprocess.run(
+        [sys.executable, str(program / inject.PROGRAM), "worker"],
+        env={"PYTHONPATH": str(image)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    ours = program / inject.PYTHON_DIR / "tfdata_operator"
+    assert loaded["tfdata_operator"] == str(ours / "__init__.py")
+    assert loaded["tfdata_operator.wire.serverconfig"] == str(ours / "wire" / "serverconfig.py")
+    for dependency in inject.DEPENDENCIES:
+        assert not loaded[dependency].startswith(str(program)), loaded  # the image's own
 
 
 def versions(**installed: str) -> Callable[[str], str | None]:

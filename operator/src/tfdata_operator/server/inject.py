@@ -8,6 +8,17 @@ pure-Python packages it imports (click, prometheus_client) under ``DIR/python``,
 itself, ``DIR/tfdata-server`` (``launcher_source``). The server runs as another user than this
 container, on a read-only root filesystem: every file is readable by anyone, and no bytecode is
 copied (none could be written next to the sources either, so Python compiles in memory).
+
+Which copy of what loads, whatever the image holds: ``tfdata_operator`` is always this copy, and
+everything else the image's own. An image may have a ``tfdata_operator`` of its own: the trainer
+package (``tfdata-client``: ``client`` and ``wire`` only, so no server), an older full operator
+(an older server program, against today's configuration), or a module that only has the name. So
+the program loads the package from its own directory by path (``OWN_PACKAGE``), before the
+import system could find the image's copy, and drops any of the image's ``tfdata_operator``
+modules already imported at startup (by a ``.pth`` file or ``sitecustomize``). Then it *appends*
+``DIR/python`` to ``sys.path``: the dependencies copied there (click, prometheus_client) load only
+when the image has none, after its site-packages and its PYTHONPATH, as do TensorFlow and the
+rest. The TensorFlow process the server starts (``main.Supervisor.child_command``) does the same.
 """
 
 from __future__ import annotations
@@ -30,15 +41,38 @@ PACKAGE_PARTS = ("__init__.py", "server", "wire", "client")
 # The pure-Python packages the server program imports that an image with TensorFlow may lack
 # (TensorFlow brings grpc and protobuf, which the dispatcher's aggregation uses).
 DEPENDENCIES = ("click", "prometheus_client")
-# Under DIR: the packages, which the program appends to sys.path.
+# Under DIR: the packages. The program loads this package from there by path, and appends the
+# directory to sys.path for the dependencies.
 PYTHON_DIR = "python"
 PROGRAM = Path(serverconfig.INJECTED_PROGRAM).name
 SKIPPED_DIRS = frozenset({"__pycache__"})
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
 
+# Defines ``load_own_package(directory)``: ``tfdata_operator`` becomes the package in ``directory``
+# (the module docstring says why), and its submodules load from there alone (its ``__path__``),
+# whatever the image's sys.path, PYTHONPATH or startup imports hold. Source for the program and
+# the TensorFlow process's ``-c``, in syntax any Python 3 parses.
+OWN_PACKAGE = """\
+import importlib.util
+import os
+import sys
+
+
+def load_own_package(directory):
+    for name in [n for n in sys.modules if n == "tfdata_operator" or n.startswith("tfdata_operator.")]:
+        del sys.modules[name]  # the image's, imported at startup
+    spec = importlib.util.spec_from_file_location(
+        "tfdata_operator", os.path.join(directory, "__init__.py"), submodule_search_locations=[directory]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["tfdata_operator"] = module
+    spec.loader.exec_module(module)
+"""
+
 # The program: kept parseable by old Pythons (no f-strings, no annotations), so one older than
-# OLDEST_PYTHON prints what to change instead of a SyntaxError. The image's own packages stay
-# first on sys.path; its Python and TensorFlow are checked by ``bootstrap`` before anything else.
+# OLDEST_PYTHON prints what to change instead of a SyntaxError. Then this package from DIR/python,
+# the image's own packages first for everything else (the module docstring); its Python and
+# TensorFlow are checked by ``bootstrap`` before anything else.
 LAUNCHER = """\
 #!/usr/bin/env python3
 # tfdata-server for an image of the user's, written by {module}.
@@ -53,7 +87,13 @@ if tuple(sys.version_info[:2]) < OLDEST_PYTHON:
         "use an image with a newer Python as spec.image\\n" % ((platform.python_version(),) + OLDEST_PYTHON)
     )
     sys.exit({exit_code!r})
-sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), {python_dir!r}))
+
+{own_package}
+
+# Ours from PYTHON whatever the image holds; the image's packages first for everything else.
+PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), {python_dir!r})
+load_own_package(os.path.join(PYTHON, "tfdata_operator"))
+sys.path.append(PYTHON)
 
 from tfdata_operator.server import bootstrap
 
@@ -67,6 +107,7 @@ def launcher_source(oldest_python: tuple[int, int] = serverconfig.OLDEST_PYTHON)
         oldest_python=tuple(oldest_python),
         exit_code=serverconfig.EXIT_UNSUPPORTED_IMAGE,
         python_dir=PYTHON_DIR,
+        own_package=OWN_PACKAGE,
     )
 
 

@@ -32,6 +32,7 @@ from tfdata_operator.server.health import (
     ProbeState,
     QueryRoute,
 )
+from tfdata_operator.server.inject import OWN_PACKAGE
 from tfdata_operator.server.metrics import CpuMeter, ServerCollector, cpu_given, metrics_route
 from tfdata_operator.server.snapshots import DELETE_TIMEOUT_SECONDS, proxy_route
 from tfdata_operator.wire import serverconfig, serverinfo, signals, snapshots
@@ -162,12 +163,16 @@ class Supervisor:
     def child_command(self, status_fd: int) -> list[str]:
         """The TensorFlow process: this interpreter running ``tfserver`` as ``-m`` would.
 
-        The directory this package was imported from goes last on the child's sys.path, as the
-        injected program (``inject``) puts it on ours: the image's own packages stay first, and
-        a package found only there is found by the child too (PYTHONPATH would put it first).
+        As the injected program (``inject``) does in ours: this package is loaded from the
+        directory ours came from, whatever copy the image holds, and that directory's parent goes
+        last on the child's sys.path, so the image's own packages stay first and a package found
+        only there (an injected dependency) is found by the child too (PYTHONPATH would put it first).
         """
-        root = str(Path(tfdata_operator.__file__).resolve().parents[1])
-        run = f"import runpy, sys; sys.path.append({root!r}); runpy.run_module({TFSERVER!r}, run_name='__main__')"
+        package = Path(tfdata_operator.__file__).resolve().parent
+        run = (
+            f"{OWN_PACKAGE}\nload_own_package({str(package)!r})\nsys.path.append({str(package.parent)!r})\n"
+            f"import runpy\nrunpy.run_module({TFSERVER!r}, run_name='__main__')\n"
+        )
         return [sys.executable, "-c", run, self.kind, "--status-fd", str(status_fd)]
 
     def _start_child(self) -> subprocess.Popen[bytes]:

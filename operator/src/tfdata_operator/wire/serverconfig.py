@@ -40,8 +40,9 @@ OWNER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,25
 # The server program brought into a pod whose image is the user's (spec.serverProgram Injected):
 # an init container runs ``python3 -m INJECT_MODULE INJECT_MOUNT`` from the operator's image,
 # which copies the pure-Python server and its dependencies there; the server container runs
-# ``python3 INJECTED_PROGRAM <kind>``, which appends them to sys.path (the image's own
-# packages stay first) and checks the image can serve before anything else.
+# ``python3 INJECTED_PROGRAM <kind>``, which loads this package from there whatever the image
+# holds, appends the directory to sys.path for the rest (the image's own packages stay first)
+# and checks the image can serve before anything else.
 INJECT_MOUNT = "/opt/tfdata"
 INJECT_MODULE = "tfdata_operator.server.inject"
 INJECTED_PROGRAM = f"{INJECT_MOUNT}/tfdata-server"
