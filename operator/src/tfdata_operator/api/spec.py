@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from tfdata_operator.api import coretypes
@@ -777,7 +778,7 @@ def _tmp_size_limit(r: _Reader, default: str) -> str:
             "it bounds the pod's /tmp, and the pod requests that much of its node's disk"
         )
         return default
-    return value
+    return canonical_quantity(value)
 
 
 def _node_volumes(path: str, pod: PodSettings) -> list[str]:
@@ -978,6 +979,38 @@ _SUFFIXES = {
     "n": 10**-9, "u": 10**-6, "m": 10**-3, "": 1,
     "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
 }  # fmt: skip
+
+
+_BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_DECIMAL_SUFFIXES = ("", "k", "M", "G", "T", "P", "E")
+
+
+def canonical_quantity(value: str) -> str:
+    """A whole quantity as the API server stores it (resource.Quantity's canonical form): 2048Mi is
+    2Gi, 1000M is 1G, 0.5Gi is 512Mi. The operator writes what is stored, or every reconcile would find
+    the template changed. Values it does not cover (fractions of a unit, below 1024 with a binary
+    suffix) come back as written."""
+    match = re.fullmatch(r"(\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:[eE]([+-]?[0-9]+)|([a-zA-Z]*))", value)
+    if not match or (match.group(3) or "") not in _SUFFIXES:
+        return value
+    number, exponent, suffix = Fraction(match.group(1)), match.group(2), match.group(3) or ""
+    amount = number * (Fraction(10) ** int(exponent) if exponent is not None else Fraction(_SUFFIXES[suffix]))
+    if amount.denominator != 1:
+        return value
+    whole = amount.numerator
+    if suffix in _BINARY_SUFFIXES[1:]:
+        if whole < 1024:
+            return value
+        step = 0
+        while whole % 1024 == 0 and step < len(_BINARY_SUFFIXES) - 1:
+            whole, step = whole // 1024, step + 1
+        return f"{whole}{_BINARY_SUFFIXES[step]}"
+    step = 0
+    while whole and whole % 1000 == 0 and step < len(_DECIMAL_SUFFIXES) - 1:
+        whole, step = whole // 1000, step + 1
+    if exponent is not None:
+        return f"{whole}e{3 * step}" if step else str(whole)
+    return f"{whole}{_DECIMAL_SUFFIXES[step]}"
 
 
 def parse_quantity(value: str) -> float:
