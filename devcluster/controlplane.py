@@ -339,6 +339,7 @@ KWOK_TOLERATION = {"key": KWOK_NODE_ANNOTATION, "operator": "Exists", "effect": 
 # makes such a request fail at once, on this machine, instead of leaving it for the default gateway.
 KWOK_POD_CIDR = "198.18.0.0/16"
 KWOK_NODE_LABELS = {"type": "kwok"}  # what the readiness probe lists them by
+KWOK_CAPACITY = {"cpu": "1k", "memory": "1Ti", "pods": "1M", "ephemeral-storage": "1Pi"}
 
 
 def kwok_node_names(count: int) -> list[str]:
@@ -361,6 +362,9 @@ def kwok_node(name: str) -> dict[str, Any]:
             "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **KWOK_NODE_LABELS},
         },
         "spec": {"taints": [KWOK_TAINT]},
+        # kwok's defaults (its Stage's) lack ephemeral-storage, and the scheduler then places no pod that
+        # requests any: every tf.data server does (its /tmp). kwok keeps a capacity the Node was created with.
+        "status": {"capacity": KWOK_CAPACITY, "allocatable": KWOK_CAPACITY},
     }
 
 

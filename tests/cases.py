@@ -120,6 +120,19 @@ BAD_SPECS = [
         "minReplicas 0 (scale to zero) needs the dispatcher's journal on its pod's own file system",
         "minReplicas 0 (scale to zero) needs the dispatcher's journal on its pod's own file system",
     ),
+    BadSpec(
+        "tmp-size-limit-below-64Mi",
+        "workers: {tmpSizeLimit: 32Mi}",
+        "tmpSizeLimit must be a quantity from 64Mi to 1Ti",
+        "spec.workers.tmpSizeLimit must be between 64Mi and 1Ti, got 32Mi",
+    ),
+    BadSpec(
+        "tmp-size-limit-above-1Ti",
+        "dispatcher: {tmpSizeLimit: 2Ti}",
+        "tmpSizeLimit must be a quantity from 64Mi to 1Ti",
+        "spec.dispatcher.tmpSizeLimit must be between 64Mi and 1Ti, got 2Ti",
+    ),
+    BadSpec("tmp-size-limit-not-a-quantity", "workers: {tmpSizeLimit: lots}", "should match", "must be a quantity"),
     BadSpec("replicas-as-string", 'workers: {replicas: "3"}', "must be of type integer", "must be an integer"),
     BadSpec(
         "autoscaling-with-FILE",
@@ -680,6 +693,14 @@ BAD_SPECS = [
     ),
 ]
 
+# A hostPath volume: accepted by the schema, refused by an operator without --allow-host-path-volumes.
+HOST_PATH = """\
+shardingPolicy: DYNAMIC
+workers:
+  replicas: 2
+  volumes: [{name: home, hostPath: {path: /home}}]
+  volumeMounts: [{name: home, mountPath: /data}]
+"""
 # Accepted by the schema, refused by the operator (InvalidSpec): the schema cannot compare quantities.
 REQUESTS_ABOVE_LIMITS = """\
 shardingPolicy: DYNAMIC

@@ -102,7 +102,9 @@ class Agent:
              "lastTransitionTime": self.ready_since} for t, r in ok
         ] + [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "tfdata dev node is running pods",
               "lastHeartbeatTime": now, "lastTransitionTime": self.ready_since}]  # fmt: skip
-        capacity = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+        # Disk enough that CPU and memory bound how many servers fit, as before each server requested
+        # its /tmp (spec.<component>.tmpSizeLimit) as ephemeral-storage.
+        capacity = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "1Ti"}
         return {
             "capacity": capacity,
             "allocatable": capacity,

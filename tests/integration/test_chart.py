@@ -66,6 +66,8 @@ def custom_values(watch: list[str]) -> dict[str, Any]:
         "imagePullSecrets": [{"name": "registry-credentials"}],
         "serverImage": {"repository": "registry.example.com/ml/tfdata-server", "tag": "2.21-gpu"},
         "watchNamespaces": watch,
+        "allowHostPathVolumes": True,
+        "aggregateRoles": {"enabled": False},
         "clusterDomain": "corp.internal",
         "networkPolicy": {"operatorNamespace": "infra", "operatorPodLabels": {"example.com/tier": "platform"}},
         "egressNetworkPolicy": {
@@ -166,6 +168,8 @@ def test_default_render_is_accepted_by_the_api_server(helm: Helm, kubectl: Kubec
     objects = helm.template(namespace)
     assert kinds(objects) == [
         ("ClusterRole", None),
+        ("ClusterRole", None),  # the two aggregated into view, edit and admin
+        ("ClusterRole", None),
         ("ClusterRoleBinding", None),
         ("Deployment", namespace),
         ("ServiceAccount", namespace),
@@ -213,6 +217,7 @@ def test_custom_render_is_accepted_by_the_api_server(
         "TFDATA_INJECTOR_IMAGE": "registry.example.com/ml/tfdata-operator:9.9.9",
         "TFDATA_CLUSTER_DOMAIN": "corp.internal",
         "TFDATA_LOG_FORMAT": "plain",
+        "TFDATA_ALLOW_HOST_PATH_VOLUMES": "true",
         "TFDATA_OPERATOR_NAMESPACE": "infra",
         "TFDATA_OPERATOR_POD_LABELS": "example.com/tier=platform",
     }
@@ -474,6 +479,9 @@ BAD_VALUES = [
     pytest.param({"healthPort": "8080"}, "at '/healthPort': got string, want integer", id="string-not-int"),
     pytest.param({"metrics": {"enabled": "yes"}}, "at '/metrics/enabled': got string, want boolean", id="not-bool"),
     pytest.param({"logFormat": "xml"}, "at '/logFormat'", id="enum"),
+    pytest.param(
+        {"allowHostPathVolumes": "yes"}, "at '/allowHostPathVolumes': got string, want boolean", id="host-path-not-bool"
+    ),
     pytest.param({"resources": {"limits": {"memory": "lots"}}}, "at '/resources/limits/memory'", id="quantity"),
     pytest.param({"watchNamespaces": ["Team_A"]}, "at '/watchNamespaces/0'", id="namespace-name"),
     pytest.param({"replicaCount": 0}, "at '/replicaCount'", id="no-replica"),
@@ -600,7 +608,8 @@ def test_install_upgrade_uninstall_leaves_no_orphans(
         f["manager"] for f in kubectl.json("get", "crd", CRD_NAME, "--show-managed-fields")["metadata"]["managedFields"]
     }
     assert "helm" in managers, f"the CRD was not installed by helm: {managers}"
-    assert rbac_objects(kubectl, release) == {
+    aggregated = {("ClusterRole", "", f"{full}-view"), ("ClusterRole", "", f"{full}-edit")}
+    assert rbac_objects(kubectl, release) == aggregated | {
         ("ClusterRole", "", f"{full}-scanning"),
         ("ClusterRoleBinding", "", f"{full}-scanning"),
         ("Role", watched[0], full),
@@ -617,6 +626,7 @@ def test_install_upgrade_uninstall_leaves_no_orphans(
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["TFDATA_NAMESPACES"] == f"{watched[0]} {watched[1]}"
     assert env["TFDATA_SERVER_IMAGE"] == "tfdata-server:0.1.0"
+    assert env["TFDATA_ALLOW_HOST_PATH_VOLUMES"] == "false"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTP"}
     assert container["securityContext"] == {
         "runAsNonRoot": True,
@@ -639,7 +649,7 @@ def test_install_upgrade_uninstall_leaves_no_orphans(
     # Another namespace list: the Role of the namespace no longer watched goes away.
     second = {"watchNamespaces": watched[1:], "metrics": {"enabled": True}}
     helm.run("upgrade", release, str(CHART), "-n", namespace, "-f", helm.values_file(second))
-    assert rbac_objects(kubectl, release) == {
+    assert rbac_objects(kubectl, release) == aggregated | {
         ("ClusterRole", "", f"{full}-scanning"),
         ("ClusterRoleBinding", "", f"{full}-scanning"),
         ("Role", watched[1], full),
@@ -658,7 +668,7 @@ def test_install_upgrade_uninstall_leaves_no_orphans(
 
     # Every namespace: one ClusterRole, no Role left anywhere.
     helm.run("upgrade", release, str(CHART), "-n", namespace, "--set", "metrics.enabled=true")
-    assert rbac_objects(kubectl, release) == {("ClusterRole", "", full), ("ClusterRoleBinding", "", full)}
+    assert rbac_objects(kubectl, release) == aggregated | {("ClusterRole", "", full), ("ClusterRoleBinding", "", full)}
 
     # Every object of the release carries its label, so the search below would find any left over.
     before = labelled(kubectl, release)

@@ -20,7 +20,7 @@ from tfdata_operator.controller import faults
 from tfdata_operator.plan import children
 
 import devcluster
-from cases import BAD_SPECS, EXAMPLES, REQUESTS_ABOVE_LIMITS, BadSpec, expected_children, manifest
+from cases import BAD_SPECS, EXAMPLES, HOST_PATH, REQUESTS_ABOVE_LIMITS, BadSpec, expected_children, manifest
 
 # Longer than one resync (OperatorProcess sets TFDATA_RESYNC_SECONDS=5): a state that must hold
 # is sampled through at least one reconcile.
@@ -212,7 +212,16 @@ def test_the_api_server_refuses_bad_input_with_a_clear_message(k8s: Cluster, cas
     assert k8s.get("tfdataservice", case.name) is None
 
 
-def test_an_invalid_spec_past_the_schema_changes_nothing_that_exists(k8s: Cluster) -> None:
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        (REQUESTS_ABOVE_LIMITS, "requests.memory (2Gi) exceeds"),
+        # The operator runs without --allow-host-path-volumes.
+        (HOST_PATH, "spec.workers.volumes[0] (home) is a hostPath volume, which this operator refuses"),
+    ],
+    ids=["requests-above-limits", "host-path"],
+)
+def test_an_invalid_spec_past_the_schema_changes_nothing_that_exists(k8s: Cluster, bad: str, says: str) -> None:
     good = "shardingPolicy: DYNAMIC\nworkers:\n  replicas: 2\n"
     k8s.apply_text(manifest(BadSpec("ok", good, "", "", name="guarded")))
     wait_reconciled(k8s, "guarded")
@@ -220,18 +229,18 @@ def test_an_invalid_spec_past_the_schema_changes_nothing_that_exists(k8s: Cluste
     before = k8s.resource_versions("guarded")
     del before["TFDataService"]
 
-    k8s.apply_text(manifest(BadSpec("bad", REQUESTS_ABOVE_LIMITS, "", "", name="guarded")))
+    k8s.apply_text(manifest(BadSpec("bad", bad, "", "", name="guarded")))
     ready = wait_for(
         lambda: (lambda c: c if c.get("reason") == "InvalidSpec" else None)(k8s.condition("guarded", "Ready")),
         30,
         "Ready=False/InvalidSpec",
     )
     assert ready["status"] == "False"
-    assert "requests.memory (2Gi) exceeds" in ready["message"]
+    assert says in ready["message"]
     events = k8s.run(
         "get", "events", "--field-selector", "involvedObject.name=guarded,type=Warning", "-o", "json"
     ).stdout
-    assert any(e["reason"] == "InvalidSpec" for e in json.loads(events)["items"])
+    assert any(e["reason"] == "InvalidSpec" and says in e["message"] for e in json.loads(events)["items"]), events
     after = k8s.resource_versions("guarded")
     del after["TFDataService"]
     assert after == before, "an invalid spec must not touch the existing children"

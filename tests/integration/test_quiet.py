@@ -41,7 +41,9 @@ metadata:
 spec:
   shardingPolicy: DYNAMIC
   dispatcher: {{tolerations: [{KWOK}]}}
-  workers: {{replicas: 2, tolerations: [{KWOK}]}}
+  # Written otherwise than the API server stores it (2Gi): the operator writes it as stored, or it
+  # would apply the StatefulSet again at every reconcile.
+  workers: {{replicas: 2, tmpSizeLimit: 2048Mi, tolerations: [{KWOK}]}}
 """
 # Its dispatcher's signal cannot be read from here (kwok's pod addresses lead nowhere): whether a
 # client reads is unknown, which counts as reading, so drains wait; the reading is repeated every 30 s.

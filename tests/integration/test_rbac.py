@@ -394,3 +394,152 @@ def test_listed_namespaces_with_a_role_each(
         assert not can_i(identity, kubectl, "list", "tfdataservices.tfdata.dev")
         refused = identity.kubectl(kubectl).run("get", "tfdataservices", "-n", elsewhere.name, check=False)
         assert refused.returncode != 0 and "forbidden" in refused.stderr, refused
+
+
+# --- What the chart grants the namespace's users --------------------------------------------------------
+
+
+@contextmanager
+def aggregated_roles(kubectl: Kubectl, kube_env: dict[str, str], namespace: str) -> Iterator[None]:
+    """The chart's ClusterRoles that aggregate into view, edit and admin, applied as admin; removed afterwards."""
+    manifests = helm_template(kube_env, namespace, [], "aggregate-roles.yaml")
+    kubectl.run("apply", "-f", "-", input=manifests)
+    try:
+        yield
+    finally:
+        kubectl.run("delete", "-f", "-", "--ignore-not-found", input=manifests)
+
+
+def can(kubectl: Kubectl, user: str, verb: str, resource: str, namespace: str) -> bool:
+    resource, _, subresource = resource.partition("/")
+    args = ["auth", "can-i", verb, f"{resource}.tfdata.dev", f"--as={user}", "-n", namespace]
+    answer = kubectl.run(*args, *([f"--subresource={subresource}"] if subresource else []), check=False).stdout
+    assert answer.strip() in ("yes", "no"), answer
+    return answer.strip() == "yes"
+
+
+DYNAMIC = ROOT / "examples" / "dynamic.yaml"  # TFDataService imagenet
+SNAPSHOT = """
+apiVersion: tfdata.dev/v1alpha1
+kind: TFDataSnapshot
+metadata: {name: epoch-1}
+spec: {service: imagenet}
+"""
+
+
+def test_edit_may_create_the_operators_kinds_and_view_only_read_them(
+    crd: None, kubectl: Kubectl, kube_env: dict[str, str], namespace: str, namespaces: list[str]
+) -> None:
+    """Users bound to Kubernetes' own edit and view roles in a namespace, with the chart's aggregated
+    ClusterRoles installed: edit creates, scales and deletes TFDataServices and TFDataSnapshots (it may
+    create the pods they run already); view reads them and is refused every write; neither gets
+    anything in a namespace where it is not bound."""
+    team, other = namespaces[0], namespaces[1]
+    editor, viewer = f"editor-{RELEASE}", f"viewer-{RELEASE}"
+    for user, role in ((editor, "edit"), (viewer, "view")):
+        kubectl.run("create", "rolebinding", f"{user}", f"--clusterrole={role}", f"--user={user}", "-n", team)
+    with aggregated_roles(kubectl, kube_env, namespace):
+        # The clusterrole-aggregation controller (kube-controller-manager) copies the rules into the roles.
+        wait_for(lambda: can(kubectl, editor, "create", "tfdataservices", team), 30, "edit to get tfdataservices",
+                 show=lambda: kubectl.json("get", "clusterrole", "edit")["rules"][-3:])  # fmt: skip
+        wait_for(lambda: can(kubectl, viewer, "list", "tfdatasnapshots", team), 30, "view to get tfdatasnapshots")
+
+        as_editor = ["--as", editor, "-n", team]
+        kubectl.run("apply", "--server-side", *as_editor, "-f", str(DYNAMIC))
+        name = yaml.safe_load(DYNAMIC.read_text())["metadata"]["name"]
+        kubectl.run("scale", f"tfdata/{name}", "--replicas=3", *as_editor)
+        assert kubectl.json("get", "tfdata", name, "-n", team)["spec"]["workers"]["replicas"] == 3
+        kubectl.run("apply", "--server-side", *as_editor, "-f", "-", input=SNAPSHOT)
+
+        as_viewer = ["--as", viewer, "-n", team]
+        assert kubectl.json("get", "tfdata", name, *as_viewer)["metadata"]["name"] == name
+        assert kubectl.json("get", "tfdatasnapshots", "epoch-1", *as_viewer)["spec"]["service"] == "imagenet"
+        refused = [
+            kubectl.run("scale", f"tfdata/{name}", "--replicas=1", *as_viewer, check=False),
+            kubectl.run("delete", "tfdatasnapshots", "epoch-1", *as_viewer, check=False),
+            kubectl.run("delete", "tfdata", name, *as_viewer, check=False),
+            kubectl.run("create", *as_viewer, "-f", "-", check=False, input=SNAPSHOT.replace("epoch-1", "epoch-2")),
+        ]
+        assert all(r.returncode != 0 and "forbidden" in r.stderr for r in refused), [r.stderr for r in refused]
+        for verb in ("create", "update", "patch", "delete"):
+            assert not can(kubectl, viewer, verb, "tfdataservices", team), f"view may {verb} tfdataservices"
+            assert not can(kubectl, viewer, verb, "tfdatasnapshots", team), f"view may {verb} tfdatasnapshots"
+        assert not can(kubectl, viewer, "patch", "tfdataservices/scale", team)
+        # Status stays the operator's to write.
+        assert not can(kubectl, editor, "patch", "tfdataservices/status", team)
+        for user in (editor, viewer):
+            assert not can(kubectl, user, "get", "tfdataservices", other), f"{user} reads another namespace"
+
+        kubectl.run("delete", "tfdatasnapshots", "epoch-1", *as_editor)
+        kubectl.run("delete", "tfdata", name, *as_editor)
+
+    # Without the chart's roles, edit no longer reaches the kinds.
+    wait_for(lambda: not can(kubectl, editor, "create", "tfdataservices", team), 30, "edit to lose tfdataservices")
+
+
+def admission_policy_example() -> str:
+    """The ValidatingAdmissionPolicy and its binding that docs/operations.md shows, as written there."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
+    (policy,) = [b for b in blocks if "kind: ValidatingAdmissionPolicy\n" in b]
+    return policy
+
+
+def restricted(image: str = "registry.example.com/ml/tf:2.21", **workers: Any) -> str:
+    body = {
+        "apiVersion": "tfdata.dev/v1alpha1",
+        "kind": "TFDataService",
+        "metadata": {"name": "restricted"},
+        "spec": {"image": image, "workers": workers},
+    }
+    return json.dumps(body)
+
+
+def test_the_documented_admission_policy_restricts_images_accounts_and_code_loading_env(
+    crd: None, kubectl: Kubectl, namespaces: list[str]
+) -> None:
+    """docs/operations.md's example ValidatingAdmissionPolicy, applied as written, refuses in a labelled
+    namespace what it says it refuses, with its message, and lets the rest through; other namespaces
+    are not affected."""
+    team, other = namespaces[0], namespaces[1]
+    kubectl.run("label", "namespace", team, "tfdata.dev/restricted=true")
+    example = admission_policy_example()
+    kubectl.run("apply", "-f", "-", input=example)
+    try:
+
+        def create(namespace: str, body: str) -> subprocess.CompletedProcess[str]:
+            return kubectl.run("create", "--dry-run=server", "-n", namespace, "-f", "-", input=body, check=False)
+
+        bad = [
+            (restricted("docker.io/anyone/tf:latest"), "spec.image must be an image of registry.example.com/ml/"),
+            (restricted(serviceAccountName="admin"), "serviceAccountName may only be tfdata-reader"),
+            (restricted(env=[{"name": "PYTHONPATH", "value": "/data"}]), "env must not set PYTHON* or LD_*"),
+            (restricted(env=[{"name": "LD_PRELOAD", "value": "/data/x.so"}]), "env must not set PYTHON* or LD_*"),
+            (restricted(envFrom=[{"configMapRef": {"name": "settings"}}]), "envFrom is not allowed"),
+        ]
+        # A binding takes effect a moment after it is created: wait for the first refusal.
+        wait_for(lambda: create(team, bad[0][0]).returncode != 0, 30, "the policy to refuse a foreign image",
+                 show=lambda: create(team, bad[0][0]).stdout)  # fmt: skip
+        for body, message in bad:
+            result = create(team, body)
+            assert result.returncode != 0 and message in result.stderr, (body, result.stderr)
+            assert "ValidatingAdmissionPolicy 'tfdataservices-restricted'" in result.stderr, result.stderr
+            assert create(other, body).returncode == 0, f"refused outside the labelled namespace: {body}"
+        allowed = [
+            restricted(serviceAccountName="tfdata-reader", env=[{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "1"}]),
+            json.dumps({**json.loads(restricted()), "spec": {}}),  # the operator's server image, no account
+        ]
+        for body in allowed:
+            result = create(team, body)
+            assert result.returncode == 0, (body, result.stderr)
+        # The API server type-checks the expressions against the CRD's schema: no warning.
+        policy = wait_for(
+            lambda: (lambda p: p if (p.get("status") or {}).get("observedGeneration") else None)(
+                kubectl.json("get", "validatingadmissionpolicy", "tfdataservices-restricted")
+            ),
+            30,
+            "the policy to be type-checked",
+        )
+        assert not policy["status"].get("typeChecking", {}).get("expressionWarnings"), policy["status"]
+    finally:
+        kubectl.run("delete", "-f", "-", "--ignore-not-found", input=example)

@@ -207,6 +207,8 @@ def test_pods_are_locked_down_by_default(settings: BuildSettings) -> None:
     assert pod["automountServiceAccountToken"] is False
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    # A data claim whose root has the pods' group already is not re-owned file by file at each start.
+    assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
     sc = container(sts)["securityContext"]
     assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
     assert container(sts)["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
@@ -240,8 +242,8 @@ def test_placement_and_metadata_reach_the_pod(settings: BuildSettings) -> None:
     assert template["metadata"]["annotations"]["note"] == "x"
     assert container(sts)["image"] == "registry.example/tfdata:1"
     assert container(sts)["imagePullPolicy"] == "Always"
-    # The user's CPU request, and the default memory request the user left unset.
-    assert container(sts)["resources"] == {"requests": {"cpu": "1", "memory": "1Gi"}}
+    # The user's CPU request, and the default memory and disk requests the user left unset.
+    assert container(sts)["resources"] == {"requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "2Gi"}}
     assert pod["affinity"]["nodeAffinity"] == {}
 
 
@@ -249,14 +251,32 @@ def test_servers_request_sensible_resources_by_default(settings: BuildSettings) 
     svc = parse()
     dispatcher = container(builders.build_dispatcher_statefulset(svc, settings, 2))
     worker = container(builders.build_worker_statefulset(svc, settings, 2))
-    assert dispatcher["resources"] == {"requests": {"cpu": "100m", "memory": "512Mi"}}
-    assert worker["resources"] == {"requests": {"cpu": "250m", "memory": "1Gi"}}
+    # Disk: as much as /tmp may hold (spec.<component>.tmpSizeLimit), the one place a server writes.
+    assert dispatcher["resources"] == {"requests": {"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "1Gi"}}
+    assert worker["resources"] == {"requests": {"cpu": "250m", "memory": "1Gi", "ephemeral-storage": "2Gi"}}
     # A lone limit is the request too (Kubernetes copies it): no default request below or above it.
-    limited = parse(workers={"resources": {"limits": {"memory": "4Gi"}}})
+    limited = parse(workers={"resources": {"limits": {"memory": "4Gi", "ephemeral-storage": "8Gi"}}})
     assert container(builders.build_worker_statefulset(limited, settings, 2))["resources"] == {
         "requests": {"cpu": "250m"},
-        "limits": {"memory": "4Gi"},
+        "limits": {"memory": "4Gi", "ephemeral-storage": "8Gi"},
     }
+
+
+def test_tmp_is_bounded_and_its_bound_is_what_the_pod_requests_of_the_nodes_disk(settings: BuildSettings) -> None:
+    def tmp_and_request(svc: spec.ServiceSpec, build: Any) -> tuple[Any, Any]:
+        sts = build(svc, settings, 2)
+        (tmp,) = [v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == spec.TMP_VOLUME]
+        return tmp["emptyDir"], container(sts)["resources"]["requests"].get("ephemeral-storage")
+
+    dispatcher, workers = builders.build_dispatcher_statefulset, builders.build_worker_statefulset
+    assert tmp_and_request(parse(), dispatcher) == ({"sizeLimit": "1Gi"}, "1Gi")
+    assert tmp_and_request(parse(), workers) == ({"sizeLimit": "2Gi"}, "2Gi")
+    svc = parse(dispatcher={"tmpSizeLimit": "256Mi"}, workers={"tmpSizeLimit": "20Gi"})
+    assert tmp_and_request(svc, dispatcher) == ({"sizeLimit": "256Mi"}, "256Mi")
+    assert tmp_and_request(svc, workers) == ({"sizeLimit": "20Gi"}, "20Gi")
+    # The user's own request of disk is kept as it is; the size of /tmp still holds.
+    own = parse(workers={"tmpSizeLimit": "20Gi", "resources": {"requests": {"ephemeral-storage": "5Gi"}}})
+    assert tmp_and_request(own, workers) == ({"sizeLimit": "20Gi"}, "5Gi")
 
 
 def test_workers_spread_across_nodes_unless_the_user_says_how(settings: BuildSettings) -> None:
@@ -596,7 +616,7 @@ def test_workers_mount_the_users_volumes_after_the_operators_own(settings: Build
     sts = builders.build_worker_statefulset(parse(shardingPolicy="FILE", workers=DATA), settings, 2)
     pod = sts["spec"]["template"]["spec"]
     assert pod["volumes"] == [
-        {"name": "tmp", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}},
         {"name": "tfrecords", "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True}},
         # optional: false means what unset means, so it is left out; mode 0 is a real mode.
         {"name": "creds", "secret": {"secretName": "s3", "defaultMode": 0}},
@@ -743,6 +763,23 @@ def test_the_server_program_is_injected_into_an_image_of_the_users(
         env = {e["name"]: e.get("value") for e in c["env"]}
         assert env["HOME"] == spec.TMP_MOUNT  # a user's image may have a HOME the server cannot write
         assert builders.PROGRAM_VOLUME in {v["name"] for v in pod["volumes"]}
+
+
+@pytest.mark.parametrize("name", [name for name, _ in builders.INJECTED_ENV])
+def test_a_users_variable_replaces_the_operators_default_of_the_same_name(settings: BuildSettings, name: str) -> None:
+    """On an image of the user's the operator sets HOME, KERAS_HOME and PYTHONUNBUFFERED; a user's
+    variable of the same name is the pod's one entry (two would be refused by server-side apply)."""
+    own = {"name": name, "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+    svc = parse(image="python-tf:2.16", workers={"env": [own]}, dispatcher={"env": [own]})
+    assert svc.inject_server
+    build = (builders.build_worker_statefulset, builders.build_dispatcher_statefulset)
+    for sts in (b(svc, settings, 2) for b in build):
+        env = container(sts)["env"]
+        assert [e for e in env if e["name"] == name] == [own]
+        names = [e["name"] for e in env]
+        assert len(names) == len(set(names)), names
+        # The other defaults stay.
+        assert {n for n, _ in builders.INJECTED_ENV} - {name} <= set(names)
 
 
 def test_preloads_reach_the_dispatcher_and_every_worker(

@@ -64,7 +64,9 @@ EVERYTHING = {
         "serviceAccountName": "dispatcher",
         "labels": {"team": "vision"},
         "annotations": {"note": "golden"},
-        "env": [{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "1"}],
+        # HOME replaces the operator's default for an image of the user's.
+        "env": [{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "1"}, {"name": "HOME", "value": "/home/tf"}],
+        "tmpSizeLimit": "256Mi",
     },
     "workers": {
         "replicas": 3,
@@ -81,6 +83,7 @@ EVERYTHING = {
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": True}}],
         "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
         "envFrom": [{"configMapRef": {"name": "settings"}}],
+        "tmpSizeLimit": "20Gi",
     },
 }
 

@@ -10,6 +10,7 @@ write; refusals write only the status and one Warning.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -103,6 +104,30 @@ def test_an_invalid_spec_writes_the_status_and_one_warning_then_nothing() -> Non
     assert ready["status"] == "False" and ready["reason"] == "InvalidSpec" and "SIDEWAYS" in ready["message"]
     run(api, body)
     assert api.take_calls() == []
+
+
+HOME = {
+    "volumes": [{"name": "home", "hostPath": {"path": "/home"}}],
+    "volumeMounts": [{"name": "home", "mountPath": "/d"}],
+}
+
+
+def test_a_host_path_edit_is_refused_and_changes_nothing_unless_the_operator_allows_it() -> None:
+    api = FakeApi()
+    run(api, service())
+    api.take_calls()
+    before = api.observed().objects
+    outcome = run(api, service(workers={"replicas": 2, **HOME}))
+    assert api.take_calls() == [("event", "InvalidSpec"), ("status", "demo")]
+    assert outcome.result == "invalid" and api.observed().objects == before
+    ready = next(c for c in api.status["conditions"] if c["type"] == "Ready")  # type: ignore[index]
+    assert ready["reason"] == "InvalidSpec" and "--allow-host-path-volumes" in ready["message"]
+
+    allowing = dataclasses.replace(CONFIG, allow_host_path=True)
+    reconcile.reconcile(
+        api, allowing, {**service(workers={"replicas": 2, **HOME}), "status": api.status}, api.observed()
+    )
+    assert ("apply", "StatefulSet/demo-worker") in api.take_calls()
 
 
 def test_a_name_taken_in_the_cache_by_an_object_the_service_does_not_own_changes_nothing() -> None:

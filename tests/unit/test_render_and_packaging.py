@@ -16,7 +16,7 @@ from tfdata_operator.api import spec
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.render.builders import BuildSettings
 
-from cases import BAD_SPECS, CRD_PATH, EXAMPLES, manifest
+from cases import BAD_SPECS, CRD_PATH, EXAMPLES, HOST_PATH, BadSpec, manifest
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -46,6 +46,33 @@ def test_render_refuses_bad_files_like_the_operator(case: Any, tmp_path: Path) -
     result = CliRunner().invoke(cli.main, ["render", "-f", str(path)])
     assert result.exit_code == 1
     assert case.operator_says in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "allowed"),
+    [
+        ([], {}, False),
+        ([], {"TFDATA_ALLOW_HOST_PATH_VOLUMES": "false"}, False),  # what the chart sets by default
+        ([spec.ALLOW_HOST_PATH_FLAG], {}, True),
+        ([], {"TFDATA_ALLOW_HOST_PATH_VOLUMES": "true"}, True),
+    ],
+)
+def test_render_takes_a_host_path_only_as_an_operator_allowed_to_does(
+    args: list[str], env: dict[str, str], allowed: bool, tmp_path: Path
+) -> None:
+    path = tmp_path / "host-path.yaml"
+    path.write_text(manifest(BadSpec("host-path", HOST_PATH, "", "")))
+    result = CliRunner().invoke(cli.main, ["render", "-f", str(path), *args], env=env)
+    if not allowed:
+        assert result.exit_code == 1 and "is a hostPath volume, which this operator refuses" in result.output
+        return
+    assert result.exit_code == 0, result.output
+    (workers,) = [
+        o
+        for o in yaml.safe_load_all(result.output)
+        if o["metadata"]["name"] == "bad-worker" and o["kind"] == "StatefulSet"
+    ]
+    assert {"name": "home", "hostPath": {"path": "/home"}} in workers["spec"]["template"]["spec"]["volumes"]
 
 
 def test_render_refuses_other_kinds_and_broken_yaml(tmp_path: Path) -> None:

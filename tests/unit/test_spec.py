@@ -9,7 +9,7 @@ import yaml
 
 from tfdata_operator.api import coretypes, spec
 
-from cases import BAD_SPECS, CRD_PATH, IMAGE, REQUESTS_ABOVE_LIMITS, BadSpec, body, manifest, parse
+from cases import BAD_SPECS, CRD_PATH, HOST_PATH, IMAGE, REQUESTS_ABOVE_LIMITS, BadSpec, body, manifest, parse
 
 
 def test_empty_spec_gets_the_documented_defaults() -> None:
@@ -38,6 +38,53 @@ def test_requests_above_limits_pass_the_schema_but_not_the_operator() -> None:
         spec.parse(doc, IMAGE)
 
 
+def test_a_host_path_volume_is_refused_unless_the_operator_allows_it_and_the_refusal_says_how() -> None:
+    doc = body(**yaml.safe_load(HOST_PATH))
+    with pytest.raises(spec.SpecError) as err:
+        spec.parse(doc, IMAGE)
+    (problem,) = err.value.problems
+    assert problem.startswith("spec.workers.volumes[0] (home) is a hostPath volume, which this operator refuses")
+    assert "so whoever can create a TFDataService would control the node" in problem
+    assert "--allow-host-path-volumes (the Helm chart's allowHostPathVolumes: true)" in problem
+    allowed = spec.parse(doc, IMAGE, allow_host_path=True)
+    assert allowed.workers.pod.volumes == ({"name": "home", "hostPath": {"path": "/home"}},)
+
+
+def test_each_host_path_volume_of_both_components_is_named() -> None:
+    volumes = [{"name": "data", "emptyDir": {}}, {"name": "logs", "hostPath": {"path": "/var/log"}}]
+    with pytest.raises(spec.SpecError) as err:
+        parse(dispatcher={"volumes": volumes}, workers={"volumes": volumes[1:]})
+    assert [p.split(" is a ")[0] for p in err.value.problems] == [
+        "spec.dispatcher.volumes[1] (logs)",
+        "spec.workers.volumes[0] (logs)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"nfs": {"server": "files.example", "path": "/data"}},
+        {"csi": {"driver": "gcsfuse.csi.storage.gke.io"}},
+        {"secret": {"secretName": "creds"}},
+        {"persistentVolumeClaim": {"claimName": "data"}},
+    ],
+    ids=lambda s: next(iter(s)),
+)
+def test_volumes_that_do_not_reach_the_node_are_accepted_without_the_flag(source: dict[str, object]) -> None:
+    assert parse(workers={"volumes": [{"name": "data", **source}]}).workers.pod.volumes[0]["name"] == "data"
+
+
+@pytest.mark.parametrize("name", ["HOME", "KERAS_HOME", "PYTHONUNBUFFERED", "PYTHONPATH", "LD_LIBRARY_PATH"])
+def test_env_names_the_operator_only_defaults_or_that_load_code_are_accepted(name: str) -> None:
+    svc = parse(image="python-tf:2.16", workers={"env": [{"name": name, "value": "/data"}]})
+    assert svc.workers.pod.env == ({"name": name, "value": "/data"},)
+
+
+def test_env_names_the_operator_owns_are_refused_naming_them() -> None:
+    with pytest.raises(spec.SpecError, match=r"spec\.workers\.env must not set POD_NAME, TFDATA_SERVER_CONFIG: the"):
+        parse(workers={"env": [{"name": "TFDATA_SERVER_CONFIG", "value": "{}"}, {"name": "POD_NAME", "value": "x"}]})
+
+
 def test_all_problems_are_reported_at_once() -> None:
     with pytest.raises(spec.SpecError) as err:
         parse(shardingPolicy="RANDOM", workers={"replicas": 0, "port": 99999})
@@ -64,6 +111,35 @@ def test_static_policies() -> None:
 )
 def test_quantities_compare_by_value(text: str, expected: float) -> None:
     assert spec.parse_quantity(text) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("written", "stored"),
+    [
+        ("2Gi", "2Gi"),
+        ("2048Mi", "2Gi"),
+        ("1536Mi", "1536Mi"),
+        ("1.5Gi", "1536Mi"),
+        ("0.5Gi", "512Mi"),
+        ("1Ti", "1Ti"),
+        ("1024Gi", "1Ti"),
+        ("2000M", "2G"),
+        ("1500M", "1500M"),
+        ("1073741824", "1073741824"),
+        ("4000000000", "4G"),
+        ("1e9", "1e9"),
+        ("1000e6", "1e9"),
+        ("100Mi", "100Mi"),
+    ],
+)
+def test_a_quantity_is_written_as_the_api_server_stores_it(written: str, stored: str) -> None:
+    """What `kubectl get -o yaml` shows back for a Quantity (Kubernetes' canonical form)."""
+    assert spec.canonical_quantity(written) == stored
+
+
+def test_tmp_size_limit_is_kept_as_the_api_server_stores_it() -> None:
+    svc = parse(dispatcher={"tmpSizeLimit": "1024Mi"}, workers={"tmpSizeLimit": 4 * 2**30})
+    assert (svc.dispatcher.pod.tmp_size_limit, svc.workers.pod.tmp_size_limit) == ("1Gi", "4294967296")
 
 
 def _crd_defaults(schema: dict, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], object]:
@@ -101,6 +177,8 @@ def test_python_defaults_equal_the_crd_defaults() -> None:
                 auto = (parse().inject_server, parse(image="python-tf:2.16").inject_server) == (False, True)
                 value = spec.SERVER_PROGRAM_AUTO if auto else None
                 break
+            if part == "tmpSizeLimit":  # one of the pod's settings
+                value = value.pod  # type: ignore[attr-defined]
             value = getattr(value, _snake(part))
         assert value == crd_default, f"spec.{'.'.join(path)}: operator default {value!r}, CRD default {crd_default!r}"
         checked += 1

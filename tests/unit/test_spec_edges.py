@@ -62,6 +62,10 @@ ACCEPTED: list[tuple[str, dict[str, Any], Callable[[spec.ServiceSpec], object]]]
     ("mount-at-tmpX", workers(volumes=[{"name": "data", "emptyDir": {}}],
                               volumeMounts=[{"name": "data", "mountPath": "/tmpX"}]),
      lambda s: s.workers.pod.volume_mounts[0]["mountPath"] == "/tmpX"),
+    ("tmp-size-limit-of-64Mi", workers(tmpSizeLimit="64Mi"), lambda s: s.workers.pod.tmp_size_limit == "64Mi"),
+    ("tmp-size-limit-of-1Ti", {"dispatcher": {"tmpSizeLimit": "1Ti"}},
+     lambda s: s.dispatcher.pod.tmp_size_limit == "1Ti"),
+    ("tmp-size-limit-in-bytes", workers(tmpSizeLimit=2**30), lambda s: s.workers.pod.tmp_size_limit == str(2**30)),
     ("limits-without-requests", workers(resources={"limits": {"cpu": "2"}}),
      lambda s: s.workers.pod.resources == {"limits": {"cpu": "2"}}),
     ("request-equal-to-limit", workers(resources={"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}),
@@ -109,6 +113,9 @@ REFUSED: list[tuple[str, dict[str, Any]]] = [
     # Requests that are no map leave the limits checked.
     ("requests-not-a-map-and-a-bad-limit", workers(resources={"requests": "lots", "limits": {"cpu": True}})),
     ("request-above-limit", workers(resources={"requests": {"cpu": "2"}, "limits": {"cpu": "1"}})),
+    ("tmp-size-limit-one-byte-below-64Mi", workers(tmpSizeLimit=64 * 2**20 - 1)),
+    ("tmp-size-limit-one-byte-above-1Ti", {"dispatcher": {"tmpSizeLimit": 2**40 + 1}}),
+    ("tmp-size-limit-a-float", workers(tmpSizeLimit=1.5)),
     ("17-network-policy-peers", {"networkPolicy": {"from": [PEER] * 17}}),
     ("volume-name-of-64", workers(volumes=[{"name": "v" * 64, "emptyDir": {}}])),
     # Wrong volumes hide the mounts' names, not the mounts' own problems.
@@ -118,6 +125,8 @@ REFUSED: list[tuple[str, dict[str, Any]]] = [
                                               volumeMounts=[{"name": "a", "mountPath": "/a"},
                                                             {"name": "b", "mountPath": "relative"}])),
     ("env-two-reserved", workers(env=[{"name": "POD_NAME", "value": "x"}, {"name": "POD_NAMESPACE", "value": "y"}])),
+    # Only an operator started with --allow-host-path-volumes takes one.
+    ("host-path-volume", workers(volumes=[{"name": "home", "hostPath": {"path": "/home"}}])),
     ("transfer-port-on-the-port", workers(port=5051, dataTransferPort=5051)),
     # A sentence that names a value the user did not write says it is the default.
     ("port-on-the-default-health-port", {"dispatcher": {"port": 8080}}),

@@ -108,6 +108,12 @@ def main() -> None:
     help="The labels of the operator's pod, as key=value,key=value (the chart sets them): with "
     "--operator-namespace, the NetworkPolicies admit only pods with these labels.",
 )  # fmt: skip
+@click.option(
+    spec.ALLOW_HOST_PATH_FLAG, "allow_host_path", is_flag=True, envvar="TFDATA_ALLOW_HOST_PATH_VOLUMES",
+    help="Accept hostPath volumes in spec.dispatcher.volumes and spec.workers.volumes. Off, a TFDataService "
+    "with one is refused (Ready False, InvalidSpec): a hostPath gives whoever may create a TFDataService a "
+    "directory of the node, so it is for clusters where only the node's administrators create them.",
+)  # fmt: skip
 @click.option("--verbose", is_flag=True, envvar="TFDATA_VERBOSE", help="Log debug messages.")
 def run(
     namespaces: tuple[str, ...],
@@ -128,6 +134,7 @@ def run(
     retry_period: float,
     operator_namespace: str | None,
     operator_pod_labels: str,
+    allow_host_path: bool,
     verbose: bool,
 ) -> None:
     """Runs the operator until SIGTERM or SIGINT."""
@@ -148,6 +155,7 @@ def run(
             operator_pod_labels=parse_pod_labels(operator_pod_labels),
         ),
         namespaces=tuple(watched),
+        allow_host_path=allow_host_path,
         resync_seconds=resync_seconds,
         concurrent_reconciles=concurrent_reconciles,
         election=election_config(
@@ -209,7 +217,9 @@ def election_config(
               help="The image that copies the server program into pods of an image of the user's.")  # fmt: skip
 @click.option("--cluster-domain", default="cluster.local", envvar="TFDATA_CLUSTER_DOMAIN", show_default=True,
               help="The cluster's DNS domain.")  # fmt: skip
-def render(path: Path, server_image: str, injector_image: str, cluster_domain: str) -> None:
+@click.option(spec.ALLOW_HOST_PATH_FLAG, "allow_host_path", is_flag=True, envvar="TFDATA_ALLOW_HOST_PATH_VOLUMES",
+              help="Accept hostPath volumes, as an operator started with this flag does.")  # fmt: skip
+def render(path: Path, server_image: str, injector_image: str, cluster_domain: str, allow_host_path: bool) -> None:
     """Prints the objects the operator would create for a new TFDataService, without a cluster.
 
     The output is built by the operator's own builder code. Owner references carry a
@@ -230,7 +240,11 @@ def render(path: Path, server_image: str, injector_image: str, cluster_domain: s
         where = f"{path} (document {index + 1})" if len(documents) > 1 else str(path)
         rendered.extend(
             render_document(
-                doc, where, server_image, BuildSettings(cluster_domain=cluster_domain, injector_image=injector_image)
+                doc,
+                where,
+                server_image,
+                BuildSettings(cluster_domain=cluster_domain, injector_image=injector_image),
+                allow_host_path=allow_host_path,
             )
         )
     dump(rendered, sys.stdout)
@@ -239,13 +253,15 @@ def render(path: Path, server_image: str, injector_image: str, cluster_domain: s
 main.add_command(verify.verify_tfrecords)
 
 
-def render_document(doc: Any, where: str, server_image: str, settings: BuildSettings) -> list[dict[str, Any]]:
+def render_document(
+    doc: Any, where: str, server_image: str, settings: BuildSettings, *, allow_host_path: bool = False
+) -> list[dict[str, Any]]:
     if not isinstance(doc, dict) or doc.get("kind") != KIND or doc.get("apiVersion") != API_VERSION:
         found = f"{doc.get('apiVersion')}/{doc.get('kind')}" if isinstance(doc, dict) else type(doc).__name__
         raise click.ClickException(f"{where}: expected apiVersion {API_VERSION}, kind {KIND}; found {found}")
     body = {**doc, "metadata": {"namespace": "default", "uid": RENDER_UID, **(doc.get("metadata") or {})}}
     try:
-        svc = spec.parse(body, server_image)
+        svc = spec.parse(body, server_image, allow_host_path=allow_host_path)
     except spec.SpecError as exc:
         raise click.ClickException(f"{where}: invalid spec: {exc}") from exc
     return plan.desired_children(svc, settings, plan.Children(svc.name)).apply

@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from tfdata_operator.api import coretypes
@@ -76,6 +77,18 @@ TMP_VOLUME, TMP_MOUNT = "tmp", "/tmp"  # readOnlyRootFilesystem: TensorFlow stil
 JOURNAL_VOLUME, JOURNAL_MOUNT = "journal", "/var/lib/tfdata"  # the dispatcher's, with spec.dispatcher.storage
 SNAPSHOTS_VOLUME = "snapshots"  # spec.snapshots.volume, mounted at spec.snapshots.directory
 RESERVED_ENV = (serverconfig.CONFIG_ENV, serverconfig.POD_NAME_ENV, serverconfig.POD_NAMESPACE_ENV)
+# spec.<component>.tmpSizeLimit: the sizeLimit of the /tmp emptyDir, and (unless resources sets one) the
+# container's ephemeral-storage request. The dispatcher writes next to nothing there; a worker's
+# pipeline may spill or cache.
+DEFAULT_TMP_SIZE_LIMIT = {"dispatcher": "1Gi", "worker": "2Gi"}
+MIN_TMP_SIZE_LIMIT, MAX_TMP_SIZE_LIMIT = "64Mi", "1Ti"
+EPHEMERAL_STORAGE = "ephemeral-storage"
+# Volume sources that reach the node itself rather than storage of the namespace: a hostPath mounts
+# a directory of the node into pods that run as uid 1000 (on many nodes a user who may sudo). Refused
+# unless the operator runs with --allow-host-path-volumes. nfs, csi, secret and claims stay allowed:
+# they reach a file server or the namespace's own objects, never the node's files.
+NODE_VOLUME_SOURCES = ("hostPath",)
+ALLOW_HOST_PATH_FLAG = "--allow-host-path-volumes"
 # Bounds of spec.<component>.volumes, volumeMounts, env and envFrom (the CRD's maxItems).
 MAX_VOLUMES, MAX_MOUNTS, MAX_ENV, MAX_ENV_FROM = 16, 16, 64, 16
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -109,6 +122,8 @@ class PodSettings:
     volume_mounts: tuple[Mapping[str, Any], ...] = ()
     env: tuple[Mapping[str, Any], ...] = ()
     env_from: tuple[Mapping[str, Any], ...] = ()
+    # spec.<component>.tmpSizeLimit (a quantity).
+    tmp_size_limit: str = "1Gi"
 
 
 def operator_volumes(journal: bool, snapshots: SnapshotsSpec | None = None) -> dict[str, str]:
@@ -373,8 +388,10 @@ class _Reader:
             self.problems.append(f"{self.path} has unknown fields: {', '.join(unknown)}")
 
 
-def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
-    """Turns a TFDataService object into a ServiceSpec, or raises SpecError listing every problem."""
+def parse(body: Mapping[str, Any], default_image: str | None, *, allow_host_path: bool = False) -> ServiceSpec:
+    """Turns a TFDataService object into a ServiceSpec, or raises SpecError listing every problem.
+
+    ``allow_host_path``: the operator's --allow-host-path-volumes (hostPath volumes refused without it)."""
     problems: list[str] = []
     metadata = body.get("metadata") or {}
     name = str(metadata.get("name") or "")
@@ -405,6 +422,8 @@ def parse(body: Mapping[str, Any], default_image: str | None) -> ServiceSpec:
     network_policy = _network_policy(spec.child("networkPolicy"))
     node_loss = _node_loss(spec.child("nodeLoss"))
     spec.finish()
+    if not allow_host_path:
+        problems += _node_volumes("spec.dispatcher", dispatcher.pod) + _node_volumes("spec.workers", workers.pod)
 
     if not image:
         problems.append(
@@ -580,7 +599,7 @@ def _dispatcher(r: _Reader, snapshots: SnapshotsSpec | None = None) -> Dispatche
     if ms["jobGcTimeoutMs"] == 0:
         r.problems.append("spec.dispatcher.jobGcTimeoutMs must be -1 (keep jobs forever) or at least 1")
     concurrent_snapshots = r.integer("workerMaxConcurrentSnapshots", None, 0, 1000)
-    pod = _pod_settings(r, operator_volumes(journal=storage.enabled, snapshots=snapshots))
+    pod = _pod_settings(r, operator_volumes(journal=storage.enabled, snapshots=snapshots), "dispatcher")
     r.finish()
     if port == health_port:
         r.problems.append(_same_ports(r, port))
@@ -631,7 +650,7 @@ def _workers(r: _Reader, snapshots: SnapshotsSpec | None = None) -> WorkersSpec:
     transfer_port = r.integer("dataTransferPort", None, 1, 65535)
     rescale_policy = r.enum("rescalePolicy", RESCALE_POLICIES, RESCALE_WHEN_IDLE)
     max_wait = r.integer("rescaleMaxWaitSeconds", None, 1, 604_800)
-    pod = _pod_settings(r, operator_volumes(journal=False, snapshots=snapshots))
+    pod = _pod_settings(r, operator_volumes(journal=False, snapshots=snapshots), "worker")
     r.finish()
     if port == health_port:
         r.problems.append(_same_ports(r, port))
@@ -712,8 +731,9 @@ def _autoscaling(r: _Reader) -> AutoscalingSpec:
     )
 
 
-def _pod_settings(r: _Reader, own_volumes: Mapping[str, str]) -> PodSettings:
+def _pod_settings(r: _Reader, own_volumes: Mapping[str, str], component: str) -> PodSettings:
     resources = _resources(r.child("resources"))
+    tmp_size_limit = _tmp_size_limit(r, DEFAULT_TMP_SIZE_LIMIT[component])
     labels = _labels(r, "labels", 64)
     reserved = sorted(RESERVED_LABELS & set(labels))
     if reserved:
@@ -743,7 +763,35 @@ def _pod_settings(r: _Reader, own_volumes: Mapping[str, str]) -> PodSettings:
         volume_mounts=mounts,
         env=_env(r),
         env_from=_core_list(r, "envFrom", coretypes.ENV_FROM_SOURCE, MAX_ENV_FROM) or (),
+        tmp_size_limit=tmp_size_limit,
     )
+
+
+def _tmp_size_limit(r: _Reader, default: str) -> str:
+    value = r.quantity("tmpSizeLimit", default)
+    if not _QUANTITY.match(value):
+        return default  # refused by quantity() already
+    low, high = parse_quantity(MIN_TMP_SIZE_LIMIT), parse_quantity(MAX_TMP_SIZE_LIMIT)
+    if not low <= parse_quantity(value) <= high:
+        r.problems.append(
+            f"{r.path}.tmpSizeLimit must be between {MIN_TMP_SIZE_LIMIT} and {MAX_TMP_SIZE_LIMIT}, got {value}: "
+            "it bounds the pod's /tmp, and the pod requests that much of its node's disk"
+        )
+        return default
+    return canonical_quantity(value)
+
+
+def _node_volumes(path: str, pod: PodSettings) -> list[str]:
+    """The refusal of each volume that reaches the node itself (NODE_VOLUME_SOURCES)."""
+    return [
+        f"{path}.volumes[{i}] ({volume['name']}) is a hostPath volume, which this operator refuses: it mounts a "
+        "directory of the node itself, and the pods run as uid 1000 (on many nodes a user who may sudo), so whoever "
+        "can create a TFDataService would control the node. Use a persistentVolumeClaim (a local PersistentVolume "
+        f"for data on a node), or have the operator started with {ALLOW_HOST_PATH_FLAG} (the Helm chart's "
+        "allowHostPathVolumes: true)"
+        for i, volume in enumerate(pod.volumes)
+        if any(volume.get(source) is not None for source in NODE_VOLUME_SOURCES)
+    ]
 
 
 def _volumes(r: _Reader, own: Mapping[str, str]) -> tuple[Mapping[str, Any], ...] | None:
@@ -867,11 +915,13 @@ def invalid_labels(labels: Mapping[str, str]) -> tuple[list[str], list[str]]:
 
 
 def default_requests(pod: PodSettings, component: str) -> dict[str, dict[str, str]]:
-    """The container's resources: the user's, plus a default request for each of CPU and memory
-    the user left without both request and limit (Kubernetes copies a lone limit into the request)."""
+    """The container's resources: the user's, plus a default request for each of CPU, memory and
+    ephemeral storage the user left without both request and limit (Kubernetes copies a lone limit
+    into the request). The ephemeral storage is the pod's /tmp: as much as tmpSizeLimit lets it hold."""
     resources = {kind: dict(values) for kind, values in pod.resources.items()}
     requests = resources.setdefault("requests", {})
-    for resource, amount in DEFAULT_REQUESTS[component].items():
+    defaults = {**DEFAULT_REQUESTS[component], EPHEMERAL_STORAGE: pod.tmp_size_limit}
+    for resource, amount in defaults.items():
         if resource not in requests and resource not in resources.get("limits", {}):
             requests[resource] = amount
     return resources
@@ -929,6 +979,38 @@ _SUFFIXES = {
     "n": 10**-9, "u": 10**-6, "m": 10**-3, "": 1,
     "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
 }  # fmt: skip
+
+
+_BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_DECIMAL_SUFFIXES = ("", "k", "M", "G", "T", "P", "E")
+
+
+def canonical_quantity(value: str) -> str:
+    """A whole quantity as the API server stores it (resource.Quantity's canonical form): 2048Mi is
+    2Gi, 1000M is 1G, 0.5Gi is 512Mi. The operator writes what is stored, or every reconcile would find
+    the template changed. Values it does not cover (fractions of a unit, below 1024 with a binary
+    suffix) come back as written."""
+    match = re.fullmatch(r"(\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:[eE]([+-]?[0-9]+)|([a-zA-Z]*))", value)
+    if not match or (match.group(3) or "") not in _SUFFIXES:
+        return value
+    number, exponent, suffix = Fraction(match.group(1)), match.group(2), match.group(3) or ""
+    amount = number * (Fraction(10) ** int(exponent) if exponent is not None else Fraction(_SUFFIXES[suffix]))
+    if amount.denominator != 1:
+        return value
+    whole = amount.numerator
+    if suffix in _BINARY_SUFFIXES[1:]:
+        if whole < 1024:
+            return value
+        step = 0
+        while whole % 1024 == 0 and step < len(_BINARY_SUFFIXES) - 1:
+            whole, step = whole // 1024, step + 1
+        return f"{whole}{_BINARY_SUFFIXES[step]}"
+    step = 0
+    while whole and whole % 1000 == 0 and step < len(_DECIMAL_SUFFIXES) - 1:
+        whole, step = whole // 1000, step + 1
+    if exponent is not None:
+        return f"{whole}e{3 * step}" if step else str(whole)
+    return f"{whole}{_DECIMAL_SUFFIXES[step]}"
 
 
 def parse_quantity(value: str) -> float:

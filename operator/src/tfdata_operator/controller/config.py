@@ -15,6 +15,8 @@ class OperatorConfig:
     build: BuildSettings = field(default_factory=BuildSettings)
     # Empty means every namespace.
     namespaces: tuple[str, ...] = ()
+    # --allow-host-path-volumes: hostPath volumes in spec.<component>.volumes (refused without it).
+    allow_host_path: bool = False
     # How often every TFDataService is queued for a reconcile even when nothing signals a change.
     # It reads nothing: the reconcile works from the watches' cache.
     resync_seconds: float = 60.0

@@ -221,7 +221,7 @@ def observe_children(body: Manifest, observed: Observed) -> plan.Children:
 def validate(run: Run) -> bool:
     """The spec parsed, defaulted and checked; an invalid one changes nothing and says why."""
     try:
-        run.svc = spec.parse(run.body, run.config.server_image)
+        run.svc = spec.parse(run.body, run.config.server_image, allow_host_path=run.config.allow_host_path)
     except spec.SpecError as exc:
         run.report.refused(None, f"Invalid spec: {exc}")
         return False

@@ -91,8 +91,11 @@ def reconcile_snapshot(
     except spec.SpecError as exc:
         _write(api, body, old, {**old, "reason": plansnap.INVALID_SPEC, "message": f"Invalid spec: {exc}"}, outcome)
         return outcome
-    claims = [plansnap.claim_of(r.body, r.service, config.server_image) for r in rivals]
-    target = plansnap.target(snap, service.body, config.server_image, old, [c for c in claims if c is not None])
+    allow = config.allow_host_path
+    claims = [plansnap.claim_of(r.body, r.service, config.server_image, allow_host_path=allow) for r in rivals]
+    target = plansnap.target(
+        snap, service.body, config.server_image, old, [c for c in claims if c is not None], allow_host_path=allow
+    )
     deleting = bool(meta.get("deletionTimestamp"))
     finalizers = list(meta.get("finalizers") or [])
     wants_finalizer = snap.deletion_policy == snapshotapi.DELETE
@@ -171,7 +174,7 @@ def _finalize(
 
 def _url(service: Service, config: OperatorConfig, path: str) -> str:
     assert service.body is not None and service.children is not None
-    svc = spec.parse(service.body, config.server_image)
+    svc = spec.parse(service.body, config.server_image, allow_host_path=config.allow_host_path)
     query = urllib.parse.urlencode({wire.PATH_PARAMETER: path})
     return f"{dispatcher_url(svc, config, service.children, wire.SNAPSHOTS_PATH)}?{query}"
 

@@ -168,11 +168,14 @@ def target(
     default_image: str | None,
     status: Manifest | None = None,
     rivals: Iterable[Claim] = (),
+    *,
+    allow_host_path: bool = False,
 ) -> Target:
     """Where the snapshot is, from its TFDataService as the cache has it (None: no such service) and
     its ``status`` (the path is frozen once a save started); refused (``PATH_TAKEN``) when one of
-    ``rivals``, the other TFDataSnapshots of the namespace (``claim_of``), keeps that place."""
-    found = _target(snap, service, default_image, status or {})
+    ``rivals``, the other TFDataSnapshots of the namespace (``claim_of``), keeps that place.
+    ``allow_host_path``: the operator's --allow-host-path-volumes, with which the service is parsed."""
+    found = _target(snap, service, default_image, status or {}, allow_host_path)
     mine = claim(snap, found, status or {})
     if mine is None:
         return found
@@ -200,17 +203,21 @@ def claim(snap: SnapshotSpec, target: Target, status: Manifest) -> Claim | None:
     return Claim(snap.name, path, target.volume, frozen is not None, snap.created)
 
 
-def claim_of(body: Manifest, service: Manifest | None, default_image: str | None) -> Claim | None:
+def claim_of(
+    body: Manifest, service: Manifest | None, default_image: str | None, *, allow_host_path: bool = False
+) -> Claim | None:
     """The place another TFDataSnapshot holds, from its body and its service's as the cache has them."""
     try:
         other = snapshotapi.parse(body)
     except spec.SpecError:
         return None
     status = body.get("status") or {}
-    return claim(other, _target(other, service, default_image, status), status)
+    return claim(other, _target(other, service, default_image, status, allow_host_path), status)
 
 
-def _target(snap: SnapshotSpec, service: Manifest | None, default_image: str | None, status: Manifest) -> Target:
+def _target(
+    snap: SnapshotSpec, service: Manifest | None, default_image: str | None, status: Manifest, allow_host_path: bool
+) -> Target:
     if service is None:
         return Target(
             None,
@@ -220,7 +227,7 @@ def _target(snap: SnapshotSpec, service: Manifest | None, default_image: str | N
             exists=False,
         )
     try:
-        svc = spec.parse(service, default_image)
+        svc = spec.parse(service, default_image, allow_host_path=allow_host_path)
     except spec.SpecError as exc:
         return Target(None, INVALID_SERVICE, f"TFDataService {snap.service} is invalid as written: {exc}")
     if svc.snapshots is None:

@@ -45,7 +45,8 @@ DEFAULT_INJECTOR_IMAGE = f"tfdata-operator:{__version__}"
 # The emptyDir the injected server program lives in (serverconfig.INJECT_MOUNT).
 PROGRAM_VOLUME = "tfdata-server-program"
 # What an image of the user's may lack that the server program needs in its environment: a
-# writable home (Keras writes ~/.keras) under the read-only root, and logs as they come.
+# writable home (Keras writes ~/.keras) under the read-only root, and logs as they come. Defaults
+# only: a variable of the same name in spec.<component>.env replaces the operator's.
 INJECTED_ENV = (("HOME", TMP_MOUNT), ("KERAS_HOME", f"{TMP_MOUNT}/.keras"), ("PYTHONUNBUFFERED", "1"))
 SERVER_UID = 1000
 DISPATCHER = "dispatcher"
@@ -581,17 +582,20 @@ def _pod_template(
     health_port: int,
     mounts: list[dict[str, Any]],
 ) -> Manifest:
+    users = {e["name"] for e in pod.env}
+    defaults = [(k, v) for k, v in (INJECTED_ENV if svc.inject_server else ()) if k not in users]
     container: dict[str, Any] = {
         "name": component,
         "image": svc.image,
         "command": ["python3", serverconfig.INJECTED_PROGRAM] if svc.inject_server else ["tfdata-server"],
         "args": [component],
         "env": [
-            *({"name": k, "value": v} for k, v in (INJECTED_ENV if svc.inject_server else ())),
+            *({"name": k, "value": v} for k, v in defaults),
             {"name": serverconfig.POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": serverconfig.POD_NAMESPACE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": serverconfig.CONFIG_ENV, "value": config_json},
-            # The user's after the operator's: spec refuses a user variable of the same name.
+            # The user's after the operator's: spec refuses the operator's own names (RESERVED_ENV), and
+            # a user's variable named like a default replaces it (a name twice is refused by the API server).
             *_as_stored(pod.env),
         ],
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports.items()]
@@ -626,10 +630,14 @@ def _pod_template(
             "runAsUser": SERVER_UID,
             "runAsGroup": SERVER_UID,
             "fsGroup": SERVER_UID,
+            # A volume's ownership is changed only when its root is not the pod's group already: not a
+            # recursive chown and chmod of every file (a data claim of millions of TFRecords) at each start.
+            "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "terminationGracePeriodSeconds": 30,
-        "volumes": [{"name": TMP_VOLUME, "emptyDir": {}}, *_as_stored(pod.volumes)],
+        # Bounded: a pipeline caching to /tmp gets its own pod evicted, never fills the node's disk.
+        "volumes": [{"name": TMP_VOLUME, "emptyDir": {"sizeLimit": pod.tmp_size_limit}}, *_as_stored(pod.volumes)],
     }
     if svc.snapshots is not None and svc.snapshots.claim_name is not None:
         # Every server writes (workers: the chunks) or reads (the dispatcher: the progress) the snapshots.
