@@ -38,6 +38,7 @@ STORED = [
     ("0.5Gi", "512Mi"),
     ("1.5Gi", "1536Mi"),
     ("2048Mi", "2Gi"),
+    ("2000M", "2G"),
     ("4096Mi", "4Gi"),
     ("0.5Ki", "512"),
     ("0.1Gi", "107374182400m"),
@@ -52,7 +53,7 @@ STORED = [
 # Kept as written: already canonical, or a form ParseQuantity keeps (its string looks canonical).
 KEPT = ["1Gi", "300Mi", "6Ki", "1001Gi", "1025", "5", "500m", "1G", "80m", "1080m", "300M", "1T", "1E", "3k", "0",
         "1e9", "1e-3", "80e-3", "300e6", "1n", "1080n", "1u", "1536Mi", "100Mi", "1073741824", "1e3", "1E3", "+1",
-        "1.500k", "1500e0", "64Mi"]  # fmt: skip
+        "1.500k", "1500e0", "64Mi", "2Gi", "1Ti", "1500M"]  # fmt: skip
 
 
 @pytest.mark.parametrize(("written", "stored"), STORED)
