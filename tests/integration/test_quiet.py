@@ -40,10 +40,20 @@ metadata:
   name: quiet-ready
 spec:
   shardingPolicy: DYNAMIC
-  dispatcher: {{tolerations: [{KWOK}]}}
-  # Written otherwise than the API server stores it (2Gi): the operator writes it as stored, or it
-  # would apply the StatefulSet again at every reconcile.
-  workers: {{replicas: 2, tmpSizeLimit: 2048Mi, tolerations: [{KWOK}]}}
+  # Every quantity written otherwise than the API server stores it (1Gi, 500m, 1, 2Gi, ...): the
+  # operator writes each as stored, or it would apply a StatefulSet again at every reconcile (and the
+  # journal claim's size, which a StatefulSet cannot change, would have it recreated).
+  dispatcher:
+    resources: {{requests: {{cpu: "0.5", memory: 1024Mi}}, limits: {{memory: 2048Mi}}}}
+    storage: {{size: 1024Mi}}
+    tolerations: [{KWOK}]
+  workers:
+    replicas: 2
+    tmpSizeLimit: 2048Mi
+    resources: {{requests: {{cpu: 1000m, memory: 0.5Gi}}, limits: {{cpu: 2000m, ephemeral-storage: 4096Mi}}}}
+    volumes: [{{name: scratch, emptyDir: {{sizeLimit: 1024Mi}}}}]
+    env: [{{name: CPU_LIMIT, valueFrom: {{resourceFieldRef: {{resource: limits.cpu, divisor: 1000m}}}}}}]
+    tolerations: [{KWOK}]
 """
 # Its dispatcher's signal cannot be read from here (kwok's pod addresses lead nowhere): whether a
 # client reads is unknown, which counts as reading, so drains wait; the reading is repeated every 30 s.

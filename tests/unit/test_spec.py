@@ -113,30 +113,6 @@ def test_quantities_compare_by_value(text: str, expected: float) -> None:
     assert spec.parse_quantity(text) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize(
-    ("written", "stored"),
-    [
-        ("2Gi", "2Gi"),
-        ("2048Mi", "2Gi"),
-        ("1536Mi", "1536Mi"),
-        ("1.5Gi", "1536Mi"),
-        ("0.5Gi", "512Mi"),
-        ("1Ti", "1Ti"),
-        ("1024Gi", "1Ti"),
-        ("2000M", "2G"),
-        ("1500M", "1500M"),
-        ("1073741824", "1073741824"),
-        ("4000000000", "4G"),
-        ("1e9", "1e9"),
-        ("1000e6", "1e9"),
-        ("100Mi", "100Mi"),
-    ],
-)
-def test_a_quantity_is_written_as_the_api_server_stores_it(written: str, stored: str) -> None:
-    """What `kubectl get -o yaml` shows back for a Quantity (Kubernetes' canonical form)."""
-    assert spec.canonical_quantity(written) == stored
-
-
 def test_tmp_size_limit_is_kept_as_the_api_server_stores_it() -> None:
     svc = parse(dispatcher={"tmpSizeLimit": "1024Mi"}, workers={"tmpSizeLimit": 4 * 2**30})
     assert (svc.dispatcher.pod.tmp_size_limit, svc.workers.pod.tmp_size_limit) == ("1Gi", "4294967296")

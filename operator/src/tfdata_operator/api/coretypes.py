@@ -15,6 +15,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from tfdata_operator.api import quantity
+
 AFFINITY = "io.k8s.api.core.v1.Affinity"
 TOLERATION = "io.k8s.api.core.v1.Toleration"
 RESOURCES = "io.k8s.api.core.v1.ResourceRequirements"
@@ -59,6 +61,24 @@ def _schemas() -> dict[str, Any]:
 def problems(value: Any, definition: str, path: str) -> list[str]:
     """What is wrong with ``value`` as a ``definition`` at ``path``; empty if nothing."""
     return _check(value, _schemas()[definition], path)
+
+
+def as_stored(value: Any, definition: str) -> Any:
+    """A checked ``value`` of ``definition`` with each quantity as the API server stores it (``quantity``)."""
+    return _as_stored(value, _schemas()[definition])
+
+
+def _as_stored(value: Any, schema: Mapping[str, Any]) -> Any:
+    if schema.get("x-kubernetes-int-or-string") and "pattern" in schema:  # a quantity (a port has no pattern)
+        return quantity.canonical(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else value
+    if isinstance(value, list):
+        return [_as_stored(item, schema.get("items", {})) for item in value]
+    if isinstance(value, Mapping):
+        extra, properties = schema.get("additionalProperties"), schema.get("properties", {})
+        return {
+            k: _as_stored(v, extra if isinstance(extra, Mapping) else properties.get(k, {})) for k, v in value.items()
+        }
+    return value
 
 
 def fields(definition: str) -> tuple[str, ...]:

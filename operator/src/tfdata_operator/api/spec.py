@@ -12,10 +12,10 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 from tfdata_operator.api import coretypes
+from tfdata_operator.api.quantity import canonical as canonical_quantity
 from tfdata_operator.wire import serverconfig
 from tfdata_operator.wire.sharding import SHARDING_POLICIES, STATIC_POLICIES
 
@@ -630,7 +630,7 @@ def _storage(r: _Reader) -> StorageSpec:
     d = StorageSpec()
     storage = StorageSpec(
         enabled=r.boolean("enabled", d.enabled),
-        size=r.quantity("size", d.size),
+        size=canonical_quantity(r.quantity("size", d.size)),
         storage_class_name=r.string("storageClassName", pattern=_DNS_SUBDOMAIN),
         when_deleted=r.enum("whenDeleted", ("Retain", "Delete"), d.when_deleted) or d.when_deleted,
     )
@@ -887,7 +887,7 @@ def _core_list(r: _Reader, key: str, definition: str, max_items: int) -> tuple[M
         return None
     found = [p for i, item in enumerate(value) for p in coretypes.problems(item, definition, f"{r.path}.{key}[{i}]")]
     r.problems.extend(found)
-    return None if found else tuple(value)
+    return None if found else tuple(coretypes.as_stored(item, definition) for item in value)
 
 
 def _labels(r: _Reader, key: str, max_items: int) -> dict[str, str]:
@@ -953,7 +953,10 @@ def _resources(r: _Reader) -> dict[str, dict[str, str]]:
                 f"{r.path}.requests.{resource} ({request}) exceeds {r.path}.limits.{resource} ({limit}): "
                 "a request must not be larger than its limit"
             )
-    return result
+    return {
+        kind: {resource: canonical_quantity(amount) for resource, amount in values.items()}
+        for kind, values in result.items()
+    }
 
 
 def _pull_secrets(value: Any, problems: list[str]) -> tuple[str, ...]:
@@ -979,38 +982,6 @@ _SUFFIXES = {
     "n": 10**-9, "u": 10**-6, "m": 10**-3, "": 1,
     "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
 }  # fmt: skip
-
-
-_BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
-_DECIMAL_SUFFIXES = ("", "k", "M", "G", "T", "P", "E")
-
-
-def canonical_quantity(value: str) -> str:
-    """A whole quantity as the API server stores it (resource.Quantity's canonical form): 2048Mi is
-    2Gi, 1000M is 1G, 0.5Gi is 512Mi. The operator writes what is stored, or every reconcile would find
-    the template changed. Values it does not cover (fractions of a unit, below 1024 with a binary
-    suffix) come back as written."""
-    match = re.fullmatch(r"(\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:[eE]([+-]?[0-9]+)|([a-zA-Z]*))", value)
-    if not match or (match.group(3) or "") not in _SUFFIXES:
-        return value
-    number, exponent, suffix = Fraction(match.group(1)), match.group(2), match.group(3) or ""
-    amount = number * (Fraction(10) ** int(exponent) if exponent is not None else Fraction(_SUFFIXES[suffix]))
-    if amount.denominator != 1:
-        return value
-    whole = amount.numerator
-    if suffix in _BINARY_SUFFIXES[1:]:
-        if whole < 1024:
-            return value
-        step = 0
-        while whole % 1024 == 0 and step < len(_BINARY_SUFFIXES) - 1:
-            whole, step = whole // 1024, step + 1
-        return f"{whole}{_BINARY_SUFFIXES[step]}"
-    step = 0
-    while whole and whole % 1000 == 0 and step < len(_DECIMAL_SUFFIXES) - 1:
-        whole, step = whole // 1000, step + 1
-    if exponent is not None:
-        return f"{whole}e{3 * step}" if step else str(whole)
-    return f"{whole}{_DECIMAL_SUFFIXES[step]}"
 
 
 def parse_quantity(value: str) -> float:
