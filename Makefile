@@ -223,7 +223,7 @@ test-tiers:
 .PHONY: test-dev-lane
 test-dev-lane:
 	@$(TIMED) lint $(MAKE) --no-print-directory lint
-	@$(MAKE) --no-print-directory -o images test-unit test-server test-server-oldest test-integration test-nodeagent test-e2e test-images
+	@$(MAKE) --no-print-directory -o images test-unit test-server test-server-oldest test-integration test-nodeagent test-e2e test-hostile test-images
 
 .PHONY: test-unit
 test-unit: venv ## Unit tests: pure, fast, no cluster.
@@ -264,6 +264,10 @@ test-nodeagent: venv binaries ## The dev cluster's node agent against a real con
 .PHONY: test-e2e
 test-e2e: venv binaries ## End to end: operator, node, real tfdata-server pods and real tf.data clients (needs root).
 	$(PYTEST) -q tests/e2e
+
+.PHONY: test-hostile
+test-hostile: venv binaries ## Hostile tenants on the dev cluster (needs root): server programs that drip, redirect, answer huge or garbled bodies; trainers that delete outside their snapshot directory, plant symlinks, flood the health port; a good service's time to Ready beside 10 dripping ones (JSON: .local/test-results/hostile-ready.json).
+	$(PYTEST) -q tests/hostile
 
 .PHONY: test-images
 test-images: venv binaries images ## Image tests with real Docker: tf.data through the server image; the operator image on a real control plane.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import http.client
 import logging
 import os
@@ -29,6 +30,15 @@ if TYPE_CHECKING:
 TICK_SECONDS = 0.25
 
 log = logging.getLogger("nodeagent")
+
+
+@functools.cache
+def probe_opener() -> urllib.request.OpenerDirector:
+    """The HTTP probes' opener, one for the node: a TLS context costs tens of milliseconds of CPU to
+    build, and one per probe made the node's probes of a few dozen pods take a core from their servers."""
+    tls = ssl.create_default_context()
+    tls.check_hostname, tls.verify_mode = False, ssl.CERT_NONE  # kubelets do not verify either
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=tls))
 
 
 class PodRunner(threading.Thread):
@@ -208,12 +218,7 @@ class PodRunner(threading.Thread):
                 request = urllib.request.Request(
                     url, headers={h["name"]: h["value"] for h in get.get("httpHeaders", [])}
                 )
-                tls = ssl.create_default_context()
-                tls.check_hostname, tls.verify_mode = False, ssl.CERT_NONE  # kubelets do not verify either
-                opener = urllib.request.build_opener(
-                    urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=tls)
-                )
-                with opener.open(request, timeout=probe.timeout) as response:
+                with probe_opener().open(request, timeout=probe.timeout) as response:
                     return 200 <= int(response.status) < 400
             if "tcpSocket" in spec:
                 port = self._port(container, spec["tcpSocket"]["port"])

@@ -13,26 +13,6 @@ the cluster's Service and pod names. That works for a cluster started with
 `python -m devcluster up --node` (`make dev-cluster`): its state dir is the kubeconfig's
 directory. On any other cluster (kind, ...) the pods' network is not reachable from here, and
 the tests fail saying so. The shared fixtures (`cluster`, `kubectl`,
-`namespace`, `operator`) come from tests/fixtures.
+`namespace`, `operator`, `node_state_dir`) come from tests/fixtures; the hostile tier
+(tests/hostile) uses them on a cluster of the same kind.
 """
-
-from __future__ import annotations
-
-from pathlib import Path
-
-import pytest
-
-import devcluster
-
-
-@pytest.fixture(scope="module")
-def node_state_dir(cluster: devcluster.Cluster) -> Path:
-    """The state dir of the dev node running the pods; fails when the cluster has none."""
-    state_dir = cluster.state_dir or cluster.kubeconfig.parent
-    network = state_dir / "node" / "network.json"
-    if not network.exists():
-        pytest.fail(
-            f"the e2e tests need the dev node's network, and {network} does not exist: run them on a cluster "
-            "from `python -m devcluster up --node` (the default, without TFDATA_TEST_KUBECONFIG)"
-        )
-    return state_dir

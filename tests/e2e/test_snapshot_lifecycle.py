@@ -22,12 +22,11 @@ import json
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ROOT, Kubectl, OperatorProcess, wait_for
+from support import Kubectl, OperatorProcess, wait_for
 
 from devcluster import node as nodeagent
 
@@ -41,12 +40,9 @@ TIMEOUT = 240
 
 
 @pytest.fixture(scope="module")
-def snapshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Where the pods and the trainer see the snapshots (not /tmp: pods get their own)."""
-    directory = ROOT / ".local" / f"e2e-snapshots-{tmp_path_factory.getbasetemp().name}"
-    directory.mkdir(parents=True, exist_ok=True)
-    yield directory
-    subprocess.run(["rm", "-rf", str(directory)], check=False)
+def snapshot_dir(node_disk: Path) -> Path:
+    """Where the pods and the trainer see the snapshots."""
+    return node_disk
 
 
 def client_settings(kubectl: Kubectl, namespace: str) -> dict[str, str]:

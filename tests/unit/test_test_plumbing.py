@@ -25,6 +25,7 @@ TIER_PATHS = [
     "tests/server",
     "tests/integration",
     "tests/e2e",
+    "tests/hostile",
     "tests/nodeagent",
     "tests/images",
     "tests/kind",
