@@ -8,7 +8,8 @@ iterator pads the one that ran out with empty batches until all have (``tf.distr
 ``get_next_as_optional``). TensorFlow's answer is *coordinated reads*: with ``num_consumers``
 and ``consumer_index`` the workers serve the job in rounds, one element to every consumer per
 round (``RoundRobinTaskRunner``). They need a named job, an infinite dataset (a task refuses a
-finite one; the end of the input is an error, not an end), workers outside the trainer
+finite one, and a dataset of unknown length that ends fails one consumer and leaves the others
+waiting for their round), workers outside the trainer
 (``target_workers`` not ``LOCAL``), and no cross-trainer cache.
 
 Everything here is pure: the trainer's place from ``TF_CONFIG`` or from arguments, and the
@@ -133,7 +134,8 @@ def plan(
 
     ``lockstep=None`` reads in lockstep when the place names more than one trainer; ``True`` requires
     a place; ``False`` reads first-come-first-served (the trainers then get unequal numbers of
-    elements). ``cardinality`` is the dataset's (``tf.data.INFINITE_CARDINALITY`` is -1, unknown -2).
+    elements). ``cardinality`` is the dataset's (``tf.data.INFINITE_CARDINALITY`` is -1, unknown -2):
+    in lockstep only an infinite one is read.
     """
     if lockstep is False:
         if where is not None and where.source == "arguments":
@@ -169,7 +171,15 @@ def plan(
             "cache (the cache is for independent trials that each read the whole stream): drop "
             "cross_trainer_cache=, or pass lockstep=False if these trainers are independent trials"
         )
-    if cardinality != INFINITE and cardinality != UNKNOWN:
+    if cardinality == UNKNOWN:
+        raise LockstepError(
+            f"{many} need an infinite dataset, and TensorFlow cannot tell whether this one ends (a filter, a "
+            "generator or another transformation of unknown length is last): if it ends, one trainer fails and "
+            "the others wait for their round forever. Add .repeat() at the end of the pipeline (before "
+            "distribute), which makes it infinite, and bound each epoch with steps_per_epoch. Or pass "
+            "lockstep=False to read first-come-first-served"
+        )
+    if cardinality != INFINITE:
         raise LockstepError(
             f"{many} need an infinite dataset, but this one ends after {cardinality} element(s): TensorFlow's "
             "coordinated reads refuse a finite dataset, and read first-come-first-served the trainers reach "
