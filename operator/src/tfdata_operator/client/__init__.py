@@ -15,6 +15,9 @@ What it adds to ``tf.data.experimental.service.distribute``:
   later one with another structure, so the second trainer learns the first one's fingerprint
   (read back with the dispatcher's metadata call) with no server of ours involved, and the
   claim lives exactly as long as the dispatcher's other state (it is journaled with it);
+- many trainers of one synchronous job (``TF_CONFIG`` with more than one chief or worker task, or
+  ``consumer_index``/``num_consumers``) read in lockstep, with TensorFlow's coordinated reads, and a
+  setup that would fail, hang or give them unequal batches is refused (``lockstep``);
 - the element spec the trainer expects, checked before training starts;
 - the servers' TensorFlow and ops, read from the dispatcher pod (``servercheck``): a pipeline
   the servers cannot run is refused before any element is requested, naming the missing op and
@@ -354,7 +357,7 @@ def distribute(
             job = _join_job(settings, job_name, dataset, fp.fingerprint(graph), on_mismatch)
         if element_spec is not None:
             check_element_spec(element_spec, dataset.element_spec, f"job {job!r}" if job else "the pipeline")
-        _last.update(settings=settings, job_name=job, read=read_plan)
+        _last.update(settings=settings, job_name=job)
         read = dataset.apply(
             tf.data.experimental.service.distribute(
                 processing_mode=tf.data.experimental.service.ShardingPolicy[mode],
