@@ -15,6 +15,9 @@ What it adds to ``tf.data.experimental.service.distribute``:
   later one with another structure, so the second trainer learns the first one's fingerprint
   (read back with the dispatcher's metadata call) with no server of ours involved, and the
   claim lives exactly as long as the dispatcher's other state (it is journaled with it);
+- many trainers of one synchronous job (``TF_CONFIG`` with more than one chief or worker task, or
+  ``consumer_index``/``num_consumers``) read in lockstep, with TensorFlow's coordinated reads, and a
+  setup that would fail, hang or give them unequal batches is refused (``lockstep``);
 - the element spec the trainer expects, checked before training starts;
 - the servers' TensorFlow and ops, read from the dispatcher pod (``servercheck``): a pipeline
   the servers cannot run is refused before any element is requested, naming the missing op and
@@ -34,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import json
+import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -42,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 from tfdata_operator.client import fingerprint as fp
 from tfdata_operator.client import fit, servercheck
+from tfdata_operator.client import lockstep as lockstep_
+from tfdata_operator.client.lockstep import LockstepError
 from tfdata_operator.client.servercheck import (
     IncompatibleTensorFlowError,
     MissingOpError,
@@ -294,6 +300,9 @@ def distribute(
     server_info_url: str | None = None,
     environ: Mapping[str, str] | None = None,
     directory: str | None = None,
+    lockstep: bool | None = None,
+    consumer_index: int | None = None,
+    num_consumers: int | None = None,
     **distribute_kwargs: Any,
 ) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
     """``dataset.apply(distribute("imagenet", job_name="train"))``: read ``dataset`` through a TFDataService.
@@ -308,6 +317,14 @@ def distribute(
     (``server_info_url``, published with the settings) is read and a pipeline they cannot run is
     refused (``MissingOpError``, ``IncompatibleTensorFlowError``); ``check_servers=False`` skips
     that. Other keyword arguments go to TensorFlow's ``distribute``.
+
+    Many trainers of one synchronous job (``lockstep``): when ``TF_CONFIG`` names more than one
+    training task (chief and workers), or ``consumer_index`` and ``num_consumers`` are given, the
+    trainers read the shared ``job_name`` with TensorFlow's coordinated reads, so that every trainer
+    gets one element per round; the dataset must then be infinite (``.repeat()``; bound epochs
+    with ``steps_per_epoch``). A setup that would fail or give the trainers unequal work raises
+    ``LockstepError`` saying what to change. ``lockstep=False`` reads first-come-first-served
+    instead; ``lockstep=True`` requires a place. See ``lockstep``.
     """
     if on_mismatch not in ON_MISMATCH:
         raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, got {on_mismatch!r}")
@@ -316,10 +333,20 @@ def distribute(
         settings = dataclasses.replace(settings, server_info_url=server_info_url)
     mode = check_processing_mode(settings, processing_mode)
     protocol = distribute_kwargs.pop("data_transfer_protocol", settings.data_transfer_protocol)
+    tf_config = (os.environ if environ is None else environ).get("TF_CONFIG")
+    where = lockstep_.place(consumer_index, num_consumers, None if lockstep is False else tf_config)
 
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         import tensorflow as tf
 
+        read_plan = lockstep_.plan(
+            where,
+            lockstep=lockstep,
+            job_name=job_name,
+            cardinality=_cardinality(dataset),
+            target_workers=target_workers,
+            cross_trainer_cache=distribute_kwargs.get("cross_trainer_cache") is not None,
+        )
         warn_local_reads(settings, target_workers)
         graph = _graph_def(dataset)
         if check_servers:
@@ -338,12 +365,20 @@ def distribute(
                 job_name=job,
                 data_transfer_protocol=protocol,
                 target_workers=target_workers,
+                **read_plan.kwargs(),
                 **distribute_kwargs,
             )
         )
         return fit.stamp_waits(read)  # what StallCallback measures a Keras fit with
 
     return apply
+
+
+def _cardinality(dataset: tf.data.Dataset) -> int:
+    import tensorflow as tf
+
+    value = tf.get_static_value(dataset.cardinality())
+    return lockstep_.UNKNOWN if value is None else int(value)
 
 
 def _join_job(
@@ -468,6 +503,7 @@ __all__ = [
     "ElementSpecMismatchError",
     "IncompatibleTensorFlowError",
     "LocalReadsWarning",
+    "LockstepError",
     "MissingOpError",
     "PipelineMismatchError",
     "ProcessingModeError",

@@ -1,0 +1,85 @@
+"""One trainer of a synchronous MultiWorkerMirroredStrategy job, for tests/server/test_lockstep.py.
+
+Argument: one JSON object: address, policy, job_name, tf_config, n (elements per pass), batch (per
+trainer), epochs, way ("loop": a custom loop over ``distribute_datasets_from_function``; "refuse":
+only apply the helper to a finite dataset). Prints one JSON line: ``{"steps": [[ids of each step's batch], ...],
+"epochs": [mean loss, ...]}`` or ``{"error": "<type>", "message": "..."}``.
+"""
+
+import json
+import os
+import sys
+
+args = json.loads(sys.argv[1])
+os.environ["TF_CONFIG"] = json.dumps(args["tf_config"])  # before TensorFlow reads it
+
+import tensorflow as tf  # noqa: E402
+
+from tfdata_operator import client  # noqa: E402
+
+N, BATCH, EPOCHS = args["n"], args["batch"], args["epochs"]
+
+
+def pipeline() -> tf.data.Dataset:
+    def element(i: tf.Tensor) -> dict[str, tf.Tensor]:
+        x = tf.stack([tf.cast(i % 7, tf.float32), tf.cast(i % 3, tf.float32)])
+        return {"id": i, "x": x, "y": tf.cast(i % 2, tf.float32)}
+
+    return tf.data.Dataset.range(N).map(element)
+
+
+def read(repeat: bool = True) -> tf.data.Dataset:
+    dataset = pipeline().repeat() if repeat else pipeline()
+    dataset = dataset.apply(client.distribute(address=args["address"], sharding_policy=args["policy"],
+                                              job_name=args["job_name"], check_servers=False))  # fmt: skip
+    return dataset.batch(BATCH, drop_remainder=True)
+
+
+def emit(result: dict) -> None:
+    print(json.dumps(result), flush=True)
+
+
+if args["way"] == "refuse":
+    try:
+        read(repeat=False)
+        emit({"error": None})
+    except Exception as exc:
+        emit({"error": type(exc).__name__, "message": str(exc)})
+    raise SystemExit(0)
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+assert strategy.num_replicas_in_sync == 2, strategy.num_replicas_in_sync
+GLOBAL = BATCH * strategy.num_replicas_in_sync
+STEPS = N // GLOBAL  # one pass over the data, the whole job together, per epoch
+
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+    optimizer = tf.keras.optimizers.SGD(0.01)
+
+dist = strategy.distribute_datasets_from_function(lambda ctx: read())
+
+
+@tf.function
+def train_step(iterator):
+    def step(batch):
+        with tf.GradientTape() as tape:
+            pred = tf.squeeze(model(batch["x"], training=True), -1)
+            loss = tf.nn.compute_average_loss(tf.square(pred - batch["y"]), global_batch_size=GLOBAL)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss, batch["id"]
+
+    loss, ids = strategy.run(step, args=(next(iterator),))
+    return strategy.reduce("SUM", loss, axis=None), ids
+
+
+steps, epochs = [], []
+iterator = iter(dist)
+for _epoch in range(EPOCHS):
+    losses = []
+    for _ in range(STEPS):
+        loss, ids = train_step(iterator)
+        losses.append(float(loss))
+        steps.append(strategy.experimental_local_results(ids)[0].numpy().tolist())
+    epochs.append(sum(losses) / len(losses))
+emit({"steps": steps, "epochs": epochs, "steps_per_epoch": STEPS})

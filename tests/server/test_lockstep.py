@@ -1,0 +1,94 @@
+"""Many trainers of one synchronous job read one service in lockstep (issue 40.1).
+
+Two trainer processes, each with the TF_CONFIG of a 2-worker MultiWorkerMirroredStrategy cluster on
+127.0.0.1, train a tiny model in a custom loop over ``distribute_datasets_from_function`` and the helper's
+dataset (``lockstep_trainer.py``), from a real dispatcher and two workers (``client_cluster.py``).
+(Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy whatever the dataset,
+keras-team/keras#20585; with tf-keras it runs through the helper: docs/trainers.md.)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support import free_port
+from test_trainer_client import Cluster, result_of, start_trainer
+
+N, BATCH, EPOCHS = 256, 16, 2  # one epoch = one pass: 256 // (16 * 2 trainers) = 8 steps
+
+
+@pytest.fixture(scope="module", params=["DYNAMIC", "DATA"])
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A dynamic policy, and a static one (each worker reads its fixed half, round after round)."""
+    started = Cluster(request.param, 2, tmp_path_factory.mktemp("lockstep") / "cluster.log")
+    yield started
+    started.stop()
+
+
+def tf_configs(trainers: int = 2) -> list[dict[str, Any]]:
+    workers = [f"127.0.0.1:{free_port()}" for _ in range(trainers)]
+    return [{"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}} for i in range(trainers)]
+
+
+def train(cluster: Cluster, way: str, job_name: str) -> list[dict[str, Any]]:
+    """Both trainers, started together; each must finish within the trainer timeout (no hang)."""
+    started = time.monotonic()
+    trainers = [
+        start_trainer(
+            script="lockstep_trainer.py",
+            address=cluster.address,
+            policy=cluster.policy,
+            job_name=job_name,
+            tf_config=config,
+            n=N,
+            batch=BATCH,
+            epochs=EPOCHS,
+            way=way,
+        )
+        for config in tf_configs()
+    ]
+    results = [result_of(trainer) for trainer in trainers]
+    print(f"{way}: both trainers done in {time.monotonic() - started:.1f}s")
+    for result in results:
+        assert "error" not in result, result
+    return results
+
+
+def test_two_trainers_in_a_custom_loop_get_equal_full_batches_and_every_element(cluster: Cluster) -> None:
+    results = train(cluster, "loop", "lockstep-loop")
+    steps = N // (BATCH * 2)
+    for i, result in enumerate(results):
+        sizes = [len(batch) for batch in result["steps"]]
+        assert result["steps_per_epoch"] == steps
+        assert sizes == [BATCH] * (EPOCHS * steps), f"trainer {i}'s batch sizes per step: {sizes}"
+    # Each round gives every trainer its own elements: no step's batches share one.
+    for step, (a, b) in enumerate(zip(results[0]["steps"], results[1]["steps"], strict=True)):
+        assert not set(a) & set(b), f"step {step}: both trainers got {sorted(set(a) & set(b))}"
+    # DYNAMIC hands every element of a pass out once; DATA has each worker repeat its own half, and the
+    # rounds take from the workers in turn. Either way two epochs read two passes' worth: every element
+    # was read, and none more often than the passes the workers had begun (at most one ahead).
+    counts = Counter(i for result in results for batch in result["steps"] for i in batch)
+    assert sum(counts.values()) == EPOCHS * N
+    missing = sorted(set(range(N)) - set(counts))
+    assert not missing, f"never read in {EPOCHS} passes' worth: {missing[:20]} ({len(missing)})"
+    too_often = {i: c for i, c in counts.items() if c > EPOCHS + 1}
+    assert not too_often, f"read more often than the passes begun: {too_often}"
+    for result in results:
+        assert all(loss == loss for loss in result["epochs"]), result["epochs"]  # not NaN
+
+
+def test_a_finite_dataset_is_refused_with_what_to_use_before_anything_is_sent() -> None:
+    config = tf_configs()[1]
+    never = "grpc://127.0.0.1:1"  # nothing listens: the refusal comes before any request
+    trainer = start_trainer(script="lockstep_trainer.py", address=never, policy="DYNAMIC", job_name="never",
+                            tf_config=config, n=N, batch=BATCH, epochs=1, way="refuse")  # fmt: skip
+    result = result_of(trainer)
+    assert result["error"] == "LockstepError", json.dumps(result)
+    message = result["message"]
+    assert "2 trainers in lockstep (trainer 1, from TF_CONFIG)" in message
+    assert f"ends after {N} element(s)" in message and ".repeat()" in message and "steps_per_epoch" in message
