@@ -166,6 +166,8 @@ class WorkersSpec:
     data_transfer_port: int | None = None
     rescale_policy: str = RESCALE_WHEN_IDLE
     rescale_max_wait_seconds: int | None = None
+    # How long drains wait on a signal or snapshots the operator cannot read (plan/drain.py).
+    drain_unreadable_max_wait_seconds: int = 3600
     pod: PodSettings = PodSettings()
 
 
@@ -668,6 +670,7 @@ def _workers(r: _Reader, snapshots: SnapshotsSpec | None = None) -> WorkersSpec:
     transfer_port = r.integer("dataTransferPort", None, 1, 65535)
     rescale_policy = r.enum("rescalePolicy", RESCALE_POLICIES, RESCALE_WHEN_IDLE)
     max_wait = r.integer("rescaleMaxWaitSeconds", None, 1, 604_800)
+    unreadable_wait = r.integer("drainUnreadableMaxWaitSeconds", d.drain_unreadable_max_wait_seconds, 60, 604_800)
     pod = _pod_settings(r, operator_volumes(journal=False, snapshots=snapshots))
     r.finish()
     if port == health_port:
@@ -687,6 +690,7 @@ def _workers(r: _Reader, snapshots: SnapshotsSpec | None = None) -> WorkersSpec:
             "never waits. Remove rescaleMaxWaitSeconds or the rescalePolicy"
         )
     assert replicas is not None and port is not None and health_port is not None and rescale_policy is not None
+    assert unreadable_wait is not None
     return WorkersSpec(
         replicas=replicas,
         port=port,
@@ -697,6 +701,7 @@ def _workers(r: _Reader, snapshots: SnapshotsSpec | None = None) -> WorkersSpec:
         data_transfer_port=transfer_port,
         rescale_policy=rescale_policy,
         rescale_max_wait_seconds=max_wait,
+        drain_unreadable_max_wait_seconds=unreadable_wait,
         pod=pod,
     )
 

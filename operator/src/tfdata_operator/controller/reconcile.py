@@ -571,7 +571,11 @@ def _drain_decision(run: Run) -> drain.DrainDecision:
     svc, children, readers = run.svc, run.children, run.autoscaling
     running = hold.dispatcher_running(children.pods_of(builders.DISPATCHER))
     workers = len(children.pods_of(builders.WORKER))
-    since = coretypes.parse_time(((run.body.get("status") or {}).get("drains") or {}).get("since"))
+    drains = (run.body.get("status") or {}).get("drains") or {}
+    since, unreadable_since = (
+        coretypes.parse_time(drains.get("since")),
+        coretypes.parse_time(drains.get("unreadableSince")),
+    )
     now = datetime.now(timezone.utc)
     unread = hold.Unknown("this operator has no way to read it")
     signal: hold.Signal | None = None
@@ -584,7 +588,7 @@ def _drain_decision(run: Run) -> drain.DrainDecision:
     saves: hold.Snapshots | None = None
     if drain.needs_snapshots(svc, running, workers):
         saves = _kept_snapshots(run)
-    decision = drain.decide(svc, running, workers, signal, since, now, saves)
+    decision = drain.decide(svc, running, workers, signal, since, now, saves, unreadable_since)
     run.outcome.requeue_after = _sooner(run.outcome.requeue_after, decision.requeue_after)
     return decision
 
