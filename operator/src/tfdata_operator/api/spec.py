@@ -80,6 +80,7 @@ RESERVED_ENV = (serverconfig.CONFIG_ENV, serverconfig.POD_NAME_ENV, serverconfig
 MAX_VOLUMES, MAX_MOUNTS, MAX_ENV, MAX_ENV_FROM = 16, 16, 64, 16
 # One line of printable text (spec.nodeLoss.fencedBy: quoted in the status and Events).
 _PRINTABLE_LINE = re.compile(r"^[^\x00-\x1f\x7f]+$")
+_PATTERN_NAMES[_PRINTABLE_LINE] = "one line of text, without control characters"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _describe = coretypes.describe
 
