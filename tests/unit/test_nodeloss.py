@@ -512,3 +512,45 @@ def test_the_pods_of_one_lost_node_cost_one_read_of_it_per_five_seconds() -> Non
     clock.now += reconcile.NODE_READ_SECONDS
     reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
     assert reads() == 1
+
+
+def test_a_dispatcher_waiting_for_the_node_of_its_journal_is_let_go_once_that_node_is_deleted() -> None:
+    """The pod garbage collector deleted the dispatcher pod of a deleted node; its StatefulSet's new pod
+    waits for the journal's volume, pinned to that node, for good: the volume is set to Retain, the
+    claim let go, and the pod recreated. While the node exists and is not known to be off, it waits."""
+    api, body = FakeApi(), service()
+    started(api, body)
+    claim, dispatcher = "journal-demo-dispatcher-0", with_local_journal(api)
+    dispatcher["spec"] = {}
+    dispatcher["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "lastTransitionTime": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+    ]
+    reconcile_with(api, body, [dispatcher])  # just unscheduled: nothing is read
+    assert [c for c in api.take_calls() if c[0] != "status"] == []
+
+    dispatcher["status"]["conditions"][0]["lastTransitionTime"] = (
+        datetime.now(timezone.utc) - timedelta(seconds=nodeloss.RECHECK_SECONDS + 1)
+    ).strftime("%Y-%m-%dT%H:%M:%SZ")
+    api.objects[("Node", "node-a")] = node(ready="Unknown", tainted_ago=3600)  # only unreachable: it waits
+    reconcile_with(api, body, [dispatcher])
+    assert [c for c in api.take_calls() if c[0] != "status"] == [
+        ("get", f"PersistentVolumeClaim/{claim}"),
+        ("get", "PersistentVolume/pv-1"),
+        ("get", "Node/node-a"),
+    ]
+    del api.objects[("Node", "node-a")]
+    reconcile_with(api, body, [dispatcher])
+    assert [c for c in api.take_calls() if c[0] in ("retain", "delete", "force-delete", "event")] == [
+        ("retain", "PersistentVolume/pv-1"),
+        ("delete", f"PersistentVolumeClaim/{claim}"),
+        ("force-delete", "Pod/demo-dispatcher-0"),
+        ("event", "JournalLost"),
+    ]
+    assert "its Node object was deleted" in api.events[-1][2] and "volume pv-1" in api.events[-1][2]
+    assert nodeloss.pinned_node(LOCAL_PATH_PV) == "node-a"
+    assert nodeloss.pinned_node(ZONAL_PV) is None

@@ -343,11 +343,14 @@ def replace_lost_pods(run: Run) -> bool:
     svc, readers, namespace = run.svc, run.autoscaling, run.body["metadata"]["namespace"]
     pods = [*run.children.pods_of(builders.DISPATCHER), *run.children.pods_of(builders.WORKER)]
     names = {n for p in pods if (n := nodeloss.node_to_read(p))}
-    if not names:
+    now = datetime.now(timezone.utc)
+    stuck = nodeloss.unscheduled_dispatcher(svc, run.children.pods_of(builders.DISPATCHER), now)
+    if not names and stuck is None:
         return True
     nodes = {n: _read(run.api, readers, "v1", "Node", None, n) for n in sorted(names)}
     lost = nodeloss.lost_pods(pods, nodes)
-    now = datetime.now(timezone.utc)
+    if stuck is not None and (stranded := _stranded_dispatcher(run, stuck)) is not None:
+        lost.append(stranded)
     kept: nodeloss.Journal | None = None
     if (dispatcher_lost := nodeloss.journal_to_read(svc, lost, now)) is not None:
         claim = nodeloss.journal_claim(svc, dispatcher_lost.pod)
@@ -390,6 +393,21 @@ def replace_lost_pods(run: Run) -> bool:
         if not any(c.get("type") == reasons.DISPATCHER_READY and c.get("reason") == dispatcher.reason for c in old):
             run.record(dispatcher.reason, f"The dispatcher's {dispatcher.message}", "Warning")
     return True
+
+
+def _stranded_dispatcher(run: Run, pod: Manifest) -> nodeloss.Lost | None:
+    """An unscheduled dispatcher pod whose journal claim is bound to a volume pinned to a node that is
+    known to be off (``nodeloss.stranded_dispatcher``): its claim, volume and that node are read (each
+    kept NODE_READ_SECONDS). A claim not bound yet (a new service) costs one read."""
+    claim = nodeloss.journal_claim(run.svc, pod)
+    assert claim is not None
+    bound = _read(run.api, run.autoscaling, "v1", "PersistentVolumeClaim", run.svc.namespace, claim)
+    volume = ((bound or {}).get("spec") or {}).get("volumeName")
+    pv = _read(run.api, run.autoscaling, "v1", "PersistentVolume", None, volume) if volume else None
+    node = nodeloss.pinned_node(pv)
+    if node is None:
+        return None
+    return nodeloss.stranded_dispatcher(pod, node, _read(run.api, run.autoscaling, "v1", "Node", None, node))
 
 
 def delete(run: Run) -> bool:

@@ -152,6 +152,52 @@ def lost_pods(pods: Sequence[Manifest], nodes: Mapping[str, Manifest | None]) ->
     return lost
 
 
+def unscheduled_dispatcher(svc: ServiceSpec, pods: Sequence[Manifest], now: datetime) -> Manifest | None:
+    """A dispatcher pod with a journal claim that the scheduler has found no node for, for RECHECK_SECONDS
+    at least (its PodScheduled condition): its claim may be bound to a volume on a node that is gone. The
+    pod garbage collector deletes the pods of a deleted or out-of-service node by itself, and the
+    StatefulSet's new pod then waits for that node for good. A pod that is only starting costs no read."""
+    if not svc.dispatcher.storage.enabled:
+        return None
+    for pod in pods:
+        if not is_dispatcher(svc, pod) or (pod.get("spec") or {}).get("nodeName"):
+            continue
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        unscheduled = next(
+            (c for c in conditions if c.get("type") == "PodScheduled" and c.get("status") == "False"), None
+        )
+        since = coretypes.parse_time((unscheduled or {}).get("lastTransitionTime"))
+        if since is not None and now >= since + timedelta(seconds=RECHECK_SECONDS):
+            return pod
+    return None
+
+
+def pinned_node(volume: Manifest | None) -> str | None:
+    """The one node a volume's required node affinity names by hostname (a local-path or local volume), if any."""
+    terms = ((((volume or {}).get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}).get(
+        "nodeSelectorTerms"
+    ) or []
+    names = {
+        value
+        for term in terms
+        for e in term.get("matchExpressions") or []
+        if e.get("key") == HOSTNAME_LABEL and e.get("operator") == "In"
+        for value in e.get("values") or []
+    }
+    return next(iter(names)) if len(names) == 1 and all(_pins_to(t, next(iter(names))) for t in terms) else None
+
+
+def stranded_dispatcher(pod: Manifest, node: str, read: Manifest | None) -> Lost | None:
+    """An unscheduled dispatcher pod whose journal's volume is pinned to ``node`` (as read: None, deleted),
+    as a lost pod of that node when the node is known to be off; None otherwise (it waits for the node)."""
+    state = node_state(read)
+    if state is None or state[0] is None:
+        return None
+    return Lost(pod, node, state[1], state[0])
+
+
 def is_dispatcher(svc: ServiceSpec, pod: Manifest) -> bool:
     return str(pod["metadata"]["name"]).startswith(builders.dispatcher_name(svc) + "-")
 
