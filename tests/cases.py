@@ -438,8 +438,20 @@ BAD_SPECS = [
     BadSpec(
         "negative-replace-after",
         "nodeLoss: {replaceAfterSeconds: -1}",
-        "greater than or equal to 0",
+        "greater than or equal to 30",
         "spec.nodeLoss.replaceAfterSeconds must be between 0 and 86400, got -1",
+    ),
+    BadSpec(
+        "dispatcher-replaced-sooner-than-30-s",
+        "nodeLoss: {dispatcherReplaceAfterSeconds: 10}",
+        "greater than or equal to 30",
+        "spec.nodeLoss.dispatcherReplaceAfterSeconds must be between 30 and 86400, got 10",
+    ),
+    BadSpec(
+        "fenced-by-on-two-lines",
+        'nodeLoss: {fencedBy: "our agent\\nrm -rf"}',
+        "spec.nodeLoss.fencedBy in body should match",
+        "it must be one line of text, without control characters",
     ),
     BadSpec(
         "node-loss-unknown-field",

@@ -1,19 +1,27 @@
-"""A node that stops answering, and the operator replacing its pods without a human (spec.nodeLoss).
+"""A node that stops answering, and the operator replacing its pods without a human (spec.nodeLoss):
+only what holds no state on a guess, everything at once on certainty, and never a journal deleted.
 
-A second kwok node joins the cluster for this module; two services place their pods there (a
+A second kwok node joins the cluster for this module; three services place their pods there (a
 required node affinity for a label that only that node carries at first; once the pods run there, the
 other kwok nodes get the label too, so the replacements have somewhere to go). Then kwok stops
 managing it (``stop``), so nothing renews its Lease or posts its status: the real node lifecycle
 controller marks it Unknown after its --node-monitor-grace-period (50 s by default in v1.34, which the
 dev cluster keeps), taints it node.kubernetes.io/unreachable and marks its pods not Ready, as it would
-for a machine that lost power. From there it is the operator's: after replaceAfterSeconds
+for a machine that lost power, or for one that is only slow. That is a guess, so
 
-- ``recover`` (the default, Recover): its worker and its dispatcher are force-deleted and come back on
-  the other node; the dispatcher's journal claim (kwok provisions hostPath volumes: reachable only
-  from their node) is deleted first, so the dispatcher comes back on a new claim, and a Warning Event
-  says that the running jobs were lost;
-- ``waiting`` (dispatcher: Wait): its worker is replaced, its dispatcher is not, and the status and a
-  Warning Event say what a person can do, which the test then does (a force delete).
+- every worker is replaced after replaceAfterSeconds (30, the least): a worker keeps no state;
+- ``guess`` (Recover, its journal on a kwok hostPath volume, which only that node reaches): its
+  dispatcher stays until dispatcherReplaceAfterSeconds (60 here; 300 by default), then its volume is
+  set to Retain, its claim let go (kwok would delete a Released volume of reclaim Delete), and it comes
+  back on a new claim; a Warning Event names the volume that keeps the old journal;
+- ``shared`` (Recover, its journal at a gs:// URL, which other nodes reach) and ``waiting``
+  (dispatcher: Wait): their dispatchers stay, and the status and a Warning Event say what a person can do.
+
+Then the test does what that person does: it taints the node node.kubernetes.io/out-of-service, and both
+dispatchers come back on another node within seconds (``waiting``'s volume kept too). The taint's effect
+here is NoSchedule: the checks of Kubernetes' non-graceful node shutdown key on the taint alone, and
+NoExecute would also have the taint manager evict the pods, and the pod garbage collector force-delete
+them in its next 20 s round, racing the operator; the test is about what the operator does.
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -38,8 +47,10 @@ PLACE = f"test.tfdata.dev/{NODE}"
 # The node lifecycle controller's grace period (50 s), its 5 s period, the tainter's rate limit, and the
 # replacements on a loaded 2-core machine.
 LOSS_TIMEOUT = 180
-REPLACE_AFTER = 5
+REPLACE_AFTER = 30  # the least
+DISPATCHER_AFTER = 60
 HOLD_SECONDS = 6.0
+OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 
 
 def placed_there(replicas: int | None = None) -> dict[str, Any]:
@@ -52,15 +63,16 @@ def placed_there(replicas: int | None = None) -> dict[str, Any]:
     return pod if replicas is None else {**pod, "replicas": replicas}
 
 
-def service(name: str, namespace: str, **node_loss: Any) -> dict[str, Any]:
+def service(name: str, namespace: str, journal: dict[str, Any] | None = None, **node_loss: Any) -> dict[str, Any]:
+    loss = {"replaceAfterSeconds": REPLACE_AFTER, "dispatcherReplaceAfterSeconds": DISPATCHER_AFTER, **node_loss}
     return {
         "apiVersion": "tfdata.dev/v1alpha1",
         "kind": "TFDataService",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "shardingPolicy": "DYNAMIC",
-            "nodeLoss": {"replaceAfterSeconds": REPLACE_AFTER, **node_loss},
-            "dispatcher": placed_there(),
+            "nodeLoss": loss,
+            "dispatcher": {**placed_there(), **(journal or {})},
             "workers": placed_there(replicas=1),
         },
     }
@@ -124,12 +136,30 @@ def condition(kubectl: Kubectl, namespace: str, name: str, kind: str = "Ready") 
     return next((c for c in conditions if c["type"] == kind), {})
 
 
-def test_pods_of_an_unreachable_node_are_replaced_and_a_waiting_dispatcher_is_left_to_a_person(
+def taint_added(kubectl: Kubectl, node: str, key: str) -> datetime | None:
+    taints = (kubectl.get("node", node).get("spec") or {}).get("taints") or []
+    added = [t.get("timeAdded") for t in taints if t["key"] == key]
+    return datetime.strptime(added[0], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc) if added else None
+
+
+def volume(kubectl: Kubectl, name: str) -> dict[str, Any] | None:
+    found = kubectl.run("get", "pv", name, "-o", "json", "--ignore-not-found").stdout.strip()
+    return json.loads(found) if found else None
+
+
+SERVICES = {
+    "guess": {},
+    "shared": {"journal": {"workDir": "gs://tfdata-test-bucket/journal", "storage": {"enabled": False}}},
+    "waiting": {"dispatcher": "Wait"},
+}
+
+
+def test_a_guess_replaces_only_what_holds_no_state_and_certainty_the_rest_at_once(
     kubectl: Kubectl, namespace: str, operator: OperatorProcess, node: str
 ) -> None:
-    for name, setting in (("recover", {}), ("waiting", {"dispatcher": "Wait"})):
+    for name, setting in SERVICES.items():
         kubectl.apply(service(name, namespace, **setting))
-    names = {f"{s}-{part}-0" for s in ("recover", "waiting") for part in ("dispatcher", "worker")}
+    names = {f"{s}-{part}-0" for s in SERVICES for part in ("dispatcher", "worker")}
     before = wait_for(
         lambda: (
             (seen := where(kubectl, namespace)).keys() >= names
@@ -137,65 +167,112 @@ def test_pods_of_an_unreachable_node_are_replaced_and_a_waiting_dispatcher_is_le
             and seen
         ),
         90,
-        f"the four pods to run on {node}",
+        f"the six pods to run on {node}",
         show=lambda: where(kubectl, namespace),
     )
-    claim = kubectl.get("pvc", "journal-recover-dispatcher-0", "-n", namespace)
-    assert claim is not None and claim["status"]["phase"] == "Bound", claim
+    claims = {s: kubectl.get("pvc", f"journal-{s}-dispatcher-0", "-n", namespace) for s in ("guess", "waiting")}
+    assert all(c is not None and c["status"]["phase"] == "Bound" for c in claims.values()), claims
     elsewhere_nodes = others(kubectl, node)
     assert elsewhere_nodes, "the dev cluster has no other kwok node for the replacements"
     kubectl.run("label", "nodes", *elsewhere_nodes, f"{PLACE}=elsewhere")
+    retained: list[str] = []
+    try:
+        _lose_the_node(kubectl, namespace, operator, node, before, claims, elsewhere_nodes, retained)
+    finally:
+        for pv in retained:  # kept by design: nothing else deletes a volume of reclaim Retain
+            kubectl.run("delete", "pv", pv, "--ignore-not-found", "--wait=false")
 
+
+def _lose_the_node(
+    kubectl: Kubectl,
+    namespace: str,
+    operator: OperatorProcess,
+    node: str,
+    before: dict[str, tuple[str, str, bool]],
+    claims: dict[str, Any],
+    elsewhere_nodes: list[str],
+    retained: list[str],
+) -> None:
     # The node stops answering: nothing renews its Lease or posts its status any more.
     stop(kubectl, node)
     stopped = time.monotonic()
+    tainted = wait_for(lambda: taint_added(kubectl, node, "node.kubernetes.io/unreachable"), LOSS_TIMEOUT,
+                       f"{node} to be tainted unreachable", interval=1,
+                       show=lambda: kubectl.get("node", node).get("status", {}).get("conditions"))  # fmt: skip
+    print(f"{node} tainted unreachable {time.monotonic() - stopped:.0f}s after it stopped")
 
-    def tainted() -> float | None:
-        taints = (kubectl.get("node", node).get("spec") or {}).get("taints") or []
-        unreachable = any(t["key"] == "node.kubernetes.io/unreachable" and t["effect"] == "NoExecute" for t in taints)
-        return time.monotonic() - stopped if unreachable else None
+    def moved(*pods: str) -> Callable[[], dict[str, tuple[str, str, bool]] | None]:
+        def probe() -> dict[str, tuple[str, str, bool]] | None:
+            seen = where(kubectl, namespace)
+            gone = all(n in seen and seen[n][0] != before[n][0] and seen[n][1] not in ("", node) and seen[n][2]
+                       for n in pods)  # fmt: skip
+            return seen if gone else None
 
-    taint_after = wait_for(tainted, LOSS_TIMEOUT, f"{node} to be tainted unreachable", interval=1,
-                           show=lambda: kubectl.get("node", node).get("status", {}).get("conditions"))  # fmt: skip
+        return probe
 
-    replaced = {"recover-dispatcher-0", "recover-worker-0", "waiting-worker-0"}
+    # A guess: the workers, which keep no state, go after replaceAfterSeconds; no dispatcher does.
+    workers = [f"{s}-worker-0" for s in SERVICES]
+    wait_for(moved(*workers), LOSS_TIMEOUT, "the workers to run on another node", interval=1,
+             show=lambda: (where(kubectl, namespace), events(kubectl, namespace, "guess")))  # fmt: skip
+    lag = (datetime.now(timezone.utc) - tainted).total_seconds()
+    print(f"the workers replaced and Ready on another node {lag:.0f}s after the unreachable taint "
+          f"(replaceAfterSeconds {REPLACE_AFTER})")  # fmt: skip
+    assert lag >= REPLACE_AFTER - 1, lag
+    dispatchers = {f"{s}-dispatcher-0": before[f"{s}-dispatcher-0"][:2] for s in SERVICES}
+    left = (tainted + timedelta(seconds=DISPATCHER_AFTER) - datetime.now(timezone.utc)).total_seconds() - 5
+    holds_for(lambda: {n: where(kubectl, namespace).get(n, ("",))[:2] for n in dispatchers}, max(1.0, left),
+              "every dispatcher pod where it was, until dispatcherReplaceAfterSeconds",
+              lambda seen: seen == dispatchers)  # fmt: skip
 
-    def elsewhere() -> dict[str, tuple[str, str, bool]] | None:
-        seen = where(kubectl, namespace)
-        moved = all(n in seen and seen[n][0] != before[n][0] and seen[n][1] not in ("", node) and seen[n][2]
-                    for n in replaced)  # fmt: skip
-        return seen if moved else None
-
-    wait_for(elsewhere, LOSS_TIMEOUT, "the replaced pods to run on another node", interval=1,
-             show=lambda: (where(kubectl, namespace), events(kubectl, namespace, "recover")))  # fmt: skip
-    print(f"{node} tainted unreachable {taint_after:.0f}s after it stopped; its pods replaced and Ready on "
-          f"another node {time.monotonic() - stopped:.0f}s after it stopped")  # fmt: skip
-
-    # The recovered dispatcher runs on a new claim, and the Event says that the running jobs were lost.
-    new_claim = kubectl.get("pvc", "journal-recover-dispatcher-0", "-n", namespace)
-    assert new_claim is not None and new_claim["metadata"]["uid"] != claim["metadata"]["uid"], new_claim
-    said = events(kubectl, namespace, "recover")
+    # guess: after dispatcherReplaceAfterSeconds, its node-local journal is kept (Retain) and it moves.
+    wait_for(moved("guess-dispatcher-0"), LOSS_TIMEOUT, "guess's dispatcher to run on another node", interval=1,
+             show=lambda: (where(kubectl, namespace), events(kubectl, namespace, "guess")))  # fmt: skip
+    lag = (datetime.now(timezone.utc) - tainted).total_seconds()
+    print(f"guess's dispatcher replaced and Ready on another node {lag:.0f}s after the unreachable taint "
+          f"(dispatcherReplaceAfterSeconds {DISPATCHER_AFTER})")  # fmt: skip
+    old_pv = claims["guess"]["spec"]["volumeName"]
+    retained.append(old_pv)
+    new_claim = kubectl.get("pvc", "journal-guess-dispatcher-0", "-n", namespace)
+    assert new_claim is not None and new_claim["metadata"]["uid"] != claims["guess"]["metadata"]["uid"], new_claim
+    kept = holds_for(lambda: volume(kubectl, old_pv), HOLD_SECONDS, f"the old journal's volume {old_pv}",
+                     lambda pv: pv is not None and pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+                     and pv["status"]["phase"] == "Released")  # fmt: skip
+    assert kept > 1
+    said = events(kubectl, namespace, "guess")
     lost = [m for t, r, m in said if (t, r) == ("Warning", "JournalLost")]
-    assert len(lost) == 1 and "the jobs that were running are lost, and clients must start new ones" in lost[0], said
-    assert [r for _, r, _ in said].count("ReplacedLostPod") == 1, said
-    wait_for(lambda: condition(kubectl, namespace, "recover").get("status") == "True", 60, "recover to be Ready",
-             show=lambda: condition(kubectl, namespace, "recover"))  # fmt: skip
+    assert len(lost) == 1 and f"the volume {old_pv} (" in lost[0] and "the old journal is kept there" in lost[0], said
+    assert "(a guess: a node that is only slow looks the same)" in lost[0], lost
+    wait_for(lambda: condition(kubectl, namespace, "guess").get("status") == "True", 60, "guess to be Ready",
+             show=lambda: condition(kubectl, namespace, "guess"))  # fmt: skip
 
-    # Wait: the dispatcher stays where it was, and the status and one Warning Event say what a person can do.
-    wait_for(lambda: condition(kubectl, namespace, "waiting").get("reason") == "DispatcherNodeLost", 30,
-             "waiting's Ready to say the dispatcher's node is lost",
-             show=lambda: condition(kubectl, namespace, "waiting"))  # fmt: skip
-    kept = before["waiting-dispatcher-0"][:2]  # the same pod, on the same node
-    holds_for(lambda: where(kubectl, namespace).get("waiting-dispatcher-0"), HOLD_SECONDS,
-              "the waiting dispatcher pod", lambda seen: seen is not None and seen[:2] == kept)  # fmt: skip
-    message = condition(kubectl, namespace, "waiting")["message"]
-    assert "kubectl delete pod waiting-dispatcher-0 --force --grace-period=0" in message, message
-    warned = [m for t, r, m in events(kubectl, namespace, "waiting") if (t, r) == ("Warning", "DispatcherNodeLost")]
-    assert len(warned) == 1, events(kubectl, namespace, "waiting")
+    # shared and waiting: their dispatchers stay, and the status and one Warning Event say why and what to do.
+    for name, why in (("shared", "nothing says the node is fenced"), ("waiting", "spec.nodeLoss.dispatcher is Wait")):
+        message = condition(kubectl, namespace, name).get("message", "")
+        assert condition(kubectl, namespace, name).get("reason") == "DispatcherNodeLost" and why in message, message
+        assert f"kubectl taint node {node} {OUT_OF_SERVICE}=nodeshutdown:NoExecute" in message, message
+        warned = [m for t, r, m in events(kubectl, namespace, name) if (t, r) == ("Warning", "DispatcherNodeLost")]
+        assert len(warned) == 1, events(kubectl, namespace, name)
+    rest = {n: dispatchers[n] for n in ("shared-dispatcher-0", "waiting-dispatcher-0")}
+    holds_for(lambda: {n: where(kubectl, namespace).get(n, ("",))[:2] for n in rest}, HOLD_SECONDS,
+              "the shared and waiting dispatcher pods where they were", lambda seen: seen == rest)  # fmt: skip
 
-    # What the person does: the pod comes back on the other node, and the service is Ready again.
-    kubectl.run("delete", "pod", "waiting-dispatcher-0", "-n", namespace, "--force", "--grace-period=0")
-    wait_for(lambda: condition(kubectl, namespace, "waiting").get("status") == "True", 60, "waiting to be Ready",
-             show=lambda: (condition(kubectl, namespace, "waiting"), where(kubectl, namespace)))  # fmt: skip
+    # What a person (or a fencing agent) does once the node is known to be off: both go at once.
+    kubectl.run("taint", "node", node, f"{OUT_OF_SERVICE}=nodeshutdown:NoSchedule")
+    marked = time.monotonic()
+    wait_for(moved("shared-dispatcher-0", "waiting-dispatcher-0"), 60,
+             "the shared and waiting dispatchers to run on another node", interval=0.5,
+             show=lambda: (where(kubectl, namespace), events(kubectl, namespace, "waiting")))  # fmt: skip
+    print(
+        f"out-of-service taint to both dispatchers replaced and Ready on another node: {time.monotonic() - marked:.1f}s"
+    )
+    old_pv = claims["waiting"]["spec"]["volumeName"]
+    retained.append(old_pv)
+    pv = volume(kubectl, old_pv)
+    assert pv is not None and pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain", pv
+    for name, reason in (("shared", "ReplacedLostPod"), ("waiting", "JournalLost")):
+        said = [m for _, r, m in events(kubectl, namespace, name) if r == reason and "the dispatcher pod" in m]
+        assert len(said) == 1 and f"is known to be off: it is tainted {OUT_OF_SERVICE}" in said[0], said
+        wait_for(lambda n=name: condition(kubectl, namespace, n).get("status") == "True", 60, f"{name} to be Ready",
+                 show=lambda n=name: condition(kubectl, namespace, n))  # fmt: skip
     assert where(kubectl, namespace)["waiting-dispatcher-0"][1] in elsewhere_nodes, where(kubectl, namespace)
     assert json.dumps(operator.errors()) == "[]"

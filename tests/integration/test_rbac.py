@@ -92,6 +92,7 @@ NEVER_CLUSTER = [
     ("list", "nodes"),
     ("watch", "nodes"),
     ("update", "nodes"),
+    ("patch", "nodes"),
     ("list", "persistentvolumes"),
     ("delete", "persistentvolumes"),
     ("get", "customresourcedefinitions.apiextensions.k8s.io"),

@@ -9,12 +9,15 @@ import pytest
 from support import service_signals
 
 from tfdata_operator.api import reasons, spec
+from tfdata_operator.controller import reconcile
+from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.plan import drain, hold
 from tfdata_operator.render import builders
 from tfdata_operator.wire import snapshots as snapshotwire
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
 from cases import parse
+from fixtures import fakes
 
 NOW = datetime(2026, 11, 27, 10, 0, 0, tzinfo=timezone.utc)
 STATIC = ("FILE", "DATA", "FILE_OR_DATA", "HINT")
@@ -211,3 +214,71 @@ def test_past_the_maximum_wait_a_snapshot_no_longer_holds_drains() -> None:
     decision = drain.decide(service, True, 3, None, NOW - timedelta(seconds=601), NOW, SAVES["in progress"])
     assert (decision.max_unavailable, decision.forced, decision.waiting) == (1, True, True)
     assert decision.message.startswith("Drains go ahead although snapshot gs://b/imagenet is being written")
+
+
+# --- What cannot be read holds drains for drainUnreadableMaxWaitSeconds (an hour), not for good ---------
+
+HOUR = timedelta(seconds=3600)
+# What, with what the Warning says of it.
+UNREADABLE = {
+    "signal": (svc(), UNKNOWN, None, "whether a client reads is unknown (GET http://10.0.0.1:8080/v1/signals failed"),
+    "snapshots": (snapshots_svc(), IDLE, SAVES["unknown"], "(GET http://10.0.0.1:8080/v1/snapshots failed: timed out)"),
+    "a journaled path": (snapshots_svc(), IDLE, report(snapshotwire.UNKNOWN),
+                         "snapshot gs://b/imagenet is being written (those whose files cannot be read count as"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("what", list(UNREADABLE))
+def test_drains_held_by_what_cannot_be_read_go_ahead_after_an_hour_with_a_warning(what: str) -> None:
+    service, signal, saves, named = UNREADABLE[what]
+    assert service.workers.drain_unreadable_max_wait_seconds == 3600
+    first = drain.decide(service, True, 3, signal, None, NOW, saves)
+    assert (first.max_unavailable, first.unreadable, first.forced) == (0, True, False)
+    assert "or at 2026-11-27T11:00:00Z if it still cannot be read (spec.workers.drainUnreadableMaxWaitSeconds)" in (
+        first.message
+    )
+    assert first.requeue_after is not None and first.requeue_after <= drain.RECHECK_SECONDS
+    almost = drain.decide(service, True, 3, signal, NOW - HOUR, NOW - timedelta(seconds=1), saves, NOW - HOUR)
+    assert (almost.max_unavailable, almost.requeue_after) == (0, 1.0)
+    over = drain.decide(service, True, 3, signal, NOW - HOUR, NOW, saves, NOW - HOUR)
+    assert (over.max_unavailable, over.forced, over.waiting, over.unreadable) == (1, True, True, True)
+    assert "could not be read for spec.workers.drainUnreadableMaxWaitSeconds (3600 s)" in over.message
+    reason, message = drain.event(over, "demo-worker")
+    assert reason == reasons.DRAINS_FORCED and reasons.DRAINS_FORCED in reasons.WARNINGS
+    assert named in message, message
+
+
+def test_readers_the_operator_sees_hold_drains_as_long_as_they_read_whatever_the_unreadable_bound() -> None:
+    decision = drain.decide(svc(), True, 3, READING, NOW - 10 * HOUR, NOW, None, NOW - 10 * HOUR)
+    assert (decision.max_unavailable, decision.unreadable) == (0, False)
+    writing = drain.decide(snapshots_svc(), True, 3, IDLE, NOW - 10 * HOUR, NOW, SAVES["in progress"], NOW - HOUR)
+    assert (writing.max_unavailable, writing.unreadable) == (0, False)
+    shorter = svc(drainUnreadableMaxWaitSeconds=60)
+    decided = drain.decide(shorter, True, 3, UNKNOWN, None, NOW, None, NOW - timedelta(seconds=60))
+    assert decided.max_unavailable == 1
+
+
+def test_the_status_keeps_since_when_drains_are_held_by_what_cannot_be_read() -> None:
+
+    api, body = fakes.FakeApi(), fakes.service(shardingPolicy="FILE", workers={"replicas": 2})
+    config = OperatorConfig(server_image="tfdata-server:test")
+    reconcile.reconcile(api, config, {**body, "status": api.status}, api.observed())
+    pods = []
+    for name in ("demo-dispatcher-0", "demo-worker-0", "demo-worker-1"):
+        component = "dispatcher" if "dispatcher" in name else "worker"
+        pods.append({
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "ownerReferences": [],
+                         "labels": {"app.kubernetes.io/component": component, "app.kubernetes.io/instance": "demo"}},
+            "spec": {"nodeName": "node-a"},
+            "status": {"phase": "Running", "podIP": "10.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]},
+        })  # fmt: skip
+    readers = reconcile.Autoscaling(fetch=lambda url: "timed out", read_server_info=lambda url: None)
+    observed = reconcile.Observed(api.observed().objects, pods)
+    reconcile.reconcile(api, config, {**body, "status": api.status}, observed, readers)
+    drains = (api.status or {}).get("drains")
+    assert drains is not None and drains["maxUnavailable"] == 0 and drains["unreadableSince"] == drains["since"], drains
+    kept = drains["unreadableSince"]
+    readers.drains = type(readers.drains)()  # read again
+    reconcile.reconcile(api, config, {**body, "status": api.status}, observed, readers)
+    assert (api.status or {})["drains"]["unreadableSince"] == kept

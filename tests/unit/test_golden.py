@@ -117,6 +117,10 @@ def bounded_fields() -> list[tuple[str, str, int, int]]:
     ]
 
 
+# Below the CRD's least, values the operator still takes, and why.
+TAKEN_BELOW = {
+    ("nodeLoss", "replaceAfterSeconds"): "a service stored when the CRD allowed 0 stays valid; it is used as 30",
+}
 # In-range values another rule refuses whatever they are, and why.
 REFUSED_ANYWAY = {
     ("workers", "dataTransferPort"): "TensorFlow 2.21 has only the grpc protocol, which sends over spec.workers.port",
@@ -151,7 +155,13 @@ def test_every_bounded_field_takes_its_edges_and_refuses_one_past_them(golden: G
                 assert refusal(group, name, value) is None, (
                     f"spec.{group}.{name}={value}: {refusal(group, name, value)}"
                 )
+        if (group, name) in TAKEN_BELOW:
+            assert refusal(group, name, low - 1) is None and refusal(group, name, 0) is None
+            lines.append(f"spec.{group}.{name}={low - 1}: accepted, {TAKEN_BELOW[group, name]}\n")
+            lines.append(f"spec.{group}.{name}=-1: {refusal(group, name, -1)}\n")
         for value in (low - 1, high + 1):
+            if value == low - 1 and (group, name) in TAKEN_BELOW:
+                continue
             said = refusal(group, name, value)
             assert said is not None, f"spec.{group}.{name}={value} was accepted; the CRD allows {low}..{high}"
             lines.append(f"spec.{group}.{name}={value}: {said}\n")

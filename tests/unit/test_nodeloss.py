@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from tfdata_operator.controller import reconcile
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.plan import nodeloss
+from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
 from cases import parse
 from fixtures.fakes import Clock, FakeApi, service
@@ -65,29 +68,41 @@ ZONAL_PV = {
 }  # fmt: skip
 
 
-# --- Which node counts as lost ------------------------------------------------------------------
+# --- Which node counts as lost, and whether that is certain -----------------------------------------
 
+OUT = nodeloss.OUT_OF_SERVICE_TAINT
 NODES = [
     ("ready-node-with-a-stale-taint", node(ready="True"), None),
     ("not-ready-taint: the kubelet answers", node(ready="False", taint="node.kubernetes.io/not-ready"), None),
     ("no-taint-yet", node(taint=None), None),
-    ("unreachable", node(tainted_ago=30), stamp(30)),
-    ("node-gone: PodGC's", None, None),
+    ("unreachable: a guess", node(tainted_ago=30), (None, stamp(30))),
+    ("out-of-service: certain", node(taint=OUT, tainted_ago=3), ("out-of-service", stamp(3))),
+    ("out-of-service but Ready again: its kubelet handles its pods", node(ready="True", taint=OUT), None),
+    ("node deleted: certain", None, ("deleted", None)),
 ]
 
 
-@pytest.mark.parametrize(("case", "read", "since"), NODES, ids=[c[0] for c in NODES])
-def test_only_a_node_kubernetes_tainted_unreachable_counts_as_lost(
-    case: str, read: Manifest | None, since: str | None
+@pytest.mark.parametrize(("case", "read", "expected"), NODES, ids=[c[0] for c in NODES])
+def test_a_deleted_or_out_of_service_node_is_certain_and_an_unreachable_one_a_guess(
+    case: str, read: Manifest | None, expected: tuple[str | None, str | None] | None
 ) -> None:
-    found = nodeloss.unreachable_since(read)
-    assert (found.strftime("%Y-%m-%dT%H:%M:%SZ") if found else None) == since
+    found = nodeloss.node_state(read)
+    if expected is None:
+        assert found is None
+        return
+    assert found is not None
+    certain, since = found
+    assert (since.strftime("%Y-%m-%dT%H:%M:%SZ") if since else None) == expected[1]
+    assert (certain is None) == (expected[0] is None)
+    assert expected[0] is None or expected[0] in str(certain)
 
 
 def test_only_the_nodes_of_unready_scheduled_pods_are_read() -> None:
     assert nodeloss.node_to_read(pod("demo-worker-0", ready=False)) == "node-a"
     assert nodeloss.node_to_read(pod("demo-worker-0", ready=True)) is None
     assert nodeloss.node_to_read({**pod("demo-worker-0"), "spec": {}}) is None  # not scheduled
+    # A node that was not read (an unready pod whose node the reconcile did not ask about) is not lost.
+    assert nodeloss.lost_pods([pod("demo-worker-0")], {}) == []
 
 
 # --- Whether the journal's volume is reachable only from the lost node -----------------------------
@@ -111,87 +126,217 @@ def test_a_volume_is_node_local_only_when_no_other_node_can_reach_it(
     assert nodeloss.node_local(pv, "node-a") is local
 
 
+def kept(local: bool = True, retained: bool = False) -> nodeloss.Journal:
+    return nodeloss.Journal("journal-demo-dispatcher-0", "uid-c", "pv-1", local, retained, "/var/local/pv-1")
+
+
 # --- The rule -------------------------------------------------------------------------------------
 
-# (case, spec.nodeLoss, pod, seconds unreachable, journal node-local) -> (event reason, claim deleted,
-# dispatcher's finding, workers' finding, requeue)
+FT_GCS = {"workDir": "gs://bucket/j", "storage": {"enabled": False}}
+NO_JOURNAL = {"faultTolerantMode": False}
+SAVING = "snapshot /snap/a is being written"
+# (case, spec fields, pod, node (taint, seconds ago), journal as read, snapshots being written) ->
+# (event reason, claim deleted, volume set to Retain, dispatcher's finding, workers' finding, requeue)
 RULES = [
-    ("worker, before the time", {}, "demo-worker-1", 20, False, (None, None, None, "NodeUnreachable", 40.0)),
-    ("worker, after the time", {}, "demo-worker-1", 60, False,
-     ("ReplacedLostPod", None, None, "ReplacedLostPod", None)),
-    ("worker, replaceAfterSeconds 0", {"replaceAfterSeconds": 0}, "demo-worker-1", 0, False,
-     ("ReplacedLostPod", None, None, "ReplacedLostPod", None)),
-    ("worker, longer setting", {"replaceAfterSeconds": 600}, "demo-worker-1", 120, False,
-     (None, None, None, "NodeUnreachable", 480.0)),
-    ("dispatcher, shared journal", {}, "demo-dispatcher-0", 90, False,
-     ("ReplacedLostPod", None, "ReplacedLostPod", None, None)),
-    ("dispatcher, node-local journal", {}, "demo-dispatcher-0", 90, True,
-     ("JournalLost", "journal-demo-dispatcher-0", "JournalLost", None, None)),
-    ("dispatcher, before the time", {}, "demo-dispatcher-0", 10, True, (None, None, "NodeUnreachable", None, 50.0)),
-    ("dispatcher, Wait", {"dispatcher": "Wait"}, "demo-dispatcher-0", 900, True,
-     (None, None, "DispatcherNodeLost", None, None)),
-    ("worker, with dispatcher Wait", {"dispatcher": "Wait"}, "demo-worker-0", 900, False,
-     ("ReplacedLostPod", None, None, "ReplacedLostPod", None)),
+    # Workers: a guess, after replaceAfterSeconds; certainty at once; never a second writer of a snapshot.
+    ("worker, before the time", {}, "demo-worker-1", (None, 20), None, None,
+     (None, None, None, None, "NodeUnreachable", 10.0)),
+    ("worker, the last seconds before the time", {}, "demo-worker-1", (None, 55), None, None,
+     (None, None, None, None, "NodeUnreachable", 5.0)),
+    ("worker, after the time", {}, "demo-worker-1", (None, 60), None, None,
+     ("ReplacedLostPod", None, None, None, "ReplacedLostPod", None)),
+    ("worker, a stored replaceAfterSeconds 0 is used as 30", {"nodeLoss": {"replaceAfterSeconds": 0}},
+     "demo-worker-1", (None, 29), None, None, (None, None, None, None, "NodeUnreachable", 1.0)),
+    ("worker, replaceAfterSeconds 0 after 30 s", {"nodeLoss": {"replaceAfterSeconds": 0}}, "demo-worker-1",
+     (None, 30), None, None, ("ReplacedLostPod", None, None, None, "ReplacedLostPod", None)),
+    ("worker, longer setting", {"nodeLoss": {"replaceAfterSeconds": 600}}, "demo-worker-1", (None, 120), None,
+     None, (None, None, None, None, "NodeUnreachable", 10.0)),
+    ("worker, out-of-service at once", {}, "demo-worker-1", (OUT, 0), None, None,
+     ("ReplacedLostPod", None, None, None, "ReplacedLostPod", None)),
+    ("worker, node deleted at once", {}, "demo-worker-1", ("deleted", 0), None, None,
+     ("ReplacedLostPod", None, None, None, "ReplacedLostPod", None)),
+    ("worker, due while a snapshot is written: waits", {}, "demo-worker-1", (None, 900), None, SAVING,
+     (None, None, None, None, "NodeUnreachable", 10.0)),
+    ("worker, out-of-service while a snapshot is written", {}, "demo-worker-1", (OUT, 0), None, SAVING,
+     ("ReplacedLostPod", None, None, None, "ReplacedLostPod", None)),
+    ("worker, with dispatcher Wait", {"nodeLoss": {"dispatcher": "Wait"}}, "demo-worker-0", (None, 900), None,
+     None, ("ReplacedLostPod", None, None, None, "ReplacedLostPod", None)),
+    # The dispatcher on a guess: 300 s by default, then only where a returning node cannot harm its journal.
+    ("dispatcher, after the workers' time, before its own", {}, "demo-dispatcher-0", (None, 120), kept(), None,
+     (None, None, None, "NodeUnreachable", None, 10.0)),
+    ("dispatcher, node-local journal, after 300 s: kept, Retain first", {}, "demo-dispatcher-0", (None, 300),
+     kept(), None, ("JournalLost", "journal-demo-dispatcher-0", "pv-1", "JournalLost", None, None)),
+    ("dispatcher, node-local journal already Retain", {}, "demo-dispatcher-0", (None, 300),
+     kept(retained=True), None, ("JournalLost", "journal-demo-dispatcher-0", None, "JournalLost", None, None)),
+    ("dispatcher, a shorter own setting", {"nodeLoss": {"dispatcherReplaceAfterSeconds": 30}},
+     "demo-dispatcher-0", (None, 30), kept(), None,
+     ("JournalLost", "journal-demo-dispatcher-0", "pv-1", "JournalLost", None, None)),
+    ("dispatcher, shared journal on a guess: waits", {}, "demo-dispatcher-0", (None, 3600), kept(False), None,
+     (None, None, None, "DispatcherNodeLost", None, 10.0)),
+    ("dispatcher, journal not read: counts as shared", {}, "demo-dispatcher-0", (None, 3600), None, None,
+     (None, None, None, "DispatcherNodeLost", None, 10.0)),
+    ("dispatcher, gs:// journal on a guess: waits", {"dispatcher": FT_GCS}, "demo-dispatcher-0", (None, 3600),
+     None, None, (None, None, None, "DispatcherNodeLost", None, 10.0)),
+    ("dispatcher, shared journal, fencedBy named", {"nodeLoss": {"fencedBy": "our agent powers it off"}},
+     "demo-dispatcher-0", (None, 300), kept(False), None,
+     ("ReplacedLostPod", None, None, "ReplacedLostPod", None, None)),
+    ("dispatcher, no journal", {"dispatcher": NO_JOURNAL}, "demo-dispatcher-0", (None, 300), None, None,
+     ("JournalLost", None, None, "JournalLost", None, None)),
+    # Certainty: at once, whatever the setting.
+    ("dispatcher, shared journal, out-of-service", {}, "demo-dispatcher-0", (OUT, 0), kept(False), None,
+     ("ReplacedLostPod", None, None, "ReplacedLostPod", None, None)),
+    ("dispatcher, node-local journal, node deleted", {}, "demo-dispatcher-0", ("deleted", 0), kept(), None,
+     ("JournalLost", "journal-demo-dispatcher-0", "pv-1", "JournalLost", None, None)),
+    ("dispatcher, Wait, on a guess", {"nodeLoss": {"dispatcher": "Wait"}}, "demo-dispatcher-0", (None, 9000),
+     kept(), None, (None, None, None, "DispatcherNodeLost", None, 10.0)),
+    ("dispatcher, Wait, out-of-service", {"nodeLoss": {"dispatcher": "Wait"}}, "demo-dispatcher-0", (OUT, 0),
+     kept(), None, ("JournalLost", "journal-demo-dispatcher-0", "pv-1", "JournalLost", None, None)),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("case", "setting", "name", "lost_for", "local", "expected"), RULES, ids=[r[0] for r in RULES])
+def read_node(state: tuple[str | None, float]) -> Manifest | None:
+    taint, ago = state
+    if taint == "deleted":
+        return None
+    return node(taint=taint or nodeloss.UNREACHABLE_TAINT, tainted_ago=ago)
+
+
+@pytest.mark.parametrize(
+    ("case", "fields", "name", "state", "journal", "saving", "expected"), RULES, ids=[r[0] for r in RULES]
+)
 def test_the_rule(
-    case: str, setting: dict[str, Any], name: str, lost_for: float, local: bool, expected: tuple[Any, ...]
+    case: str,
+    fields: dict[str, Any],
+    name: str,
+    state: tuple[str | None, float],
+    journal: nodeloss.Journal | None,
+    saving: str | None,
+    expected: tuple[Any, ...],
 ) -> None:
-    svc = parse(shardingPolicy="DYNAMIC", nodeLoss=setting)
-    lost = nodeloss.lost_pods([pod(name)], {"node-a": node(tainted_ago=lost_for)})
-    decided = nodeloss.decide(svc, lost, local, NOW)
-    reason, claim, dispatcher, workers, requeue = expected
+    svc = parse(shardingPolicy="DYNAMIC", **fields)
+    lost = nodeloss.lost_pods([pod(name)], {"node-a": read_node(state)})
+    assert len(lost) == 1
+    decided = nodeloss.decide(svc, lost, journal, NOW, saving)
+    reason, claim, retain, dispatcher, workers, requeue = expected
     assert [r.reason for r in decided.replace] == ([reason] if reason else [])
-    assert [r.claim for r in decided.replace] == ([claim] if reason else [])
+    assert [(r.claim, r.retain) for r in decided.replace] == ([(claim, retain)] if reason else [])
     assert (decided.dispatcher.reason if decided.dispatcher else None) == dispatcher
     assert (decided.workers.reason if decided.workers else None) == workers
     assert decided.requeue_after == requeue
 
 
+def test_what_is_read_for_the_decision() -> None:
+    """The journal's claim only for a dispatcher that may go now; the snapshots only for a worker due on a guess."""
+    svc = parse(shardingPolicy="DYNAMIC")
+    dispatcher, worker = pod("demo-dispatcher-0"), pod("demo-worker-0")
+
+    def lost(state: tuple[str | None, float], *pods: Manifest) -> list[nodeloss.Lost]:
+        return nodeloss.lost_pods(list(pods), {"node-a": read_node(state)})
+
+    assert nodeloss.journal_to_read(svc, lost((None, 120), dispatcher), NOW) is None
+    assert nodeloss.journal_to_read(svc, lost((None, 300), dispatcher), NOW) is not None
+    assert nodeloss.journal_to_read(svc, lost((OUT, 0), dispatcher), NOW) is not None
+    waiting = parse(shardingPolicy="DYNAMIC", nodeLoss={"dispatcher": "Wait"})
+    assert nodeloss.journal_to_read(waiting, lost((None, 9000), dispatcher), NOW) is None
+    assert nodeloss.journal_to_read(waiting, lost(("deleted", 0), dispatcher), NOW) is not None
+    on_gcs = parse(shardingPolicy="DYNAMIC", dispatcher=FT_GCS)
+    assert nodeloss.journal_to_read(on_gcs, lost((OUT, 0), dispatcher), NOW) is None  # no claim
+
+    assert not nodeloss.needs_snapshots(svc, lost((None, 30), worker), NOW)
+    assert nodeloss.needs_snapshots(svc, lost((None, 60), worker), NOW)
+    assert not nodeloss.needs_snapshots(svc, lost((OUT, 0), worker), NOW)
+    assert not nodeloss.needs_snapshots(svc, lost((None, 900), dispatcher), NOW)
+    assert not nodeloss.needs_snapshots(parse(shardingPolicy="DYNAMIC", dispatcher=NO_JOURNAL),
+                                        lost((None, 900), worker), NOW)  # fmt: skip
+
+
 def test_what_a_person_reads() -> None:
-    """The Events and conditions, sentence by sentence: what happened, why, and what to do."""
+    """The Events and conditions, sentence by sentence: what happened, what was certain and what guessed,
+    what was kept, and what to do."""
     svc = parse(shardingPolicy="DYNAMIC")
     dispatcher = pod("demo-dispatcher-0")
-    lost = nodeloss.lost_pods([dispatcher, pod("demo-worker-0")], {"node-a": node(tainted_ago=75)})
-    decided = nodeloss.decide(svc, lost, True, NOW)
+    lost = nodeloss.lost_pods([dispatcher, pod("demo-worker-0")], {"node-a": node(tainted_ago=315)})
+    decided = nodeloss.decide(svc, lost, kept(), NOW)
     assert [(r.event_type, r.message) for r in decided.replace] == [
         ("Warning", "Deleted the dispatcher pod demo-dispatcher-0 at once: its node node-a has been unreachable since "
-         "2026-11-27T09:58:45Z (over spec.nodeLoss.replaceAfterSeconds, 60). Its journal claim "
-         "journal-demo-dispatcher-0 was deleted too: its volume is reachable only from that node. The new "
-         "dispatcher starts elsewhere on a fresh journal: the jobs that were running are lost, and clients must "
-         "start new ones."),
-        ("Normal", "Deleted pod demo-worker-0 at once: its node node-a has been unreachable since 2026-11-27T09:58:45Z "
-         "(over spec.nodeLoss.replaceAfterSeconds, 60); its StatefulSet recreates it on another node"),
+         "2026-11-27T09:54:45Z (a guess: a node that is only slow looks the same) (over "
+         "spec.nodeLoss.dispatcherReplaceAfterSeconds 300). Its journal claim journal-demo-dispatcher-0 was let go "
+         "(only that node reaches its volume); the volume pv-1 (/var/local/pv-1 on node node-a) was first set to "
+         "persistentVolumeReclaimPolicy Retain, so the old journal is kept there. The new dispatcher starts "
+         "elsewhere on a fresh journal: the jobs that were running are lost, and clients must start new ones. To "
+         "replay the old journal instead, see docs/operations.md, \"Recovering a kept journal\"."),
+        ("Normal", "Deleted pod demo-worker-0: its node node-a has been unreachable since 2026-11-27T09:54:45Z (a "
+         "guess: a node that is only slow looks the same) (over spec.nodeLoss.replaceAfterSeconds 60; a worker "
+         "keeps no state, so a node that is only slow loses nothing); its StatefulSet recreates it on another "
+         "node"),
     ]  # fmt: skip
-    shared = nodeloss.decide(svc, lost[:1], False, NOW).replace[0].message
-    assert shared.endswith("replays its journal, which other nodes reach: the running jobs go on.")
-    # A journal on gs:// (no claim): the dispatcher replays it elsewhere.
-    on_gcs = parse(shardingPolicy="DYNAMIC", dispatcher={"workDir": "gs://bucket/j", "storage": {"enabled": False}})
-    assert nodeloss.journal_claim(on_gcs, dispatcher) is None
-    assert nodeloss.decide(on_gcs, lost[:1], True, NOW).replace[0].reason == "ReplacedLostPod"
-    without_journal = parse(shardingPolicy="DYNAMIC", dispatcher={"faultTolerantMode": False})
+    certain = nodeloss.lost_pods([dispatcher], {"node-a": node(taint=OUT, tainted_ago=2)})
+    shared = nodeloss.decide(svc, certain, kept(False), NOW).replace[0].message
+    assert shared == (
+        "Deleted the dispatcher pod demo-dispatcher-0 at once: its node node-a is known to be off: it is tainted "
+        "node.kubernetes.io/out-of-service (someone found it shut down). The new dispatcher starts on another "
+        "node and replays its journal, which other nodes reach: the running jobs go on."
+    )
+    unfenced = nodeloss.decide(svc, lost[:1], kept(False), NOW).dispatcher
+    assert unfenced is not None and unfenced.message == (
+        "pod demo-dispatcher-0: its node node-a has been unreachable since 2026-11-27T09:54:45Z (a guess: a node "
+        "that is only slow looks the same). Its journal is one other nodes reach, so a new dispatcher would write "
+        "it while the one on that node may still be writing it, and nothing says the node is fenced: it is "
+        "replaced only once the node is tainted node.kubernetes.io/out-of-service or its Node is deleted. Bring "
+        "the node back; or, once you know it is off, taint it: `kubectl taint node node-a "
+        "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`; or set spec.nodeLoss.fencedBy to say what "
+        "fences such nodes."
+    )
+    fenced = parse(shardingPolicy="DYNAMIC", nodeLoss={"fencedBy": "STONITH powers it off in 60 s"})
+    assert (
+        "(spec.nodeLoss.fencedBy says the node is fenced: STONITH powers it off in 60 s): the running jobs go on"
+        in (nodeloss.decide(fenced, lost[:1], kept(False), NOW).replace[0].message)
+    )
+    without_journal = parse(shardingPolicy="DYNAMIC", dispatcher=NO_JOURNAL)
     assert (
         "the jobs that were running are lost"
-        in nodeloss.decide(without_journal, lost[:1], False, NOW).replace[0].message
+        in nodeloss.decide(without_journal, lost[:1], None, NOW).replace[0].message
     )
     early = nodeloss.decide(
-        svc, nodeloss.lost_pods([pod("demo-worker-0")], {"node-a": node(tainted_ago=15)}), False, NOW
+        svc, nodeloss.lost_pods([pod("demo-worker-0")], {"node-a": node(tainted_ago=15)}), None, NOW
     )
     assert early.workers is not None and early.workers.message == (
-        "pod demo-worker-0: its node node-a has been unreachable since 2026-11-27T09:59:45Z; it is replaced at "
-        "2026-11-27T10:00:45Z (spec.nodeLoss.replaceAfterSeconds 60)"
+        "pod demo-worker-0: its node node-a has been unreachable since 2026-11-27T09:59:45Z (a guess: a node that "
+        "is only slow looks the same); it is replaced at 2026-11-27T10:00:45Z (spec.nodeLoss.replaceAfterSeconds "
+        "60), or at once when the node is tainted node.kubernetes.io/out-of-service or its Node is deleted"
     )
-    wait = nodeloss.decide(parse(shardingPolicy="DYNAMIC", nodeLoss={"dispatcher": "Wait"}), lost[:1], True, NOW)
-    assert wait.dispatcher is not None and "kubectl delete pod demo-dispatcher-0 --force --grace-period=0" in (
+    legacy = parse(shardingPolicy="DYNAMIC", nodeLoss={"replaceAfterSeconds": 5})
+    below = nodeloss.decide(legacy, nodeloss.lost_pods([pod("demo-worker-0")], {"node-a": node(tainted_ago=15)}),
+                            None, NOW).workers  # fmt: skip
+    assert (
+        below is not None
+        and "it is replaced at 2026-11-27T10:00:15Z (spec.nodeLoss.replaceAfterSeconds 5, used "
+        "as 30: no timeout is shorter than 30 s)"
+        in below.message
+    )
+    saving = nodeloss.decide(svc, lost[1:], None, NOW, SAVING).workers
+    assert saving is not None and saving.message.endswith(
+        "but snapshot /snap/a is being written: a new worker would write the same stream while the one on that "
+        "node may still be writing it. It is replaced once the node is tainted node.kubernetes.io/out-of-service "
+        "or its Node is deleted"
+    )
+    wait = nodeloss.decide(parse(shardingPolicy="DYNAMIC", nodeLoss={"dispatcher": "Wait"}), lost[:1], kept(), NOW)
+    assert wait.dispatcher is not None and (
+        "spec.nodeLoss.dispatcher is Wait, so it is replaced only once the node is tainted "
+        "node.kubernetes.io/out-of-service or its Node is deleted" in wait.dispatcher.message
+    )
+    assert "kubectl taint node node-a node.kubernetes.io/out-of-service=nodeshutdown:NoExecute" in (
         wait.dispatcher.message
     )
 
 
-def test_the_spec_defaults_to_recover_after_a_minute() -> None:
+def test_the_spec_defaults_a_minute_for_workers_five_for_the_dispatcher_and_no_less_than_30_s() -> None:
     svc = parse(shardingPolicy="DYNAMIC")
-    assert (svc.node_loss.replace_after_seconds, svc.node_loss.dispatcher) == (60, "Recover")
+    loss = svc.node_loss
+    assert (loss.replace_after_seconds, loss.dispatcher_replace_after_seconds, loss.dispatcher) == (60, 300, "Recover")
+    assert loss.fenced_by is None
+    stored = parse(shardingPolicy="DYNAMIC", nodeLoss={"replaceAfterSeconds": 0}).node_loss
+    assert (stored.replace_after_seconds, stored.worker_after) == (0, 30)
 
 
 # --- The reconcile: what it reads and sends ---------------------------------------------------------
@@ -209,9 +354,9 @@ def started(api: FakeApi, body: Manifest) -> None:
     api.take_calls()
 
 
-def with_node(api: FakeApi, seconds_ago: float) -> None:
+def with_node(api: FakeApi, seconds_ago: float, taint: str = nodeloss.UNREACHABLE_TAINT) -> None:
     taint_at = datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)
-    lost = node()
+    lost = node(taint=taint)
     for taint in lost["spec"]["taints"]:
         taint["timeAdded"] = taint_at.strftime("%Y-%m-%dT%H:%M:%SZ")
     api.objects[("Node", "node-a")] = lost
@@ -228,7 +373,8 @@ def test_ready_pods_cost_no_read_and_a_lost_worker_is_force_deleted_once_due() -
     lost = pod("demo-worker-1")
     outcome = reconcile_with(api, body, [*ready, lost])
     assert [c for c in api.take_calls() if c[0] != "status"] == [("get", "Node/node-a")]
-    assert outcome.requeue_after is not None and 25 <= outcome.requeue_after <= 31
+    # Read again within RECHECK_SECONDS: an out-of-service taint is acted on at once.
+    assert outcome.requeue_after == nodeloss.RECHECK_SECONDS
 
     with_node(api, 61)
     api.objects[("Pod", "demo-worker-1")] = lost
@@ -240,27 +386,38 @@ def test_ready_pods_cost_no_read_and_a_lost_worker_is_force_deleted_once_due() -
     ]
 
 
-def test_a_dispatcher_on_a_local_path_volume_loses_its_claim_first_and_with_wait_nothing_is_deleted() -> None:
-    api, body = FakeApi(), service()
-    started(api, body)
-    with_node(api, 120)
+def with_local_journal(api: FakeApi) -> Manifest:
+    """A dispatcher pod on node-a whose journal claim is bound to a local-path volume there."""
     claim = "journal-demo-dispatcher-0"
     api.objects[("PersistentVolumeClaim", claim)] = {"metadata": {"name": claim}, "spec": {"volumeName": "pv-1"}}
-    api.objects[("PersistentVolume", "pv-1")] = LOCAL_PATH_PV
+    api.objects[("PersistentVolume", "pv-1")] = copy.deepcopy(LOCAL_PATH_PV)
     api.objects[("Pod", "demo-dispatcher-0")] = dispatcher = pod("demo-dispatcher-0")
+    return dispatcher
+
+
+def test_a_local_journal_is_set_to_retain_before_its_claim_goes_and_with_wait_nothing_is_deleted() -> None:
+    api, body = FakeApi(), service()
+    started(api, body)
+    claim, dispatcher = "journal-demo-dispatcher-0", with_local_journal(api)
+    with_node(api, 120)  # a guess, and not yet 300 s: nothing but the Node is read
+    reconcile_with(api, body, [dispatcher])
+    assert [c for c in api.take_calls() if c[0] != "status"] == [("get", "Node/node-a")]
+    with_node(api, 301)
     reconcile_with(api, body, [dispatcher])
     calls = [c for c in api.take_calls() if c[0] != "status"]
     assert calls == [
         ("get", "Node/node-a"),
         ("get", f"PersistentVolumeClaim/{claim}"),
         ("get", "PersistentVolume/pv-1"),
+        ("retain", "PersistentVolume/pv-1"),
         ("delete", f"PersistentVolumeClaim/{claim}"),
         ("force-delete", "Pod/demo-dispatcher-0"),
         ("event", "JournalLost"),
     ]
-    assert api.events[-1][0] == "Warning" and "the jobs that were running are lost" in api.events[-1][2]
+    assert api.objects[("PersistentVolume", "pv-1")]["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert api.events[-1][0] == "Warning" and "the volume pv-1 (on node node-a) was first set to" in api.events[-1][2]
     ready = next(c for c in api.status["conditions"] if c["type"] == "Ready")  # type: ignore[index]
-    assert ready["reason"] == "JournalLost" and "clients must start new ones" in ready["message"]
+    assert ready["reason"] == "JournalLost" and "the old journal is kept there" in ready["message"]
 
     waiting = service(nodeLoss={"dispatcher": "Wait"})
     api.objects[("Pod", "demo-dispatcher-0")] = dispatcher
@@ -276,34 +433,63 @@ def test_a_dispatcher_on_a_local_path_volume_loses_its_claim_first_and_with_wait
     assert [c for c in api.take_calls() if c[0] != "status"] == [("get", "Node/node-a")]
 
 
-def test_the_workers_of_a_replaced_dispatcher_restart_to_reach_the_new_one() -> None:
-    """Their heartbeats went to the lost dispatcher's silent address; a worker on the lost node is
-    force-deleted as lost, the others are restarted (and nothing happens to them while it waits)."""
-    api, body = FakeApi(), service()
+def test_a_claim_is_never_deleted_when_its_volume_could_not_be_set_to_retain() -> None:
+    class Refusing(FakeApi):
+        def retain(self, volume: str) -> Manifest:
+            self.calls.append(("retain", f"PersistentVolume/{volume}"))
+            raise ApiException(status=403, reason="Forbidden")
+
+    api, body = Refusing(), service()
     started(api, body)
-    with_node(api, 120)
+    claim, dispatcher = "journal-demo-dispatcher-0", with_local_journal(api)
+    with_node(api, 5, taint=nodeloss.OUT_OF_SERVICE_TAINT)
+    with pytest.raises(ApiException):
+        reconcile_with(api, body, [dispatcher])
+    assert [c for c in api.take_calls() if c[0] in ("retain", "delete", "force-delete")] == [
+        ("retain", "PersistentVolume/pv-1")
+    ]
+    assert ("PersistentVolumeClaim", claim) in api.objects
+
+
+def test_out_of_service_replaces_at_once_and_a_snapshot_being_written_holds_a_guessed_worker() -> None:
+    """An unreachable node's worker is due, but a snapshot is being written: it stays (a second writer of
+    its stream otherwise); once the node is tainted out-of-service, it goes at once."""
+    api, body = FakeApi(), service(snapshots={"directory": "gs://b/snaps"})
+    started(api, body)
     api.objects[("Node", "node-b")] = node("node-b", ready="True", taint=None)
-    lost_dispatcher, lost_worker = pod("demo-dispatcher-0"), pod("demo-worker-0")
-    healthy = pod("demo-worker-1", on="node-b", ready=True)
-    for one in (lost_dispatcher, lost_worker, healthy):
-        api.objects[("Pod", one["metadata"]["name"])] = one
-    reconcile_with(api, body, [lost_dispatcher, lost_worker, healthy])
-    calls = [c for c in api.take_calls() if c[0] in ("delete", "force-delete", "event")]
-    assert calls == [
-        ("force-delete", "Pod/demo-dispatcher-0"),
-        ("event", "ReplacedLostPod"),
+    reads = []
+
+    def saves(url: str) -> SnapshotsReport:
+        reads.append(url)
+        return SnapshotsReport((SnapshotProgress("gs://b/snaps/a", "IN_PROGRESS", journaled=True),), "journal")
+
+    readers = reconcile.Autoscaling(fetch_snapshots=saves, read_server_info=lambda url: None, clock=Clock())
+    disp = pod("demo-dispatcher-0", on="node-b", ready=True)
+    disp["status"].update(phase="Running", podIP="10.0.0.9")
+    lost = pod("demo-worker-0")
+    api.objects[("Pod", "demo-worker-0")] = lost
+    with_node(api, 600)
+
+    def run() -> reconcile.Outcome:
+        for p in (disp, lost):
+            p["metadata"]["ownerReferences"] = []
+        observed = reconcile.Observed(api.observed().objects, [disp, lost])
+        return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
+
+    run()
+    assert not [c for c in api.take_calls() if c[0] == "force-delete"]
+    assert reads, "the snapshots were read for the worker due on a guess"
+    workers = next(c for c in api.status["conditions"] if c["type"] == "WorkersReady")  # type: ignore[index]
+    assert workers["reason"] == "NodeUnreachable" and "snapshot gs://b/snaps/a is being written" in workers["message"]
+
+    with_node(api, 1, taint=nodeloss.OUT_OF_SERVICE_TAINT)
+    readers.clock.now += reconcile.NODE_READ_SECONDS  # type: ignore[attr-defined]
+    run()
+    assert [c for c in api.take_calls() if c[0] in ("force-delete", "event")] == [
         ("force-delete", "Pod/demo-worker-0"),
         ("event", "ReplacedLostPod"),
-        ("delete", "Pod/demo-worker-1"),
-        ("event", "RestartedStaleWorker"),
-    ], calls
-    assert "would not reach the new one" in api.events[-1][2]
-
-    decision = nodeloss.NodeLoss(replace=[nodeloss.Replacement(lost_worker, "ReplacedLostPod", "m")])
-    assert nodeloss.stranded_workers(decision, "demo-dispatcher-0", [lost_worker, healthy]) == []
-    going = {**healthy, "metadata": {**healthy["metadata"], "deletionTimestamp": stamp(1)}}
-    with_dispatcher = nodeloss.NodeLoss(replace=[nodeloss.Replacement(lost_dispatcher, "ReplacedLostPod", "m")])
-    assert nodeloss.stranded_workers(with_dispatcher, "demo-dispatcher-0", [going]) == []
+    ]
+    assert "is known to be off: it is tainted node.kubernetes.io/out-of-service" in api.events[-1][2]
 
 
 def test_the_pods_of_one_lost_node_cost_one_read_of_it_per_five_seconds() -> None:
@@ -326,3 +512,45 @@ def test_the_pods_of_one_lost_node_cost_one_read_of_it_per_five_seconds() -> Non
     clock.now += reconcile.NODE_READ_SECONDS
     reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
     assert reads() == 1
+
+
+def test_a_dispatcher_waiting_for_the_node_of_its_journal_is_let_go_once_that_node_is_deleted() -> None:
+    """The pod garbage collector deleted the dispatcher pod of a deleted node; its StatefulSet's new pod
+    waits for the journal's volume, pinned to that node, for good: the volume is set to Retain, the
+    claim let go, and the pod recreated. While the node exists and is not known to be off, it waits."""
+    api, body = FakeApi(), service()
+    started(api, body)
+    claim, dispatcher = "journal-demo-dispatcher-0", with_local_journal(api)
+    dispatcher["spec"] = {}
+    dispatcher["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "lastTransitionTime": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+    ]
+    reconcile_with(api, body, [dispatcher])  # just unscheduled: nothing is read
+    assert [c for c in api.take_calls() if c[0] != "status"] == []
+
+    dispatcher["status"]["conditions"][0]["lastTransitionTime"] = (
+        datetime.now(timezone.utc) - timedelta(seconds=nodeloss.RECHECK_SECONDS + 1)
+    ).strftime("%Y-%m-%dT%H:%M:%SZ")
+    api.objects[("Node", "node-a")] = node(ready="Unknown", tainted_ago=3600)  # only unreachable: it waits
+    reconcile_with(api, body, [dispatcher])
+    assert [c for c in api.take_calls() if c[0] != "status"] == [
+        ("get", f"PersistentVolumeClaim/{claim}"),
+        ("get", "PersistentVolume/pv-1"),
+        ("get", "Node/node-a"),
+    ]
+    del api.objects[("Node", "node-a")]
+    reconcile_with(api, body, [dispatcher])
+    assert [c for c in api.take_calls() if c[0] in ("retain", "delete", "force-delete", "event")] == [
+        ("retain", "PersistentVolume/pv-1"),
+        ("delete", f"PersistentVolumeClaim/{claim}"),
+        ("force-delete", "Pod/demo-dispatcher-0"),
+        ("event", "JournalLost"),
+    ]
+    assert "its Node object was deleted" in api.events[-1][2] and "volume pv-1" in api.events[-1][2]
+    assert nodeloss.pinned_node(LOCAL_PATH_PV) == "node-a"
+    assert nodeloss.pinned_node(ZONAL_PV) is None

@@ -82,7 +82,7 @@ def lost_workers(count: int) -> Finding:
         "spec": {"taints": [{"key": nodeloss.UNREACHABLE_TAINT, "effect": "NoExecute", "timeAdded": STAMP}]},
         "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]},
     }
-    decided = nodeloss.decide(parse(shardingPolicy="DYNAMIC"), nodeloss.lost_pods(pods, {"node-a": node}), False, NOW)
+    decided = nodeloss.decide(parse(shardingPolicy="DYNAMIC"), nodeloss.lost_pods(pods, {"node-a": node}), None, NOW)
     assert decided.workers is not None
     return decided.workers
 

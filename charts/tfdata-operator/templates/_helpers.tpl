@@ -148,13 +148,17 @@ operator/src/tfdata_operator/children.py says it does. */}}
 
 {{- define "tfdata-operator.clusterRules" -}}
 {{- /* children.cluster_rules() in the operator (tests/integration/test_rbac.py compares them). */ -}}
-# spec.nodeLoss: the Node of a pod that is not Ready, to see whether Kubernetes marked it
-# unreachable, and a lost dispatcher's journal volume, to see whether only that node reaches it.
-# get only, for those few objects: no Node is listed or watched (without: pods on a lost node
-# stay Terminating until a person force-deletes them).
+# spec.nodeLoss: the Node of a pod that is not Ready, to see whether it is known to be off (tainted
+# out-of-service, or deleted) or only unreachable; get only: no Node is listed or watched (without:
+# pods on a lost node stay Terminating until a person force-deletes them).
 - apiGroups: [""]
-  resources: ["nodes", "persistentvolumes"]
+  resources: ["nodes"]
   verbs: ["get"]
+# A lost dispatcher's journal volume: get, to see whether only that node reaches it; patch, to set its
+# reclaim policy to Retain before its claim is let go, so the old journal is never deleted.
+- apiGroups: [""]
+  resources: ["persistentvolumes"]
+  verbs: ["get", "patch"]
 {{- end }}
 
 {{/* resources: only the quantities that are set (null removes a default). */}}

@@ -50,6 +50,7 @@ SERVICE_STATUS: Mapping[str, int] = {
     "held.since": 64,
     "held.message": 4096,
     "drains.since": 64,
+    "drains.unreadableSince": 64,
     "drains.message": 4096,
     "server.tensorflowVersion": 64,
     "server.pythonVersion": 64,

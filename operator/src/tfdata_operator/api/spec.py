@@ -91,6 +91,9 @@ NODE_VOLUME_SOURCES = ("hostPath",)
 ALLOW_HOST_PATH_FLAG = "--allow-host-path-volumes"
 # Bounds of spec.<component>.volumes, volumeMounts, env and envFrom (the CRD's maxItems).
 MAX_VOLUMES, MAX_MOUNTS, MAX_ENV, MAX_ENV_FROM = 16, 16, 64, 16
+# One line of printable text (spec.nodeLoss.fencedBy: quoted in the status and Events).
+_PRINTABLE_LINE = re.compile(r"^[^\x00-\x1f\x7f]+$")
+_PATTERN_NAMES[_PRINTABLE_LINE] = "one line of text, without control characters"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _describe = coretypes.describe
 
@@ -179,6 +182,8 @@ class WorkersSpec:
     data_transfer_port: int | None = None
     rescale_policy: str = RESCALE_WHEN_IDLE
     rescale_max_wait_seconds: int | None = None
+    # How long drains wait on a signal or snapshots the operator cannot read (plan/drain.py).
+    drain_unreadable_max_wait_seconds: int = 3600
     pod: PodSettings = PodSettings()
 
 
@@ -228,21 +233,42 @@ class NetworkPolicySpec:
     extra_from: tuple[Mapping[str, Any], ...] = ()
 
 
-# spec.nodeLoss.dispatcher: what happens to a dispatcher pod whose node Kubernetes marked unreachable
-# (see plan/nodeloss.py). Recover: it is replaced like a worker (on a fresh journal when its journal's
-# volume is reachable only from that node); Wait: a person decides.
+# spec.nodeLoss.dispatcher: what happens to a dispatcher pod whose node stopped answering (see
+# plan/nodeloss.py). Recover: replaced at once when the node is known to be off, and after
+# dispatcherReplaceAfterSeconds of a guess when that cannot harm its journal; Wait: only when the node
+# is known to be off (the out-of-service taint, a deleted Node).
 NODE_LOSS_RECOVER, NODE_LOSS_WAIT = "Recover", "Wait"
 NODE_LOSS_DISPATCHER = (NODE_LOSS_RECOVER, NODE_LOSS_WAIT)
 MAX_REPLACE_AFTER_SECONDS = 86_400
+# No timeout of spec.nodeLoss is shorter: the node lifecycle controller taints a node unreachable 40-50 s
+# after its last heartbeat, and a kubelet that misses that many is often only slow. A service stored
+# before this least (the CRD allowed 0) keeps its value, which is used as this (and the status says so).
+MIN_REPLACE_AFTER_SECONDS = 30
+MAX_FENCED_BY_LENGTH = 256
 
 
 @dataclass(frozen=True)
 class NodeLossSpec:
     """What the operator does with the service's pods on a node that stops answering."""
 
-    # How long the node must have been unreachable (its taint's timeAdded) before a pod is replaced.
+    # How long a node must have been tainted unreachable (its taint's timeAdded) before a worker there
+    # is replaced: a worker keeps no state (unless a snapshot is being written).
     replace_after_seconds: int = 60
+    # The same for the dispatcher, whose journal is state: at least as long as Kubernetes' own eviction.
+    dispatcher_replace_after_seconds: int = 300
     dispatcher: str = NODE_LOSS_RECOVER
+    # Who makes sure a node that stopped answering no longer runs its pods (a person's words): with
+    # it, a dispatcher whose journal other nodes reach is replaced on the timeout alone.
+    fenced_by: str | None = None
+
+    @property
+    def worker_after(self) -> int:
+        """replaceAfterSeconds as used: never below MIN_REPLACE_AFTER_SECONDS."""
+        return max(MIN_REPLACE_AFTER_SECONDS, self.replace_after_seconds)
+
+    @property
+    def dispatcher_after(self) -> int:
+        return max(MIN_REPLACE_AFTER_SECONDS, self.dispatcher_replace_after_seconds)
 
 
 @dataclass(frozen=True)
@@ -540,11 +566,25 @@ def _network_policy(r: _Reader) -> NetworkPolicySpec:
 
 def _node_loss(r: _Reader) -> NodeLossSpec:
     d = NodeLossSpec()
+    # 0 and up: a service stored when the CRD's least was 0 stays valid (the CRD's least is now
+    # MIN_REPLACE_AFTER_SECONDS; its validation ratcheting keeps an unchanged value); it is used as 30.
     after = r.integer("replaceAfterSeconds", d.replace_after_seconds, 0, MAX_REPLACE_AFTER_SECONDS)
+    dispatcher_after = r.integer(
+        "dispatcherReplaceAfterSeconds",
+        d.dispatcher_replace_after_seconds,
+        MIN_REPLACE_AFTER_SECONDS,
+        MAX_REPLACE_AFTER_SECONDS,
+    )
     dispatcher = r.enum("dispatcher", NODE_LOSS_DISPATCHER, d.dispatcher)
+    fenced_by = r.string("fencedBy", None, max_length=MAX_FENCED_BY_LENGTH, pattern=_PRINTABLE_LINE)
     r.finish()
-    assert after is not None and dispatcher is not None
-    return NodeLossSpec(replace_after_seconds=after, dispatcher=dispatcher)
+    assert after is not None and dispatcher_after is not None and dispatcher is not None
+    return NodeLossSpec(
+        replace_after_seconds=after,
+        dispatcher_replace_after_seconds=dispatcher_after,
+        dispatcher=dispatcher,
+        fenced_by=fenced_by,
+    )
 
 
 def _snapshots(r: _Reader) -> SnapshotsSpec | None:
@@ -650,6 +690,7 @@ def _workers(r: _Reader, snapshots: SnapshotsSpec | None = None) -> WorkersSpec:
     transfer_port = r.integer("dataTransferPort", None, 1, 65535)
     rescale_policy = r.enum("rescalePolicy", RESCALE_POLICIES, RESCALE_WHEN_IDLE)
     max_wait = r.integer("rescaleMaxWaitSeconds", None, 1, 604_800)
+    unreadable_wait = r.integer("drainUnreadableMaxWaitSeconds", d.drain_unreadable_max_wait_seconds, 60, 604_800)
     pod = _pod_settings(r, operator_volumes(journal=False, snapshots=snapshots), "worker")
     r.finish()
     if port == health_port:
@@ -669,6 +710,7 @@ def _workers(r: _Reader, snapshots: SnapshotsSpec | None = None) -> WorkersSpec:
             "never waits. Remove rescaleMaxWaitSeconds or the rescalePolicy"
         )
     assert replicas is not None and port is not None and health_port is not None and rescale_policy is not None
+    assert unreadable_wait is not None
     return WorkersSpec(
         replicas=replicas,
         port=port,
@@ -679,6 +721,7 @@ def _workers(r: _Reader, snapshots: SnapshotsSpec | None = None) -> WorkersSpec:
         data_transfer_port=transfer_port,
         rescale_policy=rescale_policy,
         rescale_max_wait_seconds=max_wait,
+        drain_unreadable_max_wait_seconds=unreadable_wait,
         pod=pod,
     )
 

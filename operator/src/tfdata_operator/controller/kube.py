@@ -189,6 +189,16 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
+    def retain(self, volume: str) -> Manifest:
+        """Sets a PersistentVolume's reclaim policy to Retain (spec.nodeLoss: a lost dispatcher's journal,
+        before its claim is let go), so that deleting the claim never deletes the data."""
+        return self.call(
+            "PATCH",
+            path("v1", "PersistentVolume", None, volume),
+            body={"spec": {"persistentVolumeReclaimPolicy": "Retain"}},
+            content_type="application/merge-patch+json",
+        )
+
     def list_events(self, namespace: str, kind: str) -> list[Manifest]:
         """The Warning Events about objects of one kind in a namespace, filtered by the API server
         (read only while a service is not ready, to say why: ``diagnose.py``).

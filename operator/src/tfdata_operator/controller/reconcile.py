@@ -75,6 +75,8 @@ class Api(Protocol):
 
     def list_events(self, namespace: str, kind: str) -> list[Manifest]: ...
 
+    def retain(self, volume: str) -> Manifest: ...
+
 
 @dataclass
 class Autoscaling:
@@ -332,38 +334,51 @@ def repair_pods(run: Run) -> bool:
 
 
 def replace_lost_pods(run: Run) -> bool:
-    """Pods on a node Kubernetes marked unreachable for ``spec.nodeLoss.replaceAfterSeconds``
-    (``plan.nodeloss``): force-deleted, so that their StatefulSet recreates them on another node; a
-    dispatcher whose journal only that node can reach loses its claim first. Only the Nodes of pods
-    that are not Ready are read (no Node watch: it would hold every Node of a big cluster)."""
+    """Pods on a node that stopped answering (``plan.nodeloss``): force-deleted, so that their
+    StatefulSet recreates them on another node, at once when the node is known to be off (tainted
+    out-of-service, or its Node deleted), after a timeout when it is only unreachable and that harms
+    nothing. A dispatcher whose journal only that node reaches has its volume set to Retain, then
+    loses its claim. Only the Nodes of pods that are not Ready are read (no Node watch: it would hold
+    every Node of a big cluster)."""
     svc, readers, namespace = run.svc, run.autoscaling, run.body["metadata"]["namespace"]
     pods = [*run.children.pods_of(builders.DISPATCHER), *run.children.pods_of(builders.WORKER)]
     names = {n for p in pods if (n := nodeloss.node_to_read(p))}
-    if not names:
+    now = datetime.now(timezone.utc)
+    stuck = nodeloss.unscheduled_dispatcher(svc, run.children.pods_of(builders.DISPATCHER), now)
+    if not names and stuck is None:
         return True
     nodes = {n: _read(run.api, readers, "v1", "Node", None, n) for n in sorted(names)}
     lost = nodeloss.lost_pods(pods, nodes)
-    now = datetime.now(timezone.utc)
-    journal_local, claim_uids = False, {}
-    for one in lost:
-        claim = nodeloss.journal_claim(svc, one.pod) if nodeloss.due(one, svc, now) else None
-        if claim is not None and svc.node_loss.dispatcher == spec.NODE_LOSS_RECOVER:
-            bound = _read(run.api, readers, "v1", "PersistentVolumeClaim", namespace, claim)
-            claim_uids[claim] = ((bound or {}).get("metadata") or {}).get("uid")
-            volume = ((bound or {}).get("spec") or {}).get("volumeName")
-            pv = _read(run.api, readers, "v1", "PersistentVolume", None, volume) if volume else None
-            journal_local = nodeloss.node_local(pv, one.node)
-    run.node_loss = nodeloss.decide(svc, lost, journal_local, now)
+    if stuck is not None and (stranded := _stranded_dispatcher(run, stuck)) is not None:
+        lost.append(stranded)
+    kept: nodeloss.Journal | None = None
+    if (dispatcher_lost := nodeloss.journal_to_read(svc, lost, now)) is not None:
+        claim = nodeloss.journal_claim(svc, dispatcher_lost.pod)
+        assert claim is not None
+        bound = _read(run.api, readers, "v1", "PersistentVolumeClaim", namespace, claim)
+        volume = ((bound or {}).get("spec") or {}).get("volumeName")
+        pv = _read(run.api, readers, "v1", "PersistentVolume", None, volume) if volume else None
+        kept = nodeloss.journal(claim, bound, pv, dispatcher_lost.node)
+    saving = None
+    if nodeloss.needs_snapshots(svc, lost, now):
+        saving = hold.writing(svc, _kept_snapshots(run))
+    run.node_loss = nodeloss.decide(svc, lost, kept, now, saving)
     run.outcome.requeue_after = _sooner(run.outcome.requeue_after, run.node_loss.requeue_after)
     for replacement in run.node_loss.replace:
         meta = replacement.pod["metadata"]
+        if replacement.retain is not None:
+            # Before the claim goes: with reclaim Delete (local-path's), the provisioner would delete the old
+            # journal's data when the node comes back. A failed patch raises, and nothing is deleted.
+            run.api.retain(replacement.retain)
+            log.info("%s/%s: set PersistentVolume %s (the journal of pod %s) to Retain", namespace, svc.name,
+                     replacement.retain, meta["name"])  # fmt: skip
         if replacement.claim is not None:
             # First, or the StatefulSet controller would recreate the pod on the old claim, bound to the lost
             # node. The claim stays Terminating (pvc-protection) until the pod object is gone, and meanwhile the
             # controller refuses to create the pod ("pvc ... is being deleted", stateful_pod_control.go's
             # createPersistentVolumeClaims) and retries; then it creates a new claim and the pod.
-            claim = replacement.claim
-            run.api.delete("v1", "PersistentVolumeClaim", namespace, claim, uid=claim_uids.get(claim))
+            uid = kept.uid if kept is not None and kept.claim == replacement.claim else None
+            run.api.delete("v1", "PersistentVolumeClaim", namespace, replacement.claim, uid=uid)
         # gracePeriodSeconds 0 removes the object at once: no kubelet will ever confirm the pod stopped.
         if run.api.delete("v1", "Pod", namespace, meta["name"], uid=meta.get("uid"), grace_period_seconds=0):
             run.record(replacement.reason, replacement.message, replacement.event_type)
@@ -378,6 +393,21 @@ def replace_lost_pods(run: Run) -> bool:
         if not any(c.get("type") == reasons.DISPATCHER_READY and c.get("reason") == dispatcher.reason for c in old):
             run.record(dispatcher.reason, f"The dispatcher's {dispatcher.message}", "Warning")
     return True
+
+
+def _stranded_dispatcher(run: Run, pod: Manifest) -> nodeloss.Lost | None:
+    """An unscheduled dispatcher pod whose journal claim is bound to a volume pinned to a node that is
+    known to be off (``nodeloss.stranded_dispatcher``): its claim, volume and that node are read (each
+    kept NODE_READ_SECONDS). A claim not bound yet (a new service) costs one read."""
+    claim = nodeloss.journal_claim(run.svc, pod)
+    assert claim is not None
+    bound = _read(run.api, run.autoscaling, "v1", "PersistentVolumeClaim", run.svc.namespace, claim)
+    volume = ((bound or {}).get("spec") or {}).get("volumeName")
+    pv = _read(run.api, run.autoscaling, "v1", "PersistentVolume", None, volume) if volume else None
+    node = nodeloss.pinned_node(pv)
+    if node is None:
+        return None
+    return nodeloss.stranded_dispatcher(pod, node, _read(run.api, run.autoscaling, "v1", "Node", None, node))
 
 
 def delete(run: Run) -> bool:
@@ -559,7 +589,11 @@ def _drain_decision(run: Run) -> drain.DrainDecision:
     svc, children, readers = run.svc, run.children, run.autoscaling
     running = hold.dispatcher_running(children.pods_of(builders.DISPATCHER))
     workers = len(children.pods_of(builders.WORKER))
-    since = coretypes.parse_time(((run.body.get("status") or {}).get("drains") or {}).get("since"))
+    drains = (run.body.get("status") or {}).get("drains") or {}
+    since, unreadable_since = (
+        coretypes.parse_time(drains.get("since")),
+        coretypes.parse_time(drains.get("unreadableSince")),
+    )
     now = datetime.now(timezone.utc)
     unread = hold.Unknown("this operator has no way to read it")
     signal: hold.Signal | None = None
@@ -571,23 +605,22 @@ def _drain_decision(run: Run) -> drain.DrainDecision:
         )
     saves: hold.Snapshots | None = None
     if drain.needs_snapshots(svc, running, workers):
-        saves = (
-            unread
-            if readers is None
-            else _kept_read(
-                run,
-                readers.drain_snapshots,
-                readers.fetch_snapshots,
-                snapshots.SNAPSHOTS_PATH,
-                drain.snapshots_valid_for,
-            )
-        )
-    decision = drain.decide(svc, running, workers, signal, since, now, saves)
+        saves = _kept_snapshots(run)
+    decision = drain.decide(svc, running, workers, signal, since, now, saves, unreadable_since)
     run.outcome.requeue_after = _sooner(run.outcome.requeue_after, decision.requeue_after)
     return decision
 
 
 R = TypeVar("R")
+
+
+def _kept_snapshots(run: Run) -> hold.Snapshots:
+    """The dispatcher's snapshots, read at most once per ``drain.RECHECK_SECONDS`` (for the budget,
+    and for a worker on an unreachable node: both want to know whether one is being written)."""
+    if run.autoscaling is None:
+        return hold.Unknown("this operator has no way to read it")
+    kept = run.autoscaling.drain_snapshots
+    return _kept_read(run, kept, run.autoscaling.fetch_snapshots, snapshots.SNAPSHOTS_PATH, drain.snapshots_valid_for)
 
 
 def _kept_read(

@@ -99,7 +99,11 @@ OBSERVED: tuple[Kind, ...] = (*CHILDREN, POD)
 # only from that node, in which case the claim is deleted for the StatefulSet to make a new one.
 NODE = Kind("v1", "Node", "nodes", ("get",), "whether an unready pod's node is unreachable (spec.nodeLoss)")
 PERSISTENT_VOLUME = Kind(
-    "v1", "PersistentVolume", "persistentvolumes", ("get",), "whether a lost dispatcher's journal is node-local"
+    "v1",
+    "PersistentVolume",
+    "persistentvolumes",
+    ("get", "patch"),
+    "whether a lost dispatcher's journal is node-local; if so, set to Retain before its claim is let go",
 )
 CLAIM = Kind(
     "v1",

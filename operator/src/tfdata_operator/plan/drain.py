@@ -19,6 +19,12 @@ sharding policy that has a budget. That costs one more GET per ``RECHECK_SECONDS
 with ``spec.snapshots`` whose workers run, even a settled one: a budget must be right before a
 drain asks, not when it does.
 
+What cannot be read ends a hold too, later: a dispatcher that never answers, or a journaled snapshot
+path that became unreadable (a deleted bucket), would otherwise hold every drain of the workers'
+nodes, and so node upgrades, for good. Drains held only by what cannot be read go ahead after
+``spec.workers.drainUnreadableMaxWaitSeconds`` (an hour by default; counted from
+``status.drains.unreadableSince``) with a Warning Event naming what could not be read.
+
 Every budget lets an unready worker go (``unhealthyPodEvictionPolicy: AlwaysAllow``, in the
 builder): it serves nobody, so it never blocks a drain.
 
@@ -29,11 +35,12 @@ budget depends on it, and keeps a reading for ``valid_for`` seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from tfdata_operator.api import reasons
+from tfdata_operator.api import coretypes, reasons
 from tfdata_operator.api.spec import RESCALE_IMMEDIATE, ServiceSpec
 from tfdata_operator.plan import hold
+from tfdata_operator.wire import snapshots as snapshotwire
 from tfdata_operator.wire.signals import ServiceSignals
 
 # How often the signal of a static WhenIdle service with running workers is read again: one GET
@@ -58,6 +65,8 @@ class DrainDecision:
     # when the wait started.
     waiting: bool = False
     forced: bool = False
+    # What holds drains could not be read: status.drains keeps since when (drainUnreadableMaxWaitSeconds).
+    unreadable: bool = False
     # Look again this soon even if nothing happens: rescaleMaxWaitSeconds ends the wait.
     requeue_after: float | None = None
 
@@ -87,17 +96,21 @@ def decide(
     since: datetime | None,
     now: datetime,
     snapshots: hold.Snapshots | None = None,
+    unreadable_since: datetime | None = None,
 ) -> DrainDecision:
     """The budget. ``running``: a dispatcher pod runs; ``workers``: how many worker pods exist;
     ``signal``: what the dispatcher answered (read only when ``needs_signal``); ``since``: when
     readers or a snapshot started holding drains (status.drains), None if they do not;
-    ``snapshots``: the dispatcher's ``/v1/snapshots`` (read only when ``needs_snapshots``)."""
+    ``snapshots``: the dispatcher's ``/v1/snapshots`` (read only when ``needs_snapshots``);
+    ``unreadable_since``: since when what holds drains could not be read (status.drains), None if it could."""
     if svc.sharding_policy == "OFF":
         return DrainDecision(None)
     if needs_snapshots(svc, running, workers):
-        saving = hold.writing(svc, snapshots or hold.Unknown("the snapshots were not read"))
+        saves = snapshots or hold.Unknown("the snapshots were not read")
+        saving = hold.writing(svc, saves)
         if saving is not None:
-            return _held_by_snapshot(svc, saving, since, now)
+            unread = Unreadable(_unreadable(saves), unreadable_since)
+            return _held_by_snapshot(svc, saving, since, now, unread)
     if not needs_signal(svc, running, workers):
         return DrainDecision(1, detail=_why_free(svc, running))
     if signal is None:
@@ -121,10 +134,30 @@ def decide(
         "those elements twice."
     )
     until = "within a minute after the last reader stops"
-    return _held(svc, since, now, who, hold.readers_why(signal), why, forced, until)
+    unread = Unreadable(isinstance(signal, hold.Unknown), unreadable_since)
+    return _held(svc, since, now, who, hold.readers_why(signal), why, forced, until, unread)
 
 
-def _held_by_snapshot(svc: ServiceSpec, saving: str, since: datetime | None, now: datetime) -> DrainDecision:
+@dataclass(frozen=True)
+class Unreadable:
+    """Whether what holds drains could not be read, and since when (None: since now)."""
+
+    now: bool = False
+    since: datetime | None = None
+
+
+def _unreadable(saves: hold.Snapshots) -> bool:
+    """Whether the snapshots hold drains only because they could not be read: no answer, or every
+    snapshot counted as being written is one whose files could not be read."""
+    if isinstance(saves, hold.Unknown):
+        return True
+    held = [s.state for s in saves.snapshots if s.state in (snapshotwire.IN_PROGRESS, snapshotwire.UNKNOWN)]
+    return bool(held) and all(state == snapshotwire.UNKNOWN for state in held)
+
+
+def _held_by_snapshot(
+    svc: ServiceSpec, saving: str, since: datetime | None, now: datetime, unread: Unreadable
+) -> DrainDecision:
     why = (
         "a drained worker writes its stream again from its last checkpoint (one that does not come back stalls "
         "the snapshot for good)"
@@ -133,23 +166,46 @@ def _held_by_snapshot(svc: ServiceSpec, saving: str, since: datetime | None, now
         "A drained worker writes its stream again from its last checkpoint, and one that does not come back "
         "stalls the snapshot for good."
     )
-    return _held(svc, since, now, saving, saving, why, forced, "once no snapshot is being written")
+    return _held(svc, since, now, saving, saving, why, forced, "once no snapshot is being written", unread)
 
 
 def _held(
-    svc: ServiceSpec, since: datetime | None, now: datetime, who: str, detail: str, why: str, forced: str, until: str
+    svc: ServiceSpec,
+    since: datetime | None,
+    now: datetime,
+    who: str,
+    detail: str,
+    why: str,
+    forced: str,
+    until: str,
+    unread: Unreadable,
 ) -> DrainDecision:
     """Drains held because ``who`` (readers, or a snapshot being written) and ``why`` a drain would harm
-    them; they go ahead ``until``, or after ``rescaleMaxWaitSeconds`` (``hold.bound``), then ``forced``."""
+    them; they go ahead ``until``, or after ``rescaleMaxWaitSeconds`` (``hold.bound``), then ``forced``;
+    or, when that could not be read (``unread``), after ``drainUnreadableMaxWaitSeconds``."""
     wait = hold.bound(svc, since, now)
     if wait.over:
         message = f"Drains go ahead although {who}: they waited rescaleMaxWaitSeconds ({wait.max_wait} s). {forced}"
-        return DrainDecision(1, message, detail, waiting=True, forced=True)
+        return DrainDecision(1, message, detail, waiting=True, forced=True, unreadable=unread.now)
+    recheck, deadline = wait.requeue(RECHECK_SECONDS), wait.deadline
+    if unread.now:
+        limit = svc.workers.drain_unreadable_max_wait_seconds
+        start = unread.since or now
+        waited = (now - start).total_seconds()
+        if waited >= limit:
+            message = (
+                f"Drains go ahead although {who}: it could not be read for spec.workers.drainUnreadableMaxWaitSeconds "
+                f"({limit} s), so nobody knows. {forced}"
+            )
+            return DrainDecision(1, message, detail, waiting=True, forced=True, unreadable=True)
+        at = (start + timedelta(seconds=limit)).strftime(coretypes.TIME_FORMAT)
+        deadline += f", or at {at} if it still cannot be read (spec.workers.drainUnreadableMaxWaitSeconds)"
+        recheck = min(recheck, max(0.5, limit - waited))
     message = (
-        f"Drains wait: {who}, and {why}. They go ahead {until}{wait.deadline}; set spec.workers.rescalePolicy: "
+        f"Drains wait: {who}, and {why}. They go ahead {until}{deadline}; set spec.workers.rescalePolicy: "
         "Immediate to let them go now."
     )
-    return DrainDecision(0, message, detail, waiting=True, requeue_after=wait.requeue(RECHECK_SECONDS))
+    return DrainDecision(0, message, detail, waiting=True, unreadable=unread.now, requeue_after=recheck)
 
 
 def snapshots_valid_for(_: hold.Snapshots) -> float:

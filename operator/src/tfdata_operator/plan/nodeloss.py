@@ -1,23 +1,33 @@
-"""Pods on a node that stopped answering (``spec.nodeLoss``): which to replace now, which later, and why.
+"""Pods on a node that stopped answering (``spec.nodeLoss``): which to replace now, which later, which
+never without certainty, and what the status says meanwhile.
 
 When a node stops answering, the node lifecycle controller sets its Ready condition to Unknown,
 taints it ``node.kubernetes.io/unreachable`` (NoExecute, with the taint's ``timeAdded``) and marks
 its pods not Ready; 300 s later (the default toleration) it deletes them, and they stay
 Terminating: only the node's kubelet could confirm they stopped. A StatefulSet never makes a second
 pod of the same name, so without a person the service stays short of that pod. This module decides
-when the operator force-deletes it instead, so that its StatefulSet recreates it on another node:
+when the operator force-deletes it instead, so that its StatefulSet recreates it on another node.
 
-- only a pod whose node carries the unreachable taint, for ``replaceAfterSeconds`` at least, and
-  whose Ready condition is not True (a taint left on a node that answers again is not acted on);
-- never for ``node.kubernetes.io/not-ready`` (the kubelet is alive there and handles its pods)
-  nor for a Node that is gone (the pod garbage collector deletes pods of deleted nodes);
-- a worker always; the dispatcher with ``dispatcher: Recover``, after its journal claim when the
-  claim's volume is reachable only from the lost node (``node_local``): the StatefulSet
-  controller then creates a new claim and the pod elsewhere, on a fresh journal. With ``Wait``
-  the dispatcher is left for a person, and the status says how.
+What is certain and what is guessed (Kubernetes' non-graceful node shutdown, KEP-2268, is the model):
+
+- Certain: the node is tainted ``node.kubernetes.io/out-of-service`` (a person or a fencing agent found
+  it shut down) and is not Ready, or its Node object was deleted. Every pod there is replaced at
+  once, the dispatcher too, whatever ``spec.nodeLoss.dispatcher`` says.
+- Guessed: only the unreachable taint, for a while. A node that is slow (a kubelet starved of memory,
+  a switch flap) looks the same, and comes back with its pods still running. So on a guess only
+  what holds no state goes: a worker after ``replaceAfterSeconds``, unless a snapshot is being written
+  (its stream would get a second writer). The dispatcher, with ``Recover``, after
+  ``dispatcherReplaceAfterSeconds`` (300 s, Kubernetes' own eviction, by default), and only where a
+  second dispatcher cannot write the same journal: none kept, or a journal only the lost node reaches
+  (which is kept: its volume is set to ``Retain`` before its claim is let go, and the status and a
+  Warning Event say which volume holds it). A journal other nodes reach waits for certainty unless
+  ``spec.nodeLoss.fencedBy`` names who fences.
+- Never acted on: ``node.kubernetes.io/not-ready`` (the kubelet is alive there and handles its pods),
+  a Ready node (a taint left on a node that answers again), and no timeout below 30 s.
 
 Pure: the reconcile (``controller/reconcile.py``) reads the Nodes of unready pods only
-(``node_to_read``) and the journal's volume only for a dispatcher due for replacement.
+(``node_to_read``), the journal's claim and volume only for a dispatcher that may be replaced now
+(``journal_to_read``), and the snapshots only for a worker due on a guess (``needs_snapshots``).
 docs/operations.md ("Node failure") gives the split-brain argument.
 """
 
@@ -28,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from tfdata_operator.api import coretypes, reasons, spec
+from tfdata_operator.api import coretypes, limits, reasons, spec
 from tfdata_operator.api.spec import JOURNAL_VOLUME, ServiceSpec
 from tfdata_operator.plan.diagnose import Finding
 from tfdata_operator.plan.scaling import pod_ready
@@ -38,17 +48,28 @@ Manifest = dict[str, Any]
 
 # Set by the node lifecycle controller while a node's Ready condition is Unknown (no heartbeat).
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+# Set by a person or a fencing agent who verified that the node is shut down (KEP-2268).
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 # The label every kubelet sets to its node's name; local-path and local volumes pin themselves to it.
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+# While a pod waits on a guess, its node is read again this often: an out-of-service taint or a
+# deleted Node is acted on within this (plus the read's cache, reconcile.NODE_READ_SECONDS).
+RECHECK_SECONDS = 10.0
+RETAIN = "Retain"
+# For sentences: what makes a node's loss certain.
+CERTAINTY = f"the node is tainted {OUT_OF_SERVICE_TAINT} or its Node is deleted"
 
 
 @dataclass(frozen=True)
 class Lost:
-    """A pod of the service on a node Kubernetes marked unreachable."""
+    """A pod of the service on a node that stopped answering."""
 
     pod: Manifest
     node: str
-    since: datetime  # the taint's timeAdded
+    # When the node was tainted unreachable or out-of-service (None: not known, e.g. a deleted Node).
+    since: datetime | None
+    # Why the node is known to be off, for a sentence; None: it is only unreachable (a guess).
+    certain: str | None = None
 
     @property
     def name(self) -> str:
@@ -56,14 +77,27 @@ class Lost:
 
 
 @dataclass(frozen=True)
+class Journal:
+    """A lost dispatcher's journal claim as read, and its volume."""
+
+    claim: str
+    uid: str | None = None
+    volume: str | None = None  # the PersistentVolume's name; None: not bound, or not read
+    node_local: bool = False
+    retained: bool = False  # its persistentVolumeReclaimPolicy is Retain already
+    path: str | None = None  # where on the node the data is (local or hostPath volumes)
+
+
+@dataclass(frozen=True)
 class Replacement:
-    """A pod to force-delete (and, first, the dispatcher's journal claim, when ``claim`` is set)."""
+    """A pod to force-delete; first, when set, ``retain`` (a volume set to Retain) and ``claim`` (deleted)."""
 
     pod: Manifest
     reason: str
     message: str
     event_type: str = "Normal"
     claim: str | None = None
+    retain: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,7 +107,7 @@ class NodeLoss:
     replace: list[Replacement] = field(default_factory=list)
     dispatcher: Finding | None = None
     workers: Finding | None = None
-    # Seconds until the earliest pending replacement is due.
+    # Seconds until a pending replacement is due, or the lost node is read again.
     requeue_after: float | None = None
 
 
@@ -85,35 +119,110 @@ def node_to_read(pod: Manifest) -> str | None:
     return None if not node or pod_ready(pod) else str(node)
 
 
-def unreachable_since(node: Manifest | None) -> datetime | None:
-    """When the node was tainted unreachable; None while it is Ready, not tainted so, or gone."""
+def node_state(node: Manifest | None) -> tuple[str | None, datetime | None] | None:
+    """Whether a node (as read; None: it does not exist) lost its pods: ``(certain, since)``, where
+    ``certain`` says why it is known to be off (None: only unreachable, a guess) and ``since`` is when
+    its taint was added; None while it is Ready, or not tainted so."""
     if node is None:
-        return None  # the pod garbage collector deletes the pods of a deleted node
+        return "its Node object was deleted", None
     status = node.get("status") or {}
     if any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []):
-        return None
-    for taint in (node.get("spec") or {}).get("taints") or []:
+        return None  # it answers again: its kubelet handles its pods (as the pod garbage collector checks)
+    taints = (node.get("spec") or {}).get("taints") or []
+    for taint in taints:
+        if taint.get("key") == OUT_OF_SERVICE_TAINT:
+            why = f"it is tainted {OUT_OF_SERVICE_TAINT} (someone found it shut down)"
+            return why, coretypes.parse_time(taint.get("timeAdded"))
+    for taint in taints:
         if taint.get("key") == UNREACHABLE_TAINT and taint.get("effect") == "NoExecute":
-            return coretypes.parse_time(taint.get("timeAdded"))
+            return None, coretypes.parse_time(taint.get("timeAdded"))
     return None
 
 
 def lost_pods(pods: Sequence[Manifest], nodes: Mapping[str, Manifest | None]) -> list[Lost]:
-    """The pods (of ``node_to_read``) whose node, as read into ``nodes``, is unreachable."""
+    """The pods (of ``node_to_read``) whose node, as read into ``nodes``, lost them."""
     lost = []
     for pod in pods:
         name = node_to_read(pod)
-        since = unreachable_since(nodes.get(name)) if name else None
-        if name and since is not None:
-            lost.append(Lost(pod, name, since))
+        state = node_state(nodes[name]) if name is not None and name in nodes else None
+        if name is not None and state is not None:
+            certain, since = state
+            if certain is not None or since is not None:  # an unreachable taint without a time: not yet
+                lost.append(Lost(pod, name, since, certain))
     return lost
+
+
+def unscheduled_dispatcher(svc: ServiceSpec, pods: Sequence[Manifest], now: datetime) -> Manifest | None:
+    """A dispatcher pod with a journal claim that the scheduler has found no node for, for RECHECK_SECONDS
+    at least (its PodScheduled condition): its claim may be bound to a volume on a node that is gone. The
+    pod garbage collector deletes the pods of a deleted or out-of-service node by itself, and the
+    StatefulSet's new pod then waits for that node for good. A pod that is only starting costs no read."""
+    if not svc.dispatcher.storage.enabled:
+        return None
+    for pod in pods:
+        if not is_dispatcher(svc, pod) or (pod.get("spec") or {}).get("nodeName"):
+            continue
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        unscheduled = next(
+            (c for c in conditions if c.get("type") == "PodScheduled" and c.get("status") == "False"), None
+        )
+        since = coretypes.parse_time((unscheduled or {}).get("lastTransitionTime"))
+        if since is not None and now >= since + timedelta(seconds=RECHECK_SECONDS):
+            return pod
+    return None
+
+
+def pinned_node(volume: Manifest | None) -> str | None:
+    """The one node a volume's required node affinity names by hostname (a local-path or local volume), if any."""
+    terms = ((((volume or {}).get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}).get(
+        "nodeSelectorTerms"
+    ) or []
+    names = {
+        value
+        for term in terms
+        for e in term.get("matchExpressions") or []
+        if e.get("key") == HOSTNAME_LABEL and e.get("operator") == "In"
+        for value in e.get("values") or []
+    }
+    return next(iter(names)) if len(names) == 1 and all(_pins_to(t, next(iter(names))) for t in terms) else None
+
+
+def stranded_dispatcher(pod: Manifest, node: str, read: Manifest | None) -> Lost | None:
+    """An unscheduled dispatcher pod whose journal's volume is pinned to ``node`` (as read: None, deleted),
+    as a lost pod of that node when the node is known to be off; None otherwise (it waits for the node)."""
+    state = node_state(read)
+    if state is None or state[0] is None:
+        return None
+    return Lost(pod, node, state[1], state[0])
+
+
+def is_dispatcher(svc: ServiceSpec, pod: Manifest) -> bool:
+    return str(pod["metadata"]["name"]).startswith(builders.dispatcher_name(svc) + "-")
 
 
 def journal_claim(svc: ServiceSpec, pod: Manifest) -> str | None:
     """The name of a dispatcher pod's journal claim, if the spec gives it one: the StatefulSet
     controller names a volumeClaimTemplates claim ``<template>-<pod>``."""
-    is_dispatcher = pod["metadata"]["name"].startswith(builders.dispatcher_name(svc) + "-")
-    return f"{JOURNAL_VOLUME}-{pod['metadata']['name']}" if is_dispatcher and svc.dispatcher.storage.enabled else None
+    return (
+        f"{JOURNAL_VOLUME}-{pod['metadata']['name']}"
+        if is_dispatcher(svc, pod) and svc.dispatcher.storage.enabled
+        else None
+    )
+
+
+def journal(claim: str, bound: Manifest | None, volume: Manifest | None, node: str) -> Journal:
+    """What the reconcile read of a journal claim (``bound``) and its volume, for ``decide``."""
+    meta, pv = (bound or {}).get("metadata") or {}, (volume or {}).get("spec") or {}
+    return Journal(
+        claim=claim,
+        uid=meta.get("uid"),
+        volume=((bound or {}).get("spec") or {}).get("volumeName") or None,
+        node_local=node_local(volume, node),
+        retained=pv.get("persistentVolumeReclaimPolicy") == RETAIN,
+        path=(pv.get("local") or pv.get("hostPath") or {}).get("path"),
+    )
 
 
 def node_local(volume: Manifest | None, node: str) -> bool:
@@ -137,45 +246,89 @@ def _pins_to(term: Mapping[str, Any], node: str) -> bool:
     )
 
 
+def after_seconds(svc: ServiceSpec, lost: Lost) -> int:
+    """How long a guess must last before the pod is replaced (as used: at least 30 s)."""
+    loss = svc.node_loss
+    return loss.dispatcher_after if is_dispatcher(svc, lost.pod) else loss.worker_after
+
+
 def due(lost: Lost, svc: ServiceSpec, now: datetime) -> bool:
-    """Whether ``lost`` has been unreachable for ``spec.nodeLoss.replaceAfterSeconds``."""
-    return now >= lost.since + timedelta(seconds=svc.node_loss.replace_after_seconds)
+    """Whether ``lost`` may be acted on now: its node is known to be off, or has been unreachable for its
+    timeout (``replaceAfterSeconds`` for a worker, ``dispatcherReplaceAfterSeconds`` for the dispatcher)."""
+    if lost.certain is not None:
+        return True
+    assert lost.since is not None
+    return now >= lost.since + timedelta(seconds=after_seconds(svc, lost))
 
 
-def decide(svc: ServiceSpec, lost: Sequence[Lost], journal_local: bool, now: datetime) -> NodeLoss:
-    """What to do with the service's pods on unreachable nodes.
+def journal_to_read(svc: ServiceSpec, lost: Sequence[Lost], now: datetime) -> Lost | None:
+    """The lost dispatcher whose journal claim and volume ``decide`` needs: one that may be replaced now
+    (its node is known to be off, or, with Recover, its timeout is over) and has a claim."""
+    for one in lost:
+        may = one.certain is not None or svc.node_loss.dispatcher == spec.NODE_LOSS_RECOVER
+        if journal_claim(svc, one.pod) is not None and may and due(one, svc, now):
+            return one
+    return None
 
-    ``journal_local``: the dispatcher's journal claim is bound to a volume only its lost node can
-    reach (read only for a dispatcher that is due; ignored otherwise).
+
+def needs_snapshots(svc: ServiceSpec, lost: Sequence[Lost], now: datetime) -> bool:
+    """Whether ``decide`` needs the dispatcher's snapshots: a worker is due on a guess, and the
+    dispatcher is fault-tolerant (the only kind TensorFlow lets snapshot)."""
+    return svc.dispatcher.fault_tolerant_mode and any(
+        one.certain is None and not is_dispatcher(svc, one.pod) and due(one, svc, now) for one in lost
+    )
+
+
+def decide(
+    svc: ServiceSpec,
+    lost: Sequence[Lost],
+    kept: Journal | None,
+    now: datetime,
+    saving: str | None = None,
+) -> NodeLoss:
+    """What to do with the service's pods on nodes that stopped answering.
+
+    ``kept``: the dispatcher's journal claim and volume, as read (``journal_to_read``; None: not read,
+    or it has none). ``saving``: which snapshots are being written (``hold.writing``), read only when
+    ``needs_snapshots``; a worker due on a guess waits while one is.
     """
     replace: list[Replacement] = []
     waits: list[float] = []
     dispatcher: Finding | None = None
     workers: list[str] = []
     workers_reason = reasons.REPLACED_LOST_POD
-    setting = svc.node_loss.replace_after_seconds
     for one in lost:
-        is_dispatcher = one.name.startswith(builders.dispatcher_name(svc) + "-")
-        lost_for = (now - one.since).total_seconds()
-        where = f"its node {one.node} has been unreachable since {_format(one.since)}"
-        if is_dispatcher and svc.node_loss.dispatcher == spec.NODE_LOSS_WAIT:
-            dispatcher = Finding(reasons.DISPATCHER_NODE_LOST, _wait_message(one, where))
+        where = _where(one)
+        if is_dispatcher(svc, one.pod):
+            found, replacement, wait = _dispatcher(svc, one, where, kept, now)
+            dispatcher = found
+            if replacement is not None:
+                replace.append(replacement)
+            if wait is not None:
+                waits.append(wait)
+            continue
+        setting = svc.node_loss.worker_after
+        if one.certain is not None:
+            why = f"Deleted pod {one.name} at once: {where}; its StatefulSet recreates it on another node"
+            replace.append(Replacement(one.pod, reasons.REPLACED_LOST_POD, why))
+            workers.append(why)
         elif not due(one, svc, now):
+            assert one.since is not None
             at = _format(one.since + timedelta(seconds=setting))
-            pending = f"pod {one.name}: {where}; it is replaced at {at} (spec.nodeLoss.replaceAfterSeconds {setting})"
-            waits.append(max(0.5, setting - lost_for))
-            if is_dispatcher:
-                dispatcher = Finding(reasons.NODE_UNREACHABLE, pending)
-            else:
-                workers.append(pending)
-                workers_reason = reasons.NODE_UNREACHABLE
-        elif is_dispatcher:
-            replace.append(_dispatcher_replacement(svc, one, where, setting, journal_local))
-            # What the status says until the new pod changes it (the Event stays).
-            dispatcher = Finding(replace[-1].reason, replace[-1].message)
+            workers.append(f"pod {one.name}: {where}; it is replaced at {at} ({_setting(svc, False)}), or at once "
+                           f"when {CERTAINTY}")  # fmt: skip
+            waits.append(max(0.5, min(RECHECK_SECONDS, setting - (now - one.since).total_seconds())))
+            workers_reason = reasons.NODE_UNREACHABLE
+        elif saving is not None:
+            workers.append(
+                f"pod {one.name}: {where}, but {saving}: a new worker would write the same stream while the one on "
+                f"that node may still be writing it. It is replaced once {CERTAINTY}"
+            )
+            waits.append(RECHECK_SECONDS)
+            workers_reason = reasons.NODE_UNREACHABLE
         else:
-            why = (f"Deleted pod {one.name} at once: {where} (over spec.nodeLoss.replaceAfterSeconds, {setting}); "
-                   "its StatefulSet recreates it on another node")  # fmt: skip
+            why = (f"Deleted pod {one.name}: {where} (over {_setting(svc, False)}; a worker keeps no state, so "
+                   "a node that is only slow loses nothing); its StatefulSet recreates it on another node")  # fmt: skip
             replace.append(Replacement(one.pod, reasons.REPLACED_LOST_POD, why))
             workers.append(why)
     return NodeLoss(
@@ -199,27 +352,52 @@ def stranded_workers(decision: NodeLoss, dispatcher_pod: str, workers: Sequence[
     return [w for w in workers if w["metadata"].get("name") not in going and not w["metadata"].get("deletionTimestamp")]
 
 
-def _wait_message(one: Lost, where: str) -> str:
-    return (
-        f"pod {one.name}: {where}, and spec.nodeLoss.dispatcher is Wait, so it is not replaced. "
-        f"Bring the node back, or replace the pod yourself: `kubectl delete pod {one.name} --force "
-        "--grace-period=0` once you know the node no longer runs it (a journal only that node holds needs "
-        "its claim deleted first, which loses the running jobs), or set spec.nodeLoss.dispatcher to Recover."
-    )
-
-
-def _dispatcher_replacement(svc: ServiceSpec, one: Lost, where: str, setting: int, journal_local: bool) -> Replacement:
-    head = f"Deleted the dispatcher pod {one.name} at once: {where} (over spec.nodeLoss.replaceAfterSeconds, {setting})"
+def _dispatcher(
+    svc: ServiceSpec, one: Lost, where: str, kept: Journal | None, now: datetime
+) -> tuple[Finding, Replacement | None, float | None]:
+    """The lost dispatcher: its condition's finding, its replacement (if now), and when to look again."""
+    loss = svc.node_loss
+    if one.certain is None and loss.dispatcher == spec.NODE_LOSS_WAIT:
+        return Finding(reasons.DISPATCHER_NODE_LOST, _wait_message(one, where)), None, RECHECK_SECONDS
+    if not due(one, svc, now):
+        assert one.since is not None
+        at = _format(one.since + timedelta(seconds=loss.dispatcher_after))
+        pending = (f"pod {one.name}: {where}; it is replaced at {at} ({_setting(svc, True)}), or at once when "
+                   f"{CERTAINTY}")  # fmt: skip
+        lost_for = (now - one.since).total_seconds()
+        return (
+            Finding(reasons.NODE_UNREACHABLE, pending),
+            None,
+            max(0.5, min(RECHECK_SECONDS, loss.dispatcher_after - lost_for)),
+        )
     claim = journal_claim(svc, one.pod)
-    if claim is not None and journal_local:
+    local = claim is not None and kept is not None and kept.claim == claim and kept.node_local
+    shared = svc.dispatcher.fault_tolerant_mode and not local
+    if one.certain is None and shared and loss.fenced_by is None:
+        return Finding(reasons.DISPATCHER_NODE_LOST, _unfenced_message(one, where)), None, RECHECK_SECONDS
+    replacement = _dispatcher_replacement(svc, one, where, kept if local else None)
+    # What the status says until the new pod changes it (the Event stays).
+    return Finding(replacement.reason, replacement.message), replacement, None
+
+
+def _dispatcher_replacement(svc: ServiceSpec, one: Lost, where: str, kept: Journal | None) -> Replacement:
+    over = "" if one.certain is not None else f" (over {_setting(svc, True)})"
+    head = f"Deleted the dispatcher pod {one.name} at once: {where}{over}"
+    if kept is not None:
+        volume = f"volume {kept.volume}" if kept.volume else "its volume"
+        at = f" ({kept.path} on node {one.node})" if kept.path else f" (on node {one.node})"
+        retain = "was already" if kept.retained else "was first set to"
         return Replacement(
             one.pod,
             reasons.JOURNAL_LOST,
-            f"{head}. Its journal claim {claim} was deleted too: its volume is reachable only from that node. The "
-            "new dispatcher starts elsewhere on a fresh journal: the jobs that were running are lost, and clients "
-            "must start new ones.",
+            f"{head}. Its journal claim {kept.claim} was let go (only that node reaches its volume); the {volume}"
+            f"{at} {retain} persistentVolumeReclaimPolicy Retain, so the old journal is kept there. The new "
+            "dispatcher starts elsewhere on a fresh journal: the jobs that were running are lost, and clients must "
+            'start new ones. To replay the old journal instead, see docs/operations.md, "Recovering a kept '
+            'journal".',
             "Warning",
-            claim,
+            kept.claim,
+            kept.volume if kept.volume and not kept.retained else None,
         )
     if not svc.dispatcher.fault_tolerant_mode:
         return Replacement(
@@ -229,11 +407,56 @@ def _dispatcher_replacement(svc: ServiceSpec, one: Lost, where: str, setting: in
             "jobs, so the jobs that were running are lost, and clients must start new ones.",
             "Warning",
         )
+    fenced = (
+        ""
+        if one.certain is not None
+        else f" (spec.nodeLoss.fencedBy says the node is fenced: {limits.clip(svc.node_loss.fenced_by or '', 256)})"
+    )
     return Replacement(
         one.pod,
         reasons.REPLACED_LOST_POD,
-        f"{head}. The new dispatcher starts on another node and replays its journal, which other nodes reach: "
-        "the running jobs go on.",
+        f"{head}. The new dispatcher starts on another node and replays its journal, which other nodes reach"
+        f"{fenced}: the running jobs go on.",
+    )
+
+
+def _where(one: Lost) -> str:
+    if one.certain is not None:
+        return f"its node {one.node} is known to be off: {one.certain}"
+    assert one.since is not None
+    since = _format(one.since)
+    return f"its node {one.node} has been unreachable since {since} (a guess: a node that is only slow looks the same)"
+
+
+def _setting(svc: ServiceSpec, dispatcher: bool) -> str:
+    loss = svc.node_loss
+    key, value = (
+        ("dispatcherReplaceAfterSeconds", loss.dispatcher_replace_after_seconds)
+        if dispatcher
+        else ("replaceAfterSeconds", loss.replace_after_seconds)
+    )
+    used = max(spec.MIN_REPLACE_AFTER_SECONDS, value)
+    if used != value:
+        return f"spec.nodeLoss.{key} {value}, used as {used}: no timeout is shorter than {used} s"
+    return f"spec.nodeLoss.{key} {value}"
+
+
+def _wait_message(one: Lost, where: str) -> str:
+    return (
+        f"pod {one.name}: {where}, and spec.nodeLoss.dispatcher is Wait, so it is replaced only once {CERTAINTY}. "
+        f"Bring the node back; or, once you know it is off, taint it: `kubectl taint node {one.node} "
+        f"{OUT_OF_SERVICE_TAINT}=nodeshutdown:NoExecute` (the operator then replaces the pod at once, and keeps a "
+        "journal only that node holds on its volume)."
+    )
+
+
+def _unfenced_message(one: Lost, where: str) -> str:
+    return (
+        f"pod {one.name}: {where}. Its journal is one other nodes reach, so a new dispatcher would write it while "
+        "the one on that node may still be writing it, and nothing says the node is fenced: it is replaced only "
+        f"once {CERTAINTY}. Bring the node back; or, once you know it is off, taint it: `kubectl taint node "
+        f"{one.node} {OUT_OF_SERVICE_TAINT}=nodeshutdown:NoExecute`; or set spec.nodeLoss.fencedBy to say what "
+        "fences such nodes."
     )
 
 

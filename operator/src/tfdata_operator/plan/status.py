@@ -236,7 +236,13 @@ def compute_status(
     drains_status = None
     if drains is not None and drains.waiting:
         since = (old.get("drains") or {}).get("since") or now
-        drains_status = {"maxUnavailable": drains.max_unavailable, "since": since, "message": drains.message}
+        unreadable = ((old.get("drains") or {}).get("unreadableSince") or now) if drains.unreadable else None
+        drains_status = {
+            "maxUnavailable": drains.max_unavailable,
+            "since": since,
+            "unreadableSince": unreadable,
+            "message": drains.message,
+        }
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": merge_conditions(old.get("conditions"), conditions, generation, now),
