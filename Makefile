@@ -117,6 +117,10 @@ crd-schemas: venv ## Rewrite the CRD's embedded Kubernetes schemas from hack/ope
 api-docs: venv ## Rewrite docs/api.md, the API reference, from crds/ (tests/unit/test_docs.py fails when it is stale).
 	$(PY) hack/api-docs.py
 
+.PHONY: multi-worker-scripts
+multi-worker-scripts: venv ## Rewrite examples/multi-worker/scripts.yaml, the ConfigMap of the example's trainer scripts, from its entry.py and train.py.
+	$(PY) hack/multi-worker-scripts.py
+
 ##@ Development cluster
 
 .PHONY: dev-cluster
