@@ -37,6 +37,15 @@ def read(repeat: bool = True, batch: int = BATCH) -> tf.data.Dataset:
     return dataset.batch(batch, drop_remainder=True)
 
 
+def coordinated(dataset: tf.data.Dataset) -> list[int]:
+    """The ``consumer_index`` and ``num_consumers`` the dataset's read of the service carries (-1: none)."""
+    graph = tf.compat.v1.GraphDef.FromString(tf.raw_ops.DatasetToGraphV2(input_dataset=dataset._variant_tensor).numpy())
+    nodes = {node.name: node for node in graph.node}
+    (read,) = (node for node in graph.node if node.op.startswith("DataServiceDataset"))
+    values = [int(tf.make_ndarray(nodes[name.split(":")[0]].attr["value"].tensor)) for name in read.input[5:7]]
+    return values
+
+
 def emit(result: dict) -> None:
     print(json.dumps(result), flush=True)
 
@@ -85,9 +94,10 @@ if args["way"] == "fit":
         model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
     # Keras splits each global batch among the trainers, so the dataset is batched by the global size.
     record = Record()
-    history = model.fit(read(batch=GLOBAL), epochs=EPOCHS, steps_per_epoch=STEPS, callbacks=[record], verbose=0)
+    dataset = read(batch=GLOBAL)
+    history = model.fit(dataset, epochs=EPOCHS, steps_per_epoch=STEPS, callbacks=[record], verbose=0)
     emit({"steps": record.steps, "losses": record.losses, "epochs": history.history["loss"],
-          "weights": record.weights, "steps_per_epoch": STEPS})  # fmt: skip
+          "weights": record.weights, "steps_per_epoch": STEPS, "coordinated": coordinated(dataset)})  # fmt: skip
     raise SystemExit(0)
 
 with strategy.scope():

@@ -75,6 +75,8 @@ def test_two_trainers_in_keras_fit_stay_in_step_and_read_every_element(cluster: 
     """tf-keras's ``model.fit`` (TF_USE_LEGACY_KERAS=1) on the helper's dataset batched by the global
     batch size, 2 epochs of ``steps_per_epoch``: the same checks as the custom loop, and one model."""
     results = train(cluster, "fit", "lockstep-fit")
+    # Under tf-keras too the helper read each trainer's place from TF_CONFIG: coordinated reads, 2 consumers.
+    assert [result["coordinated"] for result in results] == [[0, 2], [1, 2]]
     assert_lockstep(results)
     # MultiWorkerMirroredStrategy sums the gradients of both trainers' batches: after every step both
     # hold the same weights and report the same loss, and the model did learn (it moved from where it started).
