@@ -130,4 +130,4 @@ for _epoch in range(EPOCHS):
         losses.append(float(loss))
         steps.append(strategy.experimental_local_results(ids)[0].numpy().tolist())
     epochs.append(sum(losses) / len(losses))
-emit({"steps": steps, "epochs": epochs, "steps_per_epoch": STEPS})
+emit({"steps": steps, "epochs": epochs, "steps_per_epoch": STEPS, "coordinated": coordinated(read())})

@@ -75,8 +75,6 @@ def test_two_trainers_in_keras_fit_stay_in_step_and_read_every_element(cluster: 
     """tf-keras's ``model.fit`` (TF_USE_LEGACY_KERAS=1) on the helper's dataset batched by the global
     batch size, 2 epochs of ``steps_per_epoch``: the same checks as the custom loop, and one model."""
     results = train(cluster, "fit", "lockstep-fit")
-    # Under tf-keras too the helper read each trainer's place from TF_CONFIG: coordinated reads, 2 consumers.
-    assert [result["coordinated"] for result in results] == [[0, 2], [1, 2]]
     assert_lockstep(results)
     # MultiWorkerMirroredStrategy sums the gradients of both trainers' batches: after every step both
     # hold the same weights and report the same loss, and the model did learn (it moved from where it started).
@@ -146,6 +144,9 @@ def two_free_ports() -> int:
 
 def assert_lockstep(results: list[dict[str, Any]]) -> None:
     """Each step every trainer got a full batch of its own elements, and two epochs read two passes' worth."""
+    # The helper read each trainer's place from TF_CONFIG (under tf-keras too): coordinated reads of 2
+    # consumers. (The element checks below also hold first-come-first-served on an endless dataset.)
+    assert [result["coordinated"] for result in results] == [[0, 2], [1, 2]]
     steps = N // (BATCH * 2)
     for i, result in enumerate(results):
         sizes = [len(batch) for batch in result["steps"]]
