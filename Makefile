@@ -37,13 +37,21 @@ demo: venv ## From a fresh clone: dev cluster + node, CRD, operator, a TFDataSer
 # (TensorFlow alone is ~270 MB) are kept in a wheelhouse outside the repository.
 WHEELHOUSE ?= $(or $(TFDATA_CACHE),$(HOME)/.cache/tfdata-operator)/wheels
 
+# tf-keras (Keras 2), for the tests' trainers that run `model.fit` under MultiWorkerMirroredStrategy,
+# which Keras 3 cannot (keras-team/keras#20585; tests/server/test_lockstep.py). Its version follows the
+# `server` extra's TensorFlow (operator/pyproject.toml). It goes in without its dependencies, which name
+# `tensorflow`: with them pip would fetch and install a second TensorFlow over the -cpu build.
+DEV_NO_DEPS := tf-keras==2.21.0
+
 $(VENV)/.installed: operator/pyproject.toml
 	@test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
 	@mkdir -p $(WHEELHOUSE)
-	$(PY) -m pip install -q --no-index --find-links $(WHEELHOUSE) -e "operator[dev,server]" 2>/dev/null || { \
-	  echo "Fetching the Python packages into $(WHEELHOUSE) (the first time downloads TensorFlow)"; \
-	  $(PY) -m pip download -q -d $(WHEELHOUSE) "./operator[dev,server]" && \
-	  $(PY) -m pip install -q --no-index --find-links $(WHEELHOUSE) -e "operator[dev,server]"; }
+	@install() { $(PY) -m pip install -q --no-index --find-links $(WHEELHOUSE) -e "operator[dev,server]" && \
+	    $(PY) -m pip install -q --no-index --find-links $(WHEELHOUSE) --no-deps $(DEV_NO_DEPS); }; \
+	  install 2>/dev/null || { \
+	    echo "Fetching the Python packages into $(WHEELHOUSE) (the first time downloads TensorFlow)"; \
+	    $(PY) -m pip download -q -d $(WHEELHOUSE) "./operator[dev,server]" && \
+	    $(PY) -m pip download -q -d $(WHEELHOUSE) --no-deps $(DEV_NO_DEPS) && install; }
 	@touch $@
 
 .PHONY: venv
@@ -108,6 +116,10 @@ crd-schemas: venv ## Rewrite the CRD's embedded Kubernetes schemas from hack/ope
 .PHONY: api-docs
 api-docs: venv ## Rewrite docs/api.md, the API reference, from crds/ (tests/unit/test_docs.py fails when it is stale).
 	$(PY) hack/api-docs.py
+
+.PHONY: multi-worker-scripts
+multi-worker-scripts: venv ## Rewrite examples/multi-worker/scripts.yaml, the ConfigMap of the example's trainer scripts, from its entry.py and train.py.
+	$(PY) hack/multi-worker-scripts.py
 
 ##@ Development cluster
 

@@ -20,7 +20,7 @@ from tfdata_operator.controller import faults
 from tfdata_operator.plan import children
 
 import devcluster
-from cases import BAD_SPECS, EXAMPLES, HOST_PATH, REQUESTS_ABOVE_LIMITS, BadSpec, expected_children, manifest
+from cases import BAD_SPECS, EXAMPLES, HOST_PATH, REQUESTS_ABOVE_LIMITS, ROOT, BadSpec, expected_children, manifest
 
 # Longer than one resync (OperatorProcess sets TFDATA_RESYNC_SECONDS=5): a state that must hold
 # is sampled through at least one reconcile.
@@ -153,6 +153,32 @@ def test_every_example_gets_its_children_and_status(k8s: Cluster) -> None:
             ]
         else:
             assert "workerAddresses" not in status
+
+
+def test_the_multi_worker_example_applies_and_its_pods_get_the_names_tf_config_lists(k8s: Cluster) -> None:
+    """`kubectl apply -f examples/multi-worker/` as its README says: every object accepted, the service's
+    settings published, and the Job controller's pods named as entry.py's TF_CONFIG expects."""
+    folder = ROOT / "examples" / "multi-worker"
+    k8s.run("apply", "-f", str(folder))
+    try:
+        wait_reconciled(k8s, "multi-worker")
+        wait_for(lambda: k8s.get("configmap", "multi-worker-client"), 30, "the published settings")
+
+        def pods() -> list[dict[str, Any]]:
+            listed = k8s.run("get", "pods", "-l", "batch.kubernetes.io/job-name=multi-worker-trainer", "-o", "json")
+            return sorted(json.loads(listed.stdout)["items"], key=lambda p: p["spec"].get("hostname", ""))
+
+        found = wait_for(lambda: pods() if len(pods()) == 2 else None, 30, "the Job's 2 pods", show=pods)
+        (container,) = found[0]["spec"]["containers"]
+        address = {e["name"]: e.get("value") for e in container["env"]}["TRAINER_ADDRESS"]
+        for index, pod in enumerate(found):
+            assert pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == str(index)
+            name = f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}:2222"
+            assert name == address.format(index=index), f"pod {index} is {name}, TF_CONFIG lists {address}"
+        headless = k8s.get("service", "multi-worker-trainers")
+        assert headless is not None and headless["spec"]["clusterIP"] == "None"
+    finally:
+        k8s.run("delete", "-f", str(folder), "--wait=false")
 
 
 def test_kubectl_get_shows_the_printer_columns(k8s: Cluster) -> None:

@@ -12,6 +12,8 @@ import sys
 
 args = json.loads(sys.argv[1])
 os.environ["TF_CONFIG"] = json.dumps(args["tf_config"])  # before TensorFlow reads it
+if args["way"] == "fit":
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"  # tf.keras is tf-keras: Keras 3's fit fails under MWMS (keras#20585)
 
 import tensorflow as tf  # noqa: E402
 
@@ -28,11 +30,20 @@ def pipeline() -> tf.data.Dataset:
     return tf.data.Dataset.range(N).map(element)
 
 
-def read(repeat: bool = True) -> tf.data.Dataset:
+def read(repeat: bool = True, batch: int = BATCH) -> tf.data.Dataset:
     dataset = pipeline().repeat() if repeat else pipeline()
     dataset = dataset.apply(client.distribute(address=args["address"], sharding_policy=args["policy"],
                                               job_name=args["job_name"], check_servers=False))  # fmt: skip
-    return dataset.batch(BATCH, drop_remainder=True)
+    return dataset.batch(batch, drop_remainder=True)
+
+
+def coordinated(dataset: tf.data.Dataset) -> list[int]:
+    """The ``consumer_index`` and ``num_consumers`` the dataset's read of the service carries (-1: none)."""
+    graph = tf.compat.v1.GraphDef.FromString(tf.raw_ops.DatasetToGraphV2(input_dataset=dataset._variant_tensor).numpy())
+    nodes = {node.name: node for node in graph.node}
+    (read,) = (node for node in graph.node if node.op.startswith("DataServiceDataset"))
+    values = [int(tf.make_ndarray(nodes[name.split(":")[0]].attr["value"].tensor)) for name in read.input[5:7]]
+    return values
 
 
 def emit(result: dict) -> None:
@@ -51,6 +62,43 @@ strategy = tf.distribute.MultiWorkerMirroredStrategy()
 assert strategy.num_replicas_in_sync == 2, strategy.num_replicas_in_sync
 GLOBAL = BATCH * strategy.num_replicas_in_sync
 STEPS = N // GLOBAL  # one pass over the data, the whole job together, per epoch
+
+
+if args["way"] == "fit":
+
+    class Recorded(tf.keras.Model):
+        """A plain fit step that also hands each trainer's ids to the callbacks. Keras sums what a step
+        returns over the trainers, so each puts its ids in its own row: the sum is every trainer's ids."""
+
+        def train_step(self, data: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            row = tf.distribute.get_replica_context().replica_id_in_sync_group
+            ids = tf.scatter_nd([[row]], [data["id"]], [strategy.num_replicas_in_sync, BATCH])
+            return {**super().train_step((data["x"], data["y"])), "ids": ids}
+
+    class Record(tf.keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.steps: list[list[int]] = []
+            self.losses: list[float] = []
+            self.weights: list[list[float]] = []
+
+        def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+            assert logs is not None
+            self.steps.append([int(i) for i in logs["ids"][strategy.cluster_resolver.task_id]])
+            self.losses.append(float(logs["loss"]))
+            self.weights.append([float(w) for v in self.model.get_weights() for w in v.flat])
+
+    with strategy.scope():
+        inputs = tf.keras.Input((2,), name="x")
+        model = Recorded(inputs, tf.keras.layers.Dense(1)(inputs))
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
+    # Keras splits each global batch among the trainers, so the dataset is batched by the global size.
+    record = Record()
+    dataset = read(batch=GLOBAL)
+    history = model.fit(dataset, epochs=EPOCHS, steps_per_epoch=STEPS, callbacks=[record], verbose=0)
+    emit({"steps": record.steps, "losses": record.losses, "epochs": history.history["loss"],
+          "weights": record.weights, "steps_per_epoch": STEPS, "coordinated": coordinated(dataset)})  # fmt: skip
+    raise SystemExit(0)
 
 with strategy.scope():
     model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
@@ -82,4 +130,4 @@ for _epoch in range(EPOCHS):
         losses.append(float(loss))
         steps.append(strategy.experimental_local_results(ids)[0].numpy().tolist())
     epochs.append(sum(losses) / len(losses))
-emit({"steps": steps, "epochs": epochs, "steps_per_epoch": STEPS})
+emit({"steps": steps, "epochs": epochs, "steps_per_epoch": STEPS, "coordinated": coordinated(read())})

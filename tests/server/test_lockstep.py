@@ -3,22 +3,29 @@
 Two trainer processes, each with the TF_CONFIG of a 2-worker MultiWorkerMirroredStrategy cluster on
 127.0.0.1, train a tiny model in a custom loop over ``distribute_datasets_from_function`` and the helper's
 dataset (``lockstep_trainer.py``), from a real dispatcher and two workers (``client_cluster.py``).
-(Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy whatever the dataset,
-keras-team/keras#20585; with tf-keras it runs through the helper: docs/trainers.md.)
+The same two trainers in tf-keras's ``model.fit`` (Keras 3's fails under MultiWorkerMirroredStrategy
+whatever the dataset, keras-team/keras#20585; docs/trainers.md).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import socket
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from support import free_port
-from test_trainer_client import Cluster, result_of, start_trainer
+from test_trainer_client import TRAINER_TIMEOUT, Cluster, result_of, start_trainer
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "multi-worker"
 N, BATCH, EPOCHS = 256, 16, 2  # one epoch = one pass: 256 // (16 * 2 trainers) = 8 steps
 
 
@@ -60,7 +67,86 @@ def train(cluster: Cluster, way: str, job_name: str) -> list[dict[str, Any]]:
 
 
 def test_two_trainers_in_a_custom_loop_get_equal_full_batches_and_every_element(cluster: Cluster) -> None:
-    results = train(cluster, "loop", "lockstep-loop")
+    assert_lockstep(train(cluster, "loop", "lockstep-loop"))
+
+
+@pytest.mark.parametrize("cluster", ["DYNAMIC"], indirect=True)
+def test_two_trainers_in_keras_fit_stay_in_step_and_read_every_element(cluster: Cluster) -> None:
+    """tf-keras's ``model.fit`` (TF_USE_LEGACY_KERAS=1) on the helper's dataset batched by the global
+    batch size, 2 epochs of ``steps_per_epoch``: the same checks as the custom loop, and one model."""
+    results = train(cluster, "fit", "lockstep-fit")
+    assert_lockstep(results)
+    # MultiWorkerMirroredStrategy sums the gradients of both trainers' batches: after every step both
+    # hold the same weights and report the same loss, and the model did learn (it moved from where it started).
+    assert results[0]["losses"] == pytest.approx(results[1]["losses"]), [r["losses"] for r in results]
+    assert results[0]["epochs"] == pytest.approx(results[1]["epochs"]), [r["epochs"] for r in results]
+    a, b = (result["weights"] for result in results)
+    assert len(a) == len(b) == EPOCHS * results[0]["steps_per_epoch"]
+    for step, (wa, wb) in enumerate(zip(a, b, strict=True)):
+        assert wa == pytest.approx(wb, abs=1e-6), f"step {step}: trainer 0 has {wa}, trainer 1 {wb}"
+    assert a[0] != a[-1], a
+    assert len(results[0]["epochs"]) == EPOCHS
+
+
+@pytest.mark.parametrize("cluster", ["DYNAMIC"], indirect=True)
+def test_the_multi_worker_example_trains_one_model_in_two_trainers(cluster: Cluster) -> None:
+    """examples/multi-worker/'s entry.py and train.py, run as its indexed Job runs them (the environment
+    trainers.yaml sets, JOB_COMPLETION_INDEX 0 and 1), with the trainers on 127.0.0.1 and the address
+    given: both finish every epoch and end with one model."""
+    base = two_free_ports()
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "NUM_TRAINERS": "2", "TF_USE_LEGACY_KERAS": "1",
+           "TRAINER_ADDRESS": f"127.0.0.1:{base}{{index}}"}  # fmt: skip
+    command = [sys.executable, str(EXAMPLE / "entry.py"), "--job-name", "example", "--address", cluster.address,
+               "--elements", "1024", "--batch", "16", "--epochs", "2"]  # fmt: skip
+    trainers = [
+        subprocess.Popen(
+            command,
+            env={**env, "JOB_COMPLETION_INDEX": str(i)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    ends = []
+    for i, trainer in enumerate(trainers):
+        try:
+            out, _ = trainer.communicate(timeout=TRAINER_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            for t in trainers:
+                t.kill()
+            pytest.fail(f"trainer {i} still running after {TRAINER_TIMEOUT:.0f}s:\n{trainer.communicate()[0][-3000:]}")
+        assert trainer.returncode == 0, f"trainer {i} exited {trainer.returncode}:\n{out[-3000:]}"
+        assert f'"task": {{"type": "worker", "index": {i}}}' in out, out[-3000:]
+        (end,) = re.findall(r"^trainer (\d) of 2: 2 epochs of 32 steps, losses \[(.*)\], weights (.*)$", out, re.M)
+        ends.append(end)
+    assert [end[0] for end in ends] == ["0", "1"]
+    assert ends[0][1:] == ends[1][1:], f"the trainers ended apart: {ends}"
+    losses = [float(loss) for loss in ends[0][1].split(", ")]
+    assert losses[1] < losses[0], f"the model did not learn: losses {losses}"
+
+
+def two_free_ports() -> int:
+    """A prefix p such that ports p0 and p1 are free: TRAINER_ADDRESS's {index} ends the port."""
+    for _ in range(50):
+        base = free_port() // 10
+        if base * 10 + 1 > 65535:
+            continue
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", base * 10))
+                b.bind(("127.0.0.1", base * 10 + 1))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no two free ports in a row on 127.0.0.1")
+
+
+def assert_lockstep(results: list[dict[str, Any]]) -> None:
+    """Each step every trainer got a full batch of its own elements, and two epochs read two passes' worth."""
+    # The helper read each trainer's place from TF_CONFIG (under tf-keras too): coordinated reads of 2
+    # consumers. (The element checks below also hold first-come-first-served on an endless dataset.)
+    assert [result["coordinated"] for result in results] == [[0, 2], [1, 2]]
     steps = N // (BATCH * 2)
     for i, result in enumerate(results):
         sizes = [len(batch) for batch in result["steps"]]
