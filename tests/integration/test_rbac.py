@@ -77,8 +77,12 @@ NEVER = [
     ("update", "statefulsets.apps"),
     ("delete", "services"),
     ("create", "tfdataservices.tfdata.dev"),
-    ("delete", "tfdataservices.tfdata.dev"),
     ("update", "tfdataservices.tfdata.dev"),
+    # spec.lifecycle reads the workload a service follows by name, and never changes it.
+    ("list", "jobs.batch"),
+    ("watch", "jobs.batch"),
+    ("delete", "jobs.batch"),
+    ("patch", "jobs.batch"),
     ("update", "tfdataservices.tfdata.dev/scale"),
     ("create", "rolebindings.rbac.authorization.k8s.io"),
     ("delete", "leases.coordination.k8s.io"),
