@@ -275,6 +275,23 @@ def exercise_the_operator(ns: Namespace, run_first: str | None) -> None:
     ns.run("delete", "tfdata/records", "--timeout=30s")
     wait_for(lambda: not ns.children("records"), 30, "the children of records to be collected")
 
+    # spec.lifecycle: the Job a service follows is read by name (get), and the service tied to it (a
+    # patch of its own ownerReferences). A suspended Job: no pod, nothing else to schedule.
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": ns.name},
+           "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never",
+                                                           "containers": [{"name": "t", "image": "t"}]}}}}  # fmt: skip
+    ns.kubectl.run("apply", "-n", ns.name, "-f", "-", input=json.dumps(job))
+    job_uid = ns.get("job", "train")["metadata"]["uid"]
+    life = {"workload": {"apiVersion": "batch/v1", "kind": "Job", "name": "train"}, "deleteWithWorkload": True}
+    ns.run("patch", "tfdata/augment", "--type=merge", "-p", json.dumps({"spec": {"lifecycle": life}}))
+
+    def tied() -> bool:
+        svc = ns.get("tfdataservice", "augment")
+        state = ((svc.get("status") or {}).get("lifecycle") or {}).get("workload", {}).get("state")
+        return state == "Running" and job_uid in {r["uid"] for r in svc["metadata"].get("ownerReferences") or []}
+
+    wait_for(tied, 30, "augment tied to its Job (read by name, its ownerReferences patched)")
+
     events = ns.kubectl.json("get", "events", "-n", ns.name, "--field-selector=involvedObject.kind=TFDataService")
     assert any(e.get("reportingComponent") == "tfdata-operator" for e in events["items"]), "no event recorded"
 
