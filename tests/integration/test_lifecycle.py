@@ -32,7 +32,10 @@ from tfdata_operator.wire.signals import SIGNALS_PATH
 
 import devcluster
 
-AFTER_SECONDS = 5
+# Longer than the operator takes to see that the Job finished (it reads a running Job again every
+# lifecycle.WORKLOAD_RECHECK_SECONDS, each read kept reconcile.NODE_READ_SECONDS), so that the
+# planned suspend is seen before it is due.
+AFTER_SECONDS = 18
 IDLE_SECONDS = 6
 
 

@@ -243,7 +243,8 @@ def follow_lifecycle(run: Run) -> bool:
     workload: Manifest | lifecycle.Unreadable | None = None
     if ref is not None:
         try:
-            workload = api.get(ref.api_version, ref.kind, svc.namespace, ref.name)
+            # Kept NODE_READ_SECONDS: a burst of the service's events costs one read.
+            workload = _read(api, run.autoscaling, ref.api_version, ref.kind, svc.namespace, ref.name)
         except ApiException as exc:
             if exc.status not in _REFUSALS:
                 raise
