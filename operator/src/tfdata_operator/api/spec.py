@@ -254,6 +254,8 @@ _API_VERSION = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?$"
 )
 _KIND = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+_PATTERN_NAMES[_API_VERSION] = "an apiVersion such as batch/v1 or jobset.x-k8s.io/v1alpha2"
+_PATTERN_NAMES[_KIND] = "a kind as Kubernetes spells it, a capital letter first (Job, JobSet)"
 
 
 @dataclass(frozen=True)
