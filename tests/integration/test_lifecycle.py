@@ -101,6 +101,21 @@ def test_a_service_suspends_after_its_job_completes_and_is_deleted_with_it(
             },
         }
     )
+    # A second service on the same Job, deleted by the operator as soon as the Job finished.
+    kubectl.apply(
+        {
+            "apiVersion": "tfdata.dev/v1alpha1",
+            "kind": "TFDataService",
+            "metadata": {"name": "once", "namespace": namespace},
+            "spec": {
+                "shardingPolicy": "DYNAMIC",
+                "lifecycle": {
+                    "workload": {"apiVersion": "batch/v1", "kind": "Job", "name": "train"},
+                    "afterWorkloadFinishes": {"action": "Delete"},
+                },
+            },
+        }
+    )
     job_uid = kubectl.json("get", "job", "train", "-n", namespace)["metadata"]["uid"]
     show = lambda: (tfdata(kubectl, namespace, name), operator.tail())  # noqa: E731
 
@@ -123,6 +138,10 @@ def test_a_service_suspends_after_its_job_completes_and_is_deleted_with_it(
         return next((c["lastTransitionTime"] for c in conditions or [] if c["type"] == "Complete"), None)
 
     finished_at = parse(wait_for(complete, 60, "the Job to complete on kwok's node"))
+    wait_for(lambda: kubectl.get("tfdata", "once", "-n", namespace) is None, 30,
+             "the operator to delete the service whose Job finished (action Delete)",
+             show=lambda: (tfdata(kubectl, namespace, "once"), operator.tail()))  # fmt: skip
+    assert any(r == "LifecycleDelete" for r, _ in events(kubectl, namespace, "once"))
     due = finished_at.timestamp() + AFTER_SECONDS
     planned = wait_for(lambda: lifecycle_status(kubectl, namespace, name).get("nextAction"), 30,
                        "status.lifecycle.nextAction after the Job completed", show=show)  # fmt: skip
