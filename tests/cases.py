@@ -459,6 +459,31 @@ BAD_SPECS = [
         'unknown field "spec.nodeLoss.replaceAfter"',
         "spec.nodeLoss has unknown fields: replaceAfter",
     ),
+    # --- Lifecycle.
+    BadSpec(
+        "lifecycle-without-workload",
+        "lifecycle: {afterWorkloadFinishes: {action: Delete}}",
+        "spec.lifecycle.afterWorkloadFinishes needs spec.lifecycle.workload",
+        "spec.lifecycle.afterWorkloadFinishes needs spec.lifecycle.workload: name the Job",
+    ),
+    BadSpec(
+        "lifecycle-unknown-action",
+        "lifecycle: {workload: {apiVersion: batch/v1, kind: Job, name: t}, afterWorkloadFinishes: {action: Stop}}",
+        'Unsupported value: "Stop"',
+        "must be one of",
+    ),
+    BadSpec(
+        "lifecycle-idle-without-seconds",
+        "lifecycle: {idle: {}}",
+        "spec.lifecycle.idle.suspendAfterSeconds: Required value",
+        "spec.lifecycle.idle.suspendAfterSeconds is required",
+    ),
+    BadSpec(
+        "lifecycle-workload-lowercase-kind",
+        "lifecycle: {workload: {apiVersion: batch/v1, kind: job, name: t}}",
+        "spec.lifecycle.workload.kind in body should match",
+        "spec.lifecycle.workload.kind has an invalid value 'job': it must be a kind as Kubernetes spells it",
+    ),
     BadSpec(
         "unknown-rescale-policy", "workers: {rescalePolicy: Later}", 'Unsupported value: "Later"', "must be one of"
     ),

@@ -141,6 +141,7 @@ def test_python_defaults_equal_the_crd_defaults() -> None:
         shardingPolicy="DYNAMIC",
         workers={"resources": {"requests": {"cpu": "1"}}},
         autoscaling={"maxReplicas": 9},
+        lifecycle={"workload": {"apiVersion": "batch/v1", "kind": "Job", "name": "train"}, "afterWorkloadFinishes": {}},
     )
     checked = 0
     for path, crd_default in defaults.items():

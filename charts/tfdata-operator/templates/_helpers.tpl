@@ -138,6 +138,27 @@ operator/src/tfdata_operator/children.py says it does. */}}
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch", "list"]
+# spec.lifecycle: the operator patches a TFDataService itself (spec.suspend: true once its workload
+# finished, or nobody read for idle.suspendAfterSeconds; metadata.ownerReferences to its workload
+# with deleteWithWorkload) and deletes it (afterWorkloadFinishes action Delete). Without: those rules
+# fail with 403 and the service runs on. Only for services whose spec.lifecycle asks for it.
+- apiGroups: ["tfdata.dev"]
+  resources: ["tfdataservices"]
+  verbs: ["patch", "delete"]
+# spec.lifecycle.workload: the Job or JobSet a service follows, read by name (get only: no list, no
+# watch; without: status.lifecycle says Unreadable and nothing is done). Other kinds: values
+# lifecycle.workloadKinds.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get"]
+- apiGroups: ["jobset.x-k8s.io"]
+  resources: ["jobsets"]
+  verbs: ["get"]
+{{- range .Values.lifecycle.workloadKinds }}
+- apiGroups: [{{ .apiGroup | quote }}]
+  resources: [{{ .resource | quote }}]
+  verbs: ["get"]
+{{- end }}
 # spec.nodeLoss: a dispatcher pod on a node that stopped answering, whose journal claim's volume
 # only that node reaches, loses the claim (deleted, so its StatefulSet makes a new one elsewhere);
 # get: the claim's volume. Read only for such a dispatcher (without: it is never replaced).

@@ -66,6 +66,17 @@ SERVICE_STATUS: Mapping[str, int] = {
     "autoscaling.signals.error": 1024,
     "autoscaling.lastScale.time": 64,
     "autoscaling.lastScale.reason": 4096,
+    "lifecycle.workload.apiVersion": 253,
+    "lifecycle.workload.kind": 63,
+    "lifecycle.workload.name": 253,
+    "lifecycle.workload.uid": 64,
+    "lifecycle.workload.condition": 64,
+    "lifecycle.workload.finishedAt": 64,
+    "lifecycle.workload.actedAt": 64,
+    "lifecycle.workload.message": 1024,
+    "lifecycle.nextAction.at": 64,
+    "lifecycle.lastReadTime": 64,
+    "lifecycle.readError": 1024,
 }
 SNAPSHOT_STATUS: Mapping[str, int] = {
     "reason": 128,

@@ -71,3 +71,10 @@ DRAINS_FORCED = "DrainsForced"
 # Events recorded as Warnings: a person may want to act on them.
 WARNINGS = frozenset({DRAINS_FORCED})
 RESUMING = "Resuming"
+# spec.lifecycle (plan/lifecycle.py): the workload finished (and what will happen when), cannot be
+# found or read (nothing is done), and the service suspended or deleted by a lifecycle rule.
+WORKLOAD_FINISHED = "WorkloadFinished"
+WORKLOAD_NOT_FOUND = "WorkloadNotFound"
+WORKLOAD_UNREADABLE = "WorkloadUnreadable"
+LIFECYCLE_SUSPEND = "LifecycleSuspend"
+LIFECYCLE_DELETE = "LifecycleDelete"

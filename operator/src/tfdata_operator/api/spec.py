@@ -271,6 +271,54 @@ class NodeLossSpec:
         return max(MIN_REPLACE_AFTER_SECONDS, self.dispatcher_replace_after_seconds)
 
 
+# spec.lifecycle (plan/lifecycle.py): what the service does when the workload it feeds finishes.
+LIFECYCLE_SUSPEND, LIFECYCLE_DELETE = "Suspend", "Delete"
+LIFECYCLE_ACTIONS = (LIFECYCLE_SUSPEND, LIFECYCLE_DELETE)
+MAX_LIFECYCLE_SECONDS = 7 * 24 * 3600
+# A workload's apiVersion (group/version, or v1) and kind, as Kubernetes spells them.
+_API_VERSION = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?$"
+)
+_KIND = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+_PATTERN_NAMES[_API_VERSION] = "an apiVersion such as batch/v1 or jobset.x-k8s.io/v1alpha2"
+_PATTERN_NAMES[_KIND] = "a kind as Kubernetes spells it, a capital letter first (Job, JobSet)"
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    """The object a service feeds (a Job, a JobSet...), in the service's namespace."""
+
+    api_version: str
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
+class AfterWorkloadFinishes:
+    """Suspend or Delete, ``after_seconds`` after the workload finished."""
+
+    action: str = LIFECYCLE_SUSPEND
+    after_seconds: int = 0
+
+
+@dataclass(frozen=True)
+class IdleSpec:
+    """Suspend after this long without any reading client."""
+
+    suspend_after_seconds: int
+
+
+@dataclass(frozen=True)
+class LifecycleSpec:
+    """When the service suspends or deletes itself: after its workload finishes, or when idle."""
+
+    workload: WorkloadRef | None = None
+    after_workload_finishes: AfterWorkloadFinishes | None = None
+    # An ownerReference to the workload: Kubernetes' garbage collector deletes the service with it.
+    delete_with_workload: bool = False
+    idle: IdleSpec | None = None
+
+
 @dataclass(frozen=True)
 class ServiceSpec:
     """One TFDataService, fully defaulted: everything the builders need."""
@@ -290,6 +338,7 @@ class ServiceSpec:
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
     node_loss: NodeLossSpec = NodeLossSpec()
     snapshots: SnapshotsSpec | None = None
+    lifecycle: LifecycleSpec = LifecycleSpec()
     # No pod runs: the Services, the journal claim and the address stay.
     suspend: bool = False
     # spec.serverProgram resolved: the server program is copied into the pods.
@@ -447,6 +496,7 @@ def parse(body: Mapping[str, Any], default_image: str | None, *, allow_host_path
     autoscaling = _autoscaling(spec.child("autoscaling")) if spec.has("autoscaling") else None
     network_policy = _network_policy(spec.child("networkPolicy"))
     node_loss = _node_loss(spec.child("nodeLoss"))
+    lifecycle = _lifecycle(spec.child("lifecycle"))
     spec.finish()
     if not allow_host_path:
         problems += _node_volumes("spec.dispatcher", dispatcher.pod) + _node_volumes("spec.workers", workers.pod)
@@ -508,6 +558,7 @@ def parse(body: Mapping[str, Any], default_image: str | None, *, allow_host_path
         autoscaling=autoscaling,
         network_policy=network_policy,
         node_loss=node_loss,
+        lifecycle=lifecycle,
         snapshots=snapshots,
         suspend=suspend,
         inject_server=server_program == SERVER_PROGRAM_INJECTED
@@ -562,6 +613,45 @@ def _network_policy(r: _Reader) -> NetworkPolicySpec:
     ]
     r.problems.extend(found)
     return NetworkPolicySpec(enabled=enabled, extra_from=() if found else tuple(peers))
+
+
+def _lifecycle(r: _Reader) -> LifecycleSpec:
+    workload = None
+    if r.has("workload"):
+        w = r.child("workload")
+        api_version = w.string("apiVersion", max_length=253, pattern=_API_VERSION)
+        kind = w.string("kind", max_length=63, pattern=_KIND)
+        name = w.string("name", max_length=253, pattern=_DNS_SUBDOMAIN)
+        w.finish()
+        for key, value in (("apiVersion", api_version), ("kind", kind), ("name", name)):
+            if value is None and not w.has(key):
+                r.problems.append(f"{w.path}.{key} is required")
+        if api_version and kind and name:
+            workload = WorkloadRef(api_version, kind, name)
+    after = None
+    if r.has("afterWorkloadFinishes"):
+        a, d = r.child("afterWorkloadFinishes"), AfterWorkloadFinishes()
+        action = a.enum("action", LIFECYCLE_ACTIONS, d.action) or d.action
+        seconds = a.integer("afterSeconds", d.after_seconds, 0, MAX_LIFECYCLE_SECONDS)
+        a.finish()
+        after = AfterWorkloadFinishes(action, d.after_seconds if seconds is None else seconds)
+    with_workload = r.boolean("deleteWithWorkload", False)
+    idle = None
+    if r.has("idle"):
+        i = r.child("idle")
+        seconds = i.integer("suspendAfterSeconds", None, 1, MAX_LIFECYCLE_SECONDS)
+        if not i.has("suspendAfterSeconds"):
+            r.problems.append(f"{i.path}.suspendAfterSeconds is required: how long without a reader before suspending")
+        i.finish()
+        idle = IdleSpec(seconds) if seconds is not None else None
+    r.finish()
+    if not r.has("workload"):
+        for key, given in (("afterWorkloadFinishes", after is not None), ("deleteWithWorkload", with_workload)):
+            if given:
+                r.problems.append(
+                    f"{r.path}.{key} needs {r.path}.workload: name the Job (or other workload) it follows"
+                )
+    return LifecycleSpec(workload, after, with_workload, idle)
 
 
 def _node_loss(r: _Reader) -> NodeLossSpec:

@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
-from tfdata_operator.api import coretypes, reasons, spec
+from tfdata_operator.api import coretypes, limits, reasons, spec
 from tfdata_operator.api.identity import API_VERSION, KIND, MANAGER
 from tfdata_operator.autoscaling import policy as autoscaler
 from tfdata_operator.autoscaling import readings as signalsource
@@ -35,8 +35,9 @@ from tfdata_operator.autoscaling import status as autoscalestatus
 from tfdata_operator.controller import cache, faults, metrics, probes
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.kube import describe_api_error
+from tfdata_operator.plan import children as kinds
 from tfdata_operator.plan import desired as plan
-from tfdata_operator.plan import drain, hold, nodeloss, scaling, status
+from tfdata_operator.plan import drain, hold, lifecycle, nodeloss, scaling, status
 from tfdata_operator.plan.diagnose import Finding, claims_to_read, explain, from_readiness, needs_events, unready_server
 from tfdata_operator.render import builders
 from tfdata_operator.wire import serverinfo, signals, snapshots
@@ -68,6 +69,8 @@ class Api(Protocol):
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Manifest | None: ...
 
     def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: Manifest) -> Manifest: ...
+
+    def patch(self, api_version: str, kind: str, namespace: str, name: str, patch: Manifest) -> Manifest: ...
 
     def event(self, owner: Mapping[str, Any], event_type: str, reason: str, message: str) -> None: ...
 
@@ -191,6 +194,8 @@ class Run:
     changed: list[Manifest] = field(default_factory=list)
     # Pods on unreachable nodes: what was done, and what each StatefulSet's condition says meanwhile.
     node_loss: nodeloss.NodeLoss = field(default_factory=nodeloss.NodeLoss)
+    # status.lifecycle (spec.lifecycle), as follow_lifecycle decided it.
+    lifecycle_status: Manifest | None = None
 
     @property
     def report(self) -> _Reporter:
@@ -228,6 +233,74 @@ def validate(run: Run) -> bool:
         run.report.refused(None, f"Invalid spec: {exc}")
         return False
     return True
+
+
+def follow_lifecycle(run: Run) -> bool:
+    """``spec.lifecycle`` (``plan.lifecycle``): the workload read by name, the dispatcher's signal
+    read when the idle rule is due; then the service tied to its workload (ownerReferences), and
+    suspended (in this same reconcile) or deleted when a rule says so."""
+    svc, meta, api = run.svc, run.body["metadata"], run.api
+    old = (run.body.get("status") or {}).get("lifecycle")
+    ref = svc.lifecycle.workload
+    workload: Manifest | lifecycle.Unreadable | None = None
+    if ref is not None:
+        try:
+            # Kept NODE_READ_SECONDS: a burst of the service's events costs one read.
+            workload = _read(api, run.autoscaling, ref.api_version, ref.kind, svc.namespace, ref.name)
+        except ApiException as exc:
+            if exc.status not in _REFUSALS:
+                raise
+            workload = lifecycle.Unreadable(describe_api_error(exc) + _grant_hint(ref, exc))
+    now = datetime.now(timezone.utc)
+    signal: ServiceSignals | str | None = None
+    running = hold.dispatcher_running(run.children.pods_of(builders.DISPATCHER))
+    if lifecycle.needs_signal(svc, running, old, now):
+        signal = (
+            "this operator has no way to read it"
+            if run.autoscaling is None
+            else (run.autoscaling.fetch(dispatcher_url(svc, run.config, run.children)))
+        )
+    decision = lifecycle.decide(svc, workload, meta.get("ownerReferences") or [], old, signal, now)
+    run.lifecycle_status = limits.fit(decision.status, limits.SERVICE_STATUS, "lifecycle")
+    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, decision.requeue_after)
+    if decision.owner_references is not None:
+        patch = {"metadata": {"ownerReferences": decision.owner_references, "resourceVersion": meta["resourceVersion"]}}
+        written = api.patch(API_VERSION, KIND, svc.namespace, svc.name, patch)
+        run.outcome.written.append(written)
+        meta["resourceVersion"] = written["metadata"]["resourceVersion"]
+        tied = any(
+            r.get("uid") == (decision.status or {}).get("workload", {}).get("uid") for r in decision.owner_references
+        )
+        what = f"{ref.kind} {ref.name}" if ref is not None else "its former workload"
+        log.info("%s/%s: %s", svc.namespace, svc.name, f"{'Tied to' if tied else 'Untied from'} {what}")
+    for event_type, reason, message in decision.events:
+        if reason in (reasons.LIFECYCLE_SUSPEND, reasons.LIFECYCLE_DELETE):
+            run.record(reason, message, event_type)
+        else:
+            log.info("%s/%s: %s", svc.namespace, svc.name, message)
+            api.event(run.body, event_type, reason, message)
+    if decision.action == spec.LIFECYCLE_DELETE:
+        # The status first: were the delete to fail, the next reconcile must not find it undone.
+        run.report.write({"lifecycle": run.lifecycle_status})
+        api.delete(API_VERSION, KIND, svc.namespace, svc.name, uid=meta["uid"])
+        run.outcome.result = "changed"
+        return False
+    if decision.action == spec.LIFECYCLE_SUSPEND:
+        written = api.patch(API_VERSION, KIND, svc.namespace, svc.name, {"spec": {"suspend": True}})
+        run.outcome.written.append(written)
+        meta["resourceVersion"] = written["metadata"]["resourceVersion"]
+        run.svc = dataclasses.replace(svc, suspend=True)
+    return True
+
+
+def _grant_hint(ref: spec.WorkloadRef, exc: ApiException) -> str:
+    if exc.status != 403:
+        return ""
+    group = ref.api_version.rpartition("/")[0] or '""'
+    return (
+        f" (grant the operator get on {kinds.plural_of(ref.kind)} in API group {group}: "
+        "the chart's lifecycle.workloadKinds, docs/training-runs.md)"
+    )
 
 
 def autoscale(run: Run) -> bool:
@@ -475,6 +548,7 @@ def report_status(run: Run) -> bool:
         drains=run.drains,
     )
     new_status["autoscaling"] = run.auto_status
+    new_status["lifecycle"] = run.lifecycle_status
     run.report.write(new_status)
     return True
 
@@ -483,6 +557,7 @@ Step = Callable[[Run], bool]
 # The reconcile, in order (after ``observe``): each step is a small function of the same ``Run``.
 STEPS: tuple[Step, ...] = (
     validate,
+    follow_lifecycle,
     autoscale,
     hold_changes,
     plan_children,

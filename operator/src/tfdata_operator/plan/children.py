@@ -114,6 +114,21 @@ CLAIM = Kind(
 )
 NODE_LOSS_READS: tuple[Kind, ...] = (NODE, PERSISTENT_VOLUME, CLAIM)
 TFDATASERVICE = Kind(API_VERSION, KIND, PLURAL, (), "the resource itself")
+# spec.lifecycle (plan/lifecycle.py): the workload a service follows, read by name (a GET per check,
+# no watch). Other kinds work too once the chart's lifecycle.workloadKinds grants get on them.
+WORKLOADS: tuple[Kind, ...] = (
+    Kind("batch/v1", "Job", "jobs", ("get",), "whether the Job a service follows finished (spec.lifecycle)"),
+    Kind(
+        "jobset.x-k8s.io/v1alpha2",
+        "JobSet",
+        "jobsets",
+        ("get",),
+        "whether the JobSet a service follows finished (spec.lifecycle)",
+    ),
+)
+# What spec.lifecycle does to the service itself: suspend it (spec.suspend), tie it to its workload
+# (metadata.ownerReferences), both a merge patch; and delete it (afterWorkloadFinishes Delete).
+LIFECYCLE_VERBS = ("patch", "delete")
 # Only with leader election (several replicas), only in the operator's own namespace: read, create
 # and renew the Lease the replicas elect on (election.py).
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases", ("get", "create", "update"), "leader election")
@@ -125,7 +140,9 @@ TFDATASNAPSHOT = Kind(
     ("patch",),
     "a snapshot's progress; its finalizer (deletionPolicy Delete)",
 )
-BY_KIND: dict[str, Kind] = {k.kind: k for k in (*OBSERVED, *NODE_LOSS_READS, TFDATASERVICE, TFDATASNAPSHOT, LEASE)}
+BY_KIND: dict[str, Kind] = {
+    k.kind: k for k in (*OBSERVED, *NODE_LOSS_READS, TFDATASERVICE, TFDATASNAPSHOT, LEASE, *WORKLOADS)
+}
 # Kinds without a namespace (their objects' paths have none).
 CLUSTER_SCOPED: tuple[Kind, ...] = (NODE, PERSISTENT_VOLUME)
 EVENT = Kind(
@@ -147,7 +164,7 @@ def render_all(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> lis
 def path(api_version: str, kind: str, namespace: str | None, name: str | None = None, subresource: str = "") -> str:
     """The API path of an object (or of its collection when ``name`` is None); ``namespace`` is
     None for a kind without namespaces."""
-    plural = EVENT.plural if kind == EVENT.kind else BY_KIND[kind].plural
+    plural = EVENT.plural if kind == EVENT.kind else plural_of(kind)
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     result = f"{prefix}/{plural}" if namespace is None else f"{prefix}/namespaces/{namespace}/{plural}"
     if name:
@@ -155,6 +172,20 @@ def path(api_version: str, kind: str, namespace: str | None, name: str | None = 
     if subresource:
         result += f"/{subresource}"
     return result
+
+
+def plural_of(kind: str) -> str:
+    """The resource name of a kind: the table's; for a kind it does not list (a workload of
+    spec.lifecycle), as Kubernetes' code generators and kubebuilder derive it (lowercase; -es after
+    s, x, ch, sh; consonant+y to -ies; else -s)."""
+    if kind in BY_KIND:
+        return BY_KIND[kind].plural
+    lower = kind.lower()
+    if lower.endswith(("s", "x", "ch", "sh")):
+        return lower + "es"
+    if lower.endswith("y") and lower[-2:-1] not in tuple("aeiou"):
+        return lower[:-1] + "ies"
+    return lower + "s"
 
 
 Rule = tuple[str, str, str]  # API group, resource (or resource/subresource), verb
@@ -176,6 +207,8 @@ def namespaced_rules() -> set[Rule]:
     rules.add((snapshots.group, f"{snapshots.plural}/status", "patch"))
     rules |= {(EVENT.group, EVENT.plural, verb) for verb in EVENT.verbs}
     rules |= {(CLAIM.group, CLAIM.plural, verb) for verb in CLAIM.verbs}
+    rules |= {(API_GROUP, PLURAL, verb) for verb in LIFECYCLE_VERBS}
+    rules |= {(kind.group, kind.plural, verb) for kind in WORKLOADS for verb in kind.verbs}
     return rules
 
 
