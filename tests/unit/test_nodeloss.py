@@ -527,6 +527,7 @@ def test_a_dispatcher_waiting_for_the_node_of_its_journal_is_let_go_once_that_no
             "type": "PodScheduled",
             "status": "False",
             "reason": "Unschedulable",
+            "message": "0/2 nodes are available: 2 node(s) didn't match PersistentVolume's node affinity.",
             "lastTransitionTime": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
     ]
@@ -544,6 +545,13 @@ def test_a_dispatcher_waiting_for_the_node_of_its_journal_is_let_go_once_that_no
         ("get", "Node/node-a"),
     ]
     del api.objects[("Node", "node-a")]
+    waiting = dict(dispatcher["status"]["conditions"][0])
+    for message in ("0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims.",
+                    "no nodes available to schedule pods"):  # fmt: skip
+        dispatcher["status"]["conditions"][0] = {**waiting, "message": message}
+        reconcile_with(api, body, [dispatcher])  # a claim not bound yet, or no node at all: nothing is read
+        assert [c for c in api.take_calls() if c[0] != "status"] == [], message
+    dispatcher["status"]["conditions"][0] = waiting
     reconcile_with(api, body, [dispatcher])
     assert [c for c in api.take_calls() if c[0] in ("retain", "delete", "force-delete", "event")] == [
         ("retain", "PersistentVolume/pv-1"),

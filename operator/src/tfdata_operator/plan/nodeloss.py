@@ -152,11 +152,19 @@ def lost_pods(pods: Sequence[Manifest], nodes: Mapping[str, Manifest | None]) ->
     return lost
 
 
+# What kube-scheduler's VolumeBinding plugin says of a node that a bound volume's node affinity rules
+# out (ErrReasonNodeConflict; the older wording too): the only case where a stranded journal is
+# possible. A pod waiting for a claim not bound yet, or for any node at all, says something else and
+# costs no read, so a settled namespace with an unready service sends nothing more per resync.
+PINNED_VOLUME_WORDS = ("didn't match PersistentVolume's node affinity", "volume node affinity conflict")
+
+
 def unscheduled_dispatcher(svc: ServiceSpec, pods: Sequence[Manifest], now: datetime) -> Manifest | None:
     """A dispatcher pod with a journal claim that the scheduler has found no node for, for RECHECK_SECONDS
     at least (its PodScheduled condition): its claim may be bound to a volume on a node that is gone. The
     pod garbage collector deletes the pods of a deleted or out-of-service node by itself, and the
-    StatefulSet's new pod then waits for that node for good. A pod that is only starting costs no read."""
+    StatefulSet's new pod then waits for that node for good. A pod that is only starting, or that the
+    scheduler holds back for anything but its volume's node affinity, costs no read."""
     if not svc.dispatcher.storage.enabled:
         return None
     for pod in pods:
@@ -168,6 +176,8 @@ def unscheduled_dispatcher(svc: ServiceSpec, pods: Sequence[Manifest], now: date
         unscheduled = next(
             (c for c in conditions if c.get("type") == "PodScheduled" and c.get("status") == "False"), None
         )
+        if not any(w in str((unscheduled or {}).get("message", "")) for w in PINNED_VOLUME_WORDS):
+            continue
         since = coretypes.parse_time((unscheduled or {}).get("lastTransitionTime"))
         if since is not None and now >= since + timedelta(seconds=RECHECK_SECONDS):
             return pod
