@@ -278,7 +278,7 @@ test-e2e: venv binaries ## End to end: operator, node, real tfdata-server pods a
 	$(PYTEST) -q tests/e2e
 
 .PHONY: test-hostile
-test-hostile: venv binaries ## Hostile tenants on the dev cluster (needs root): server programs that drip, redirect, answer huge or garbled bodies; trainers that delete outside their snapshot directory, plant symlinks, flood the health port; a good service's time to Ready beside 10 dripping ones (JSON: .local/test-results/hostile-ready.json).
+test-hostile: venv binaries ## Hostile tenants on the dev cluster (needs root): server programs that drip, redirect, answer huge or garbled bodies; trainers that delete outside their snapshot directory, plant symlinks, flood the health port; a good service's time to Ready beside 10 dripping ones (JSON: .local/test-results/figures/hostile-ready.json).
 	$(PYTEST) -q tests/hostile
 
 .PHONY: test-images
