@@ -18,6 +18,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from support import service_signals
 
+from tfdata_operator.controller import kube as kubemodule
 from tfdata_operator.controller import reconcile
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.plan import desired as plan
@@ -232,6 +233,31 @@ def test_a_transient_api_error_is_raised_for_a_retry() -> None:
     with pytest.raises(ApiException):
         run(api, service())
     assert api.objects == {}
+
+
+def test_a_namespace_being_deleted_is_told_apart_from_a_failure() -> None:
+    # The API server's answer, as kube-apiserver 1.34 sends it, to a create in a terminating namespace.
+    body = {
+        "kind": "Status",
+        "status": "Failure",
+        "message": 'services "demo-worker" is forbidden: unable to create new content in namespace ml'
+        " because it is being terminated",
+        "reason": "Forbidden",
+        "details": {"name": "demo-worker", "kind": "services", "causes": [{"reason": "NamespaceTerminating"}]},
+        "code": 403,
+    }
+    api = FakeApi()
+    api.refuse[("Service", "demo-worker")] = ApiException(status=403, reason="Forbidden")
+    api.refuse[("Service", "demo-worker")].body = json.dumps(body)
+    with pytest.raises(ApiException) as raised:
+        run(api, service())
+    assert kubemodule.namespace_terminating(raised.value)
+    assert api.objects == {}
+    other = ApiException(status=403, reason="Forbidden")
+    other.body = json.dumps({**body, "details": {"causes": [{"reason": "FieldValueForbidden"}]}})
+    assert not kubemodule.namespace_terminating(other)
+    assert not kubemodule.namespace_terminating(ApiException(status=403, reason="Forbidden"))
+    assert not kubemodule.namespace_terminating(ValueError("not an API answer"))
 
 
 def test_a_field_kubernetes_cannot_update_recreates_the_statefulset() -> None:

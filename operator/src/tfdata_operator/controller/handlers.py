@@ -25,7 +25,7 @@ import kopf
 
 from tfdata_operator.api import snapshot as snapshotapi
 from tfdata_operator.api.identity import API_GROUP, INSTANCE_LABEL, MANAGED_SELECTOR, PLURAL, SNAPSHOT_PLURAL, VERSION
-from tfdata_operator.controller import cache, election, metrics, reconcile, snapshots
+from tfdata_operator.controller import cache, election, kube, metrics, reconcile, snapshots
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.kube import Kube, load_client_config
 from tfdata_operator.controller.state import OperatorState
@@ -239,6 +239,10 @@ async def _reconcile(memo: OperatorState, key: Any) -> bool:
             memo.pool, reconcile.reconcile, memo.kube, memo.config, body, observed, memo.autoscaling
         )
     except Exception as exc:  # retried with backoff; one line, not a traceback per attempt
+        if kube.namespace_terminating(exc):
+            # Not a failure: the namespace's deletion removes the service too, and its watch event ends it.
+            log.info("Namespace %s is being deleted: nothing more is created for %s", *key)
+            return True
         metrics.RECONCILES.labels(*key, "error").inc()
         log.error("Reconcile of %s/%s failed, will retry: %s: %s", *key, type(exc).__name__, exc)
         log.debug("Reconcile of %s/%s failed", *key, exc_info=True)
@@ -281,6 +285,9 @@ async def _reconcile_snapshot(memo: OperatorState, key: Any) -> bool:
             rivals,
         )
     except Exception as exc:  # retried with backoff
+        if kube.namespace_terminating(exc):
+            log.info("Namespace %s is being deleted: nothing more is created for TFDataSnapshot %s", *key)
+            return True
         log.error("Reconcile of TFDataSnapshot %s/%s failed, will retry: %s: %s", *key, type(exc).__name__, exc)
         log.debug("Reconcile of TFDataSnapshot %s/%s failed", *key, exc_info=True)
         return False

@@ -51,6 +51,19 @@ def describe_api_error(exc: ApiException) -> str:
     return str(body.get("message") or exc.reason or exc)
 
 
+def namespace_terminating(exc: BaseException) -> bool:
+    """Whether the API server refused a write because the namespace is being deleted (403 with the cause
+    NamespaceTerminating): the namespace's objects, the TFDataService included, are going anyway."""
+    if not isinstance(exc, ApiException) or exc.status != 403:
+        return False
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return False
+    causes = ((body.get("details") or {}).get("causes") or []) if isinstance(body, dict) else []
+    return any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes)
+
+
 # As many as client-go's EventCorrelator keeps: an Event said again after more than this many
 # others is a new one (still correct, only not counted with the first).
 MAX_REMEMBERED_EVENTS = 4096

@@ -34,7 +34,7 @@ from tfdata_operator.autoscaling import readings as signalsource
 from tfdata_operator.autoscaling import status as autoscalestatus
 from tfdata_operator.controller import cache, faults, metrics, probes
 from tfdata_operator.controller.config import OperatorConfig
-from tfdata_operator.controller.kube import describe_api_error
+from tfdata_operator.controller.kube import describe_api_error, namespace_terminating
 from tfdata_operator.plan import children as kinds
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.plan import drain, hold, lifecycle, nodeloss, scaling, status
@@ -342,6 +342,8 @@ def dry_run(run: Run) -> bool:
     of them (a pod template it rejects, say), nothing is changed at all and the user is told why."""
     api, uid, live = run.api, run.body["metadata"]["uid"], run.live
     for manifest, result in zip(run.changed, _each(lambda m: api.apply(m, dry_run=True), run.changed), strict=True):
+        if isinstance(result, ApiException) and namespace_terminating(result):
+            raise result  # not the service's fault: the namespace, and the service with it, is going
         if isinstance(result, ApiException) and (result.status in _REFUSALS or _describes_object(result)):
             if plan.key(manifest) not in live and _taken(api, manifest, uid):
                 # The refusal is of someone else's object merged with ours: say whose the name is.
