@@ -182,7 +182,7 @@ kind-down: ## Delete the kind cluster and its kubeconfig.
 	kind/cluster.sh down
 
 .PHONY: test-kind
-test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, journal claim bound and surviving a dispatcher deletion, NetworkPolicy enforced, held rescale, suspend, a trainer pod, CPU and TFData autoscaling, image-pull and crash-loop failures explained, a service and a trainer on a user's TensorFlow 2.16 image (built here) and the stock image refusing its pipeline; over 3 nodes: workers spread, a trainer and the NetworkPolicy across nodes, drains (DYNAMIC, static), a lost worker node recovered, a slow dispatcher node (frozen 90 s) losing nothing, a node tainted out-of-service replaced within seconds with its journal kept; last, no unexpected pod restart or logged error.
+test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, journal claim bound and surviving a dispatcher deletion, NetworkPolicy enforced (and its egress rules: the servers reach each other and DNS, not an excepted address), held rescale, suspend, a trainer pod, CPU and TFData autoscaling, image-pull and crash-loop failures explained, a service and a trainer on a user's TensorFlow 2.16 image (built here) and the stock image refusing its pipeline; over 3 nodes: workers spread, a trainer and the NetworkPolicy across nodes, drains (DYNAMIC, static), a lost worker node recovered, a slow dispatcher node (frozen 90 s) losing nothing, a node tainted out-of-service replaced within seconds with its journal kept; last, no unexpected pod restart or logged error.
 	TFDATA_TEST_KUBECONFIG=$(ROOT)/.local/kind-kubeconfig $(PYTEST) -q -m kind tests/kind
 
 .PHONY: test-e2e-kind

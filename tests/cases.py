@@ -235,6 +235,18 @@ BAD_SPECS = [
         "spec.networkPolicy.from[0].podSelector must be an object",
     ),
     BadSpec(
+        "egress-except-not-a-cidr",
+        "networkPolicy: {egress: {enabled: true, except: [169.254.169.254]}}",
+        "must be a CIDR such as 169.254.169.254/32 or fd00:ec2::254/128",
+        "spec.networkPolicy.egress.except[0] must be a CIDR such as 169.254.169.254/32",
+    ),
+    BadSpec(
+        "egress-without-the-network-policy",
+        "networkPolicy: {enabled: false, egress: {enabled: true}}",
+        "spec.networkPolicy.egress.enabled needs spec.networkPolicy.enabled",
+        "spec.networkPolicy.egress.enabled needs spec.networkPolicy.enabled",
+    ),
+    BadSpec(
         "carrier-pigeon-protocol",
         "workers: {dataTransferProtocol: carrier-pigeon}",
         'spec.workers.dataTransferProtocol: Unsupported value: "carrier-pigeon"',

@@ -362,6 +362,51 @@ def test_network_policy_admits_only_labelled_clients_and_the_service_itself() ->
     assert builders.build_network_policy(parse(networkPolicy={"enabled": False}), BuildSettings()) is None
 
 
+def test_egress_is_not_restricted_unless_asked() -> None:
+    for fields in ({}, {"egress": {}}, {"egress": {"enabled": False, "except": ["10.0.0.0/8"]}}):
+        policy = builders.build_network_policy(parse(networkPolicy=fields), BuildSettings())
+        assert policy is not None
+        assert policy["spec"]["policyTypes"] == ["Ingress"] and "egress" not in policy["spec"], fields
+
+
+def test_egress_admits_every_pod_and_every_address_but_the_metadata_server() -> None:
+    svc = parse(networkPolicy={"egress": {"enabled": True}})
+    policy = builders.build_network_policy(svc, IN_CLUSTER)
+    assert policy is not None
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    # The ingress rules are the same as without egress rules.
+    without = builders.build_network_policy(parse(), IN_CLUSTER)
+    assert without is not None and spec["ingress"] == without["spec"]["ingress"]
+    # One rule, every port and protocol (DNS over UDP too): each server reaches the others, DNS and
+    # any pod, and every address outside the cluster but the metadata server's.
+    assert spec["egress"] == [
+        {
+            "to": [
+                {"namespaceSelector": {}},
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}},
+                {"ipBlock": {"cidr": "::/0", "except": ["fd00:ec2::254/128"]}},
+            ]
+        }
+    ]
+
+
+def test_egress_except_is_split_by_address_family_and_may_be_empty() -> None:
+    excepted = ["10.0.0.0/8", "fd00::/8", "192.168.1.7/32"]
+    svc = parse(networkPolicy={"egress": {"enabled": True, "except": excepted}})
+    assert builders.egress_peers(svc.network_policy.egress.except_ if svc.network_policy.egress else ()) == [
+        {"namespaceSelector": {}},
+        {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "192.168.1.7/32"]}},
+        {"ipBlock": {"cidr": "::/0", "except": ["fd00::/8"]}},
+    ]
+    # Nothing excepted: no except list at all.
+    assert builders.egress_peers(()) == [
+        {"namespaceSelector": {}},
+        {"ipBlock": {"cidr": "0.0.0.0/0"}},
+        {"ipBlock": {"cidr": "::/0"}},
+    ]
+
+
 IN_CLUSTER = BuildSettings(
     operator_namespace="ops", operator_pod_labels=(("app.kubernetes.io/name", "tfdata-operator"),)
 )

@@ -47,7 +47,11 @@ EVERYTHING = {
     "imagePullPolicy": "IfNotPresent",
     "imagePullSecrets": [{"name": "registry"}],
     "preload": {"modules": ["tensorflow_text"], "opLibraries": ["/opt/ops/libmyops.so"]},
-    "networkPolicy": {"enabled": True, "from": [{"podSelector": {"matchLabels": {"team": "vision"}}}]},
+    "networkPolicy": {
+        "enabled": True,
+        "from": [{"podSelector": {"matchLabels": {"team": "vision"}}}],
+        "egress": {"enabled": True, "except": ["169.254.169.254/32", "fd00:ec2::254/128", "10.20.0.0/16"]},
+    },
     "dispatcher": {
         "port": 6000,
         "healthPort": 8090,

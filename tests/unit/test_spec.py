@@ -154,6 +154,11 @@ def test_python_defaults_equal_the_crd_defaults() -> None:
                 auto = (parse().inject_server, parse(image="python-tf:2.16").inject_server) == (False, True)
                 value = spec.SERVER_PROGRAM_AUTO if auto else None
                 break
+            if part == "egress":  # kept only when enabled: unset, it is off, and on it has the default except
+                on = parse(networkPolicy={"egress": {"enabled": True}}).network_policy.egress
+                assert on is not None
+                value = {"enabled": svc.network_policy.egress is not None, "except": list(on.except_)}[path[-1]]
+                break
             if part == "tmpSizeLimit":  # one of the pod's settings
                 value = value.pod  # type: ignore[attr-defined]
             value = getattr(value, _snake(part))

@@ -33,6 +33,14 @@ def many(count: int, prefix: str = "k") -> dict[str, str]:
     return {f"{prefix}{i}": "v" for i in range(count)}
 
 
+def egress(excepted: list[Any]) -> dict[str, Any]:
+    return {"networkPolicy": {"egress": {"enabled": True, "except": excepted}}}
+
+
+def except_cidrs(count: int) -> list[str]:
+    return [f"10.{i}.0.0/16" for i in range(count)]
+
+
 # (id, spec fields, what the parsed spec must then say)
 ACCEPTED: list[tuple[str, dict[str, Any], Callable[[spec.ServiceSpec], object]]] = [
     ("16-pull-secrets", {"imagePullSecrets": [{"name": f"s{i}"} for i in range(16)]},
@@ -56,6 +64,16 @@ ACCEPTED: list[tuple[str, dict[str, Any], Callable[[spec.ServiceSpec], object]]]
     ("network-policy-on-without-peers", {"networkPolicy": {"enabled": True}}, lambda s: s.network_policy.enabled),
     ("network-policy-off-with-peers", {"networkPolicy": {"enabled": False, "from": [PEER]}},
      lambda s: not s.network_policy.enabled),
+    ("16-egress-excepts", egress(except_cidrs(16)),
+     lambda s: s.network_policy.egress is not None and len(s.network_policy.egress.except_) == 16),
+    ("egress-except-of-43", egress(["ffff:ffff:ffff:ffff:ffff:ffff:ffff:ff00/120"]),
+     lambda s: s.network_policy.egress is not None and len(s.network_policy.egress.except_[0]) == 43),
+    ("egress-except-a-host-and-a-slash-1", egress(["10.1.2.3/32", "128.0.0.0/1", "8000::/1", "::1/128"]),
+     lambda s: s.network_policy.egress is not None and len(s.network_policy.egress.except_) == 4),
+    ("egress-except-empty", egress([]),
+     lambda s: s.network_policy.egress is not None and s.network_policy.egress.except_ == ()),
+    ("egress-off-with-a-network-policy-off", {"networkPolicy": {"enabled": False, "egress": {"enabled": False}}},
+     lambda s: s.network_policy.egress is None),
     ("volume-name-of-63", workers(volumes=[{"name": "v" * 63, "emptyDir": {}}]),
      lambda s: s.workers.pod.volumes[0]["name"] == "v" * 63),
     # Beside the operator's /tmp, not in it.
@@ -117,6 +135,17 @@ REFUSED: list[tuple[str, dict[str, Any]]] = [
     ("tmp-size-limit-one-byte-above-1Ti", {"dispatcher": {"tmpSizeLimit": 2**40 + 1}}),
     ("tmp-size-limit-a-float", workers(tmpSizeLimit=1.5)),
     ("17-network-policy-peers", {"networkPolicy": {"from": [PEER] * 17}}),
+    ("17-egress-excepts", egress(except_cidrs(17))),
+    ("egress-except-slash-0", egress(["0.0.0.0/0", "::/0"])),
+    ("egress-except-bits-past-the-prefix", egress(["10.0.0.1/8"])),
+    ("egress-except-without-a-prefix", egress(["169.254.169.254"])),
+    ("egress-except-prefix-too-long", egress(["10.0.0.0/33", "fd00::/129"])),
+    ("egress-except-uppercase-ipv6", egress(["FD00:EC2::254/128"])),
+    ("egress-except-not-a-string", egress([32])),
+    ("egress-except-twice", egress(["10.0.0.0/8", "10.0.0.0/8"])),
+    # Even turned off, a bad CIDR is refused: turning it on later must not be what breaks the service.
+    ("egress-off-with-a-bad-except", {"networkPolicy": {"egress": {"enabled": False, "except": ["nowhere"]}}}),
+    ("egress-on-with-the-network-policy-off", {"networkPolicy": {"enabled": False, "egress": {"enabled": True}}}),
     ("volume-name-of-64", workers(volumes=[{"name": "v" * 64, "emptyDir": {}}])),
     # Wrong volumes hide the mounts' names, not the mounts' own problems.
     ("bad-volume-and-a-mount-of-another", workers(volumes=[BAD_VOLUME],

@@ -8,6 +8,7 @@ configuration and the static worker list are all decided in this module, so
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -489,12 +490,33 @@ def build_network_policy(svc: ServiceSpec, settings: BuildSettings) -> Manifest 
     ingress: list[Manifest] = [{"from": peers, "ports": _tcp(ports)}]
     if (operator := operator_peer(settings)) is not None:
         ingress.append({"from": [operator], "ports": _tcp([svc.dispatcher.health_port, svc.workers.health_port])})
+    spec: Manifest = {"podSelector": {"matchLabels": instance_labels(svc)}, "policyTypes": ["Ingress"]}
+    spec["ingress"] = ingress
+    if policy.egress is not None:
+        spec["policyTypes"] = ["Ingress", "Egress"]
+        spec["egress"] = [{"to": egress_peers(policy.egress.except_)}]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": _metadata(svc, network_policy_name(svc), "network-policy"),
-        "spec": {"podSelector": {"matchLabels": instance_labels(svc)}, "policyTypes": ["Ingress"], "ingress": ingress},
+        "spec": spec,
     }
+
+
+def egress_peers(excluded: tuple[str, ...]) -> list[Manifest]:
+    """Where the servers may connect with spec.networkPolicy.egress: every pod of every namespace
+    (each other, DNS, a trainer, a store in the cluster), and every address but ``excluded``.
+
+    The pods are a peer of their own because some network plugins (Cilium) never match a pod's
+    address with an ipBlock; so an address in ``excluded`` that is a pod's stays reachable.
+    """
+    blocks: list[Manifest] = []
+    for everything, version in (("0.0.0.0/0", 4), ("::/0", 6)):
+        block: Manifest = {"cidr": everything}
+        if excepted := [c for c in excluded if ipaddress.ip_network(c).version == version]:
+            block["except"] = excepted
+        blocks.append({"ipBlock": block})
+    return [{"namespaceSelector": {}}, *blocks]
 
 
 def reads_signals(svc: ServiceSpec) -> bool:
