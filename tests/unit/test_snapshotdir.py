@@ -134,6 +134,15 @@ def test_local_paths_are_one_place_only_in_one_namespace_and_on_one_claim() -> N
     assert snapshotdir.taken(mine, [claim("first", "/snapshots", T0)]) is not None
 
 
+@pytest.mark.parametrize(
+    ("directory", "root"),
+    [("gs://bucket/a/b", ("gs", "bucket")), ("gs://bucket/", ("gs", "bucket")), ("gs://", ("gs", "")),
+     ("/data/a", ("", "data")), ("file:///data", ("", "data")), ("/", ("", ""))],
+)  # fmt: skip
+def test_a_directory_is_looked_for_under_its_root(directory: str, root: tuple[str, str]) -> None:
+    assert snapshotdir.root(directory) == root
+
+
 def test_a_service_is_never_its_own_rival() -> None:
     assert snapshotdir.taken(claim("a", "gs://b/s", T1), [claim("a", "gs://b/s", T0)]) is None
 
@@ -162,13 +171,15 @@ def stored(name: str, directory: str, created: str) -> dict[str, Any]:
 async def watched(memo: OperatorState, body: dict[str, Any], event: str = "ADDED") -> None:
     """What kopf does with a TFDataService's event: the indexes first, then the event handler."""
     key = ("ml", body["metadata"]["name"])
-    for index in (handlers.SERVICES_INDEX, handlers.DIRECTORIES_INDEX):
-        memo.indices[index].pop(key, None)
+    memo.indices[handlers.SERVICES_INDEX].pop(key, None)
+    directories = memo.indices[handlers.DIRECTORIES_INDEX]
+    for root in list(directories):
+        directories[root] = [c for c in directories[root] if (c.namespace, c.name) != key]
     if event != "DELETED":
         memo.indices[handlers.SERVICES_INDEX][key] = [cache.pack(body)]
         found = await handlers.index_snapshot_directory(body=body, namespace="ml", name=key[1])
-        for k, v in (found or {}).items():
-            memo.indices[handlers.DIRECTORIES_INDEX][k] = [v]
+        for root, claim in (found or {}).items():
+            directories.setdefault(root, []).append(claim)
     await handlers.service_event(event={"type": event}, body=body, namespace="ml", name=key[1], memo=memo)
 
 
@@ -216,3 +227,29 @@ def test_the_later_service_is_refused_from_the_cache_and_queued_when_the_first_l
     assert requeued == [("ml", "first"), ("ml", "second")]  # its own event queues the first, as ever
     assert created == [("event", "Created")]
     assert quiet == [("ml", "second")]
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs", "found"),
+    [
+        ("gs://b/x/y", "gs://b", True),
+        ("gs://b", "gs://b/x/y", True),
+        ("gs://b/x", "gs://c/x", False),
+        ("/data/x", "/", True),  # "/" contains every local path of the namespace
+        ("/", "/data/x", True),
+        ("/data/x", "/other", False),
+    ],
+)
+def test_the_cache_finds_the_others_under_the_same_root_only(mine: str, theirs: str, found: bool) -> None:
+    async def scenario() -> tuple[Any, ...]:
+        memo = handlers.new_memo(OperatorConfig())
+        memo.indices = {kind.index: {} for kind in children.OBSERVED}
+        memo.indices |= {handlers.SERVICES_INDEX: {}, handlers.DIRECTORIES_INDEX: {}}
+        memo.queue = WorkQueue()
+        memo.indexed.set()
+        for body in (stored("theirs", theirs, T0), stored("other-bucket", "gs://elsewhere/x", T0)):
+            await watched(memo, body)
+        return handlers.directory_claims(memo, ("ml", "mine"), stored("mine", mine, T1))
+
+    claims = asyncio.run(scenario())
+    assert [c.name for c in claims] == (["theirs"] if found else [])

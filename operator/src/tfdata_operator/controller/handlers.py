@@ -126,7 +126,8 @@ async def index_snapshot_directory(
     body: kopf.Body, namespace: str | None, name: str, **_: Any
 ) -> dict[Any, Any] | None:
     claim = snapshotdir.claim_of(body)
-    return {(namespace or "", name): claim} if claim is not None else None
+    # Keyed by its root: a reconcile compares its directory only with those under the same one.
+    return {snapshotdir.root(claim.directory): claim} if claim is not None else None
 
 
 @kopf.on.event(API_GROUP, VERSION, PLURAL)
@@ -243,30 +244,36 @@ def snapshot(memo: OperatorState, key: cache.InstanceKey) -> tuple[dict[str, Any
     return body, reconcile.Observed({k: v for k, v in merged.items() if k[0] in kinds}, pod_list)
 
 
-def _nested(memo: OperatorState, key: cache.InstanceKey, directories: list[str]) -> list[cache.InstanceKey]:
-    """The other services whose snapshot directory is one of ``directories``, or nested with one."""
+def _nested(
+    memo: OperatorState, key: cache.InstanceKey, directories: list[str]
+) -> dict[cache.InstanceKey, snapshotdir.DirectoryClaim]:
+    """The other services whose snapshot directory is one of ``directories``, or nested with one: looked
+    for only under the same root (a bucket, a path's first name), not among every service."""
     index = memo.indices[DIRECTORIES_INDEX]
-    return [
-        other
-        for other in list(index)
-        if other != key and any(snapshotdir.relation(c.directory, d) for c in index.get(other, ()) for d in directories)
-    ]
+    found = {}
+    for directory in directories:
+        scheme, first = snapshotdir.root(directory)
+        roots = [(scheme, first), (scheme, "")] if first else [r for r in list(index) if r[0] == scheme]
+        for claim in (c for r in roots for c in index.get(r, ())):
+            if (claim.namespace, claim.name) != key and snapshotdir.relation(claim.directory, directory):
+                found[claim.namespace, claim.name] = claim
+    return found
 
 
-def directory_claims(memo: OperatorState, key: cache.InstanceKey) -> tuple[snapshotdir.DirectoryClaim, ...]:
+def directory_claims(
+    memo: OperatorState, key: cache.InstanceKey, body: Manifest | None
+) -> tuple[snapshotdir.DirectoryClaim, ...]:
     """The other services' snapshot directories that may be this one's, each with the directory its
     children publish, from the cache alone (nothing when this service has none)."""
-    index = memo.indices[DIRECTORIES_INDEX]
-    mine = next(iter(index.get(key, ())), None)
+    mine = snapshotdir.claim_of(body) if body is not None else None
     if mine is None:
         return ()
     found = []
-    for other in _nested(memo, key, [mine.directory]):
-        for claim in index.get(other, ()):
-            if snapshotdir.shares(mine, claim):
-                client = cache.by_key(memo.indices[_CONFIGMAPS.index].get(other, ()))
-                published = snapshotdir.published(client.get(("ConfigMap", builders.client_configmap_name(other[1]))))
-                found.append(dataclasses.replace(claim, published=published))
+    for other, claim in _nested(memo, key, [mine.directory]).items():
+        if snapshotdir.shares(mine, claim):
+            client = cache.by_key(memo.indices[_CONFIGMAPS.index].get(other, ()))
+            published = snapshotdir.published(client.get(("ConfigMap", builders.client_configmap_name(other[1]))))
+            found.append(dataclasses.replace(claim, published=published))
     return tuple(found)
 
 
@@ -278,7 +285,7 @@ def _service_body(memo: OperatorState, key: cache.InstanceKey) -> Manifest | Non
 async def _reconcile(memo: OperatorState, key: Any) -> bool:
     await memo.indexed.wait()
     body, observed = snapshot(memo, key)
-    observed = dataclasses.replace(observed, directories=directory_claims(memo, key))
+    observed = dataclasses.replace(observed, directories=directory_claims(memo, key, body))
     if body is None:
         memo.overlay.forget(key)  # deleted: the garbage collector removes the children
         memo.autoscaling.windows.forget(key)

@@ -93,6 +93,13 @@ def place(directory: str) -> tuple[str, tuple[str, ...]]:
     return scheme.lower(), tuple(s for s in normal.split("/") if s)
 
 
+def root(directory: str) -> tuple[str, str]:
+    """Where a directory is looked for: its scheme and its first name (a bucket; "" for ``/`` or ``gs://``).
+    Two directories nested or equal have one root, or one of them has an empty first name."""
+    scheme, segments = place(directory)
+    return scheme, segments[0] if segments else ""
+
+
 def relation(mine: str, other: str) -> str | None:
     """How directory ``mine`` lies to ``other``: "the same as", "inside", "contains", or None (apart)."""
     a, b = place(mine), place(other)
