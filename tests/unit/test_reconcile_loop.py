@@ -23,6 +23,7 @@ from tfdata_operator.controller import reconcile
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.plan import drain, hold
+from tfdata_operator.plan.snapshotdir import DirectoryClaim
 from tfdata_operator.render import builders
 from tfdata_operator.wire.serverinfo import GraphDefVersions, ServerInfo
 from tfdata_operator.wire.signals import ServiceSignals
@@ -1117,3 +1118,68 @@ def test_drains_wait_while_a_snapshot_is_written_and_the_snapshots_are_read_ever
     run_drains(api, body, readers)
     assert saves.reads == 2 and budget(api) == 1 and "drains" not in api.status  # type: ignore[operator]
     assert ("event", "DrainsAllowed") in api.take_calls()
+
+
+# --- One snapshot directory, one service (plan/snapshotdir.py) ----------------------------------
+
+
+def with_directory(directory: str) -> Manifest:
+    stored = service(snapshots={"directory": directory})
+    stored["metadata"]["creationTimestamp"] = "2026-11-28T11:00:00Z"
+    return stored
+
+
+OLDER = DirectoryClaim("ml", "older", "gs://b/snaps", None, "2026-11-28T10:00:00Z")
+
+
+def run_beside(api: FakeApi, body: Manifest, *others: DirectoryClaim) -> reconcile.Outcome:
+    observed = dataclasses.replace(api.observed(), directories=others)
+    return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed)
+
+
+def test_a_snapshot_directory_another_service_keeps_creates_nothing_warns_once_and_then_costs_nothing() -> None:
+    api = FakeApi()
+    outcome = run_beside(api, with_directory("gs://b/snaps/"), OLDER)
+    assert api.take_calls() == [("event", "SnapshotDirectoryTaken"), ("status", "demo")]
+    assert outcome.result == "invalid" and api.objects == {}
+    ready = condition(api, "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "SnapshotDirectoryTaken"
+    assert "is the same as TFDataService older's snapshot directory gs://b/snaps" in ready["message"]
+    outcome = run_beside(api, with_directory("gs://b/snaps/"), OLDER)
+    assert api.take_calls() == [] and outcome.result == "invalid"
+    # The other one gone (the cache no longer has it): created as any service.
+    run_beside(api, with_directory("gs://b/snaps/"))
+    assert sorted(k for k, v in api.take_calls() if k == "apply") == ["apply"] * len(CHILDREN)
+    assert condition(api, "Ready")["reason"] != "SnapshotDirectoryTaken"
+
+
+def test_a_running_service_edited_onto_another_services_directory_is_held_as_it_runs() -> None:
+    api = FakeApi()
+    run_beside(api, with_directory("gs://b/mine"), OLDER)
+    api.take_calls()
+    before = api.observed().objects
+    run_beside(api, with_directory("gs://b/snaps/mine"), OLDER)
+    assert api.take_calls() == [("event", "SnapshotDirectoryTaken"), ("status", "demo")]
+    assert api.observed().objects == before, "nothing it has is changed or deleted"
+    assert "gs://b/snaps/mine is inside TFDataService older's" in condition(api, "Ready")["message"]
+    # Put back: it goes on, and a settled service beside an apart directory sends nothing.
+    run_beside(api, with_directory("gs://b/mine"), OLDER)
+    api.take_calls()
+    run_beside(api, with_directory("gs://b/mine"), OLDER)
+    assert api.take_calls() == []
+
+
+def test_an_older_service_edited_onto_a_running_ones_directory_does_not_take_it() -> None:
+    api = FakeApi()
+    run_beside(api, with_directory("gs://b/snaps"))
+    api.take_calls()
+    # An older service names this one's directory now, but its pods still use another: this one keeps it.
+    edited = dataclasses.replace(OLDER, published="gs://b/old")
+    run_beside(api, with_directory("gs://b/snaps"), edited)
+    assert api.take_calls() == []
+
+
+def test_a_service_without_snapshots_is_not_held_by_anothers_directory() -> None:
+    api = FakeApi()
+    run_beside(api, service(), OLDER)
+    assert ("event", "Created") in api.take_calls()

@@ -29,6 +29,8 @@ SCALED_TO_ZERO = "ScaledToZero"
 # Ready=False, and a Warning Event of the same reason, once: nothing is changed.
 INVALID_SPEC = "InvalidSpec"
 NAME_CONFLICT = "NameConflict"
+# spec.snapshots.directory is another TFDataService's, or nested with it (plan/snapshotdir.py): the same.
+SNAPSHOT_DIRECTORY_TAKEN = "SnapshotDirectoryTaken"
 # A rescale or a suspend waits for the readers (spec.workers.rescalePolicy WhenIdle).
 RESCALE_HELD = "RescaleHeld"
 SUSPEND_HELD = "SuspendHeld"

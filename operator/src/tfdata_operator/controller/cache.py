@@ -1,16 +1,17 @@
 """What the operator knows of the cluster without asking: the watches' cache, plus its own writes
 and its last few reads.
 
-kopf's indexes (one per kind in ``children.OBSERVED``, and one of TFDataServices) hold a
-trimmed body of every object the operator manages, keyed by (namespace, instance), so
-observing a service costs no request. Each body is kept ``Packed`` (compressed JSON) and
-unpacked when a reconcile looks: a body parsed from a watch event is a tree of dicts and
-strings of its own, about 20 KB for a StatefulSet, and a packed one about 0.45 KB. A write's
-response is newer than what the watch has delivered so far: ``Overlay`` keeps it until the
-watch catches up, so the next reconcile does not redo the write it just made. What is read
-without a watch (the Events that say why a child is not ready, a server's ``/readyz``)
-``Recent`` keeps for a while, so the reconciles that every event of a busy service queues do
-not read it again each time.
+kopf's indexes (one per kind in ``children.OBSERVED``, and one of TFDataServices) hold a trimmed
+body of every object the operator manages, keyed by (namespace, instance), so observing a
+service costs no request; one more holds each service's snapshot directory
+(``plan.snapshotdir.DirectoryClaim``), keyed by its root (a bucket). Each body is kept
+``Packed`` (compressed JSON) and unpacked when a reconcile looks: a body parsed from a watch
+event is a tree of dicts and strings of its own, about 20 KB for a StatefulSet, and a packed one
+about 0.45 KB. A write's response is newer than what the watch has delivered so far: ``Overlay``
+keeps it until the watch catches up, so the next reconcile does not redo the write it just made.
+What is read without a watch (the Events that say why a child is not ready, a server's
+``/readyz``) ``Recent`` keeps for a while, so the reconciles that every event of a busy service
+queues do not read it again each time.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ every service it knows. Every request of the reconcile loop checks first that it
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -30,12 +31,16 @@ from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.kube import Kube, load_client_config
 from tfdata_operator.controller.state import OperatorState
 from tfdata_operator.controller.workqueue import WorkQueue
-from tfdata_operator.plan import children
+from tfdata_operator.plan import children, snapshotdir
+from tfdata_operator.render import builders
 
 SERVICES_INDEX = "tfdataservices_by_name"
+# Each TFDataService's spec.snapshots.directory (plan.snapshotdir): only services that have one.
+DIRECTORIES_INDEX = "tfdataservices_by_snapshot_directory"
 Manifest = dict[str, Any]
 # TFDataSnapshots reconciled at once (one is never reconciled twice at once).
 SNAPSHOT_WORKERS = 4
+_CONFIGMAPS = next(kind for kind in children.CHILDREN if kind.kind == "ConfigMap")
 log = logging.getLogger(__name__)
 
 
@@ -116,10 +121,30 @@ async def index_service(body: kopf.Body, namespace: str | None, name: str, **_: 
     return {(namespace or "", name): cache.pack(cache.trim(body))}
 
 
+@kopf.index(API_GROUP, VERSION, PLURAL, id=DIRECTORIES_INDEX)
+async def index_snapshot_directory(
+    body: kopf.Body, namespace: str | None, name: str, **_: Any
+) -> dict[Any, Any] | None:
+    claim = snapshotdir.claim_of(body)
+    # Keyed by its root: a reconcile compares its directory only with those under the same one.
+    return {snapshotdir.root(claim.directory): claim} if claim is not None else None
+
+
 @kopf.on.event(API_GROUP, VERSION, PLURAL)
-async def service_event(namespace: str | None, name: str, memo: OperatorState, **_: Any) -> None:
+async def service_event(
+    event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, memo: OperatorState, **_: Any
+) -> None:
     memo.indexed.set()  # kopf runs event handlers only once every index is filled
-    _trigger(memo, (namespace or "", name))
+    key = (namespace or "", name)
+    _trigger(memo, key)
+    claim = None if event.get("type") == "DELETED" else snapshotdir.claim_of(body)
+    before = memo.directories.pop(key, None)
+    if claim is not None:
+        memo.directories[key] = claim
+    if before != claim:
+        # A directory let go, or newly taken: the services it was or is nested with decide again.
+        for other in _nested(memo, key, [c.directory for c in (before, claim) if c is not None]):
+            _trigger(memo, other)
 
 
 @kopf.on.event(API_GROUP, VERSION, SNAPSHOT_PLURAL)
@@ -219,6 +244,39 @@ def snapshot(memo: OperatorState, key: cache.InstanceKey) -> tuple[dict[str, Any
     return body, reconcile.Observed({k: v for k, v in merged.items() if k[0] in kinds}, pod_list)
 
 
+def _nested(
+    memo: OperatorState, key: cache.InstanceKey, directories: list[str]
+) -> dict[cache.InstanceKey, snapshotdir.DirectoryClaim]:
+    """The other services whose snapshot directory is one of ``directories``, or nested with one: looked
+    for only under the same root (a bucket, a path's first name), not among every service."""
+    index = memo.indices[DIRECTORIES_INDEX]
+    found = {}
+    for directory in directories:
+        scheme, first = snapshotdir.root(directory)
+        roots = [(scheme, first), (scheme, "")] if first else [r for r in list(index) if r[0] == scheme]
+        for claim in (c for r in roots for c in index.get(r, ())):
+            if (claim.namespace, claim.name) != key and snapshotdir.relation(claim.directory, directory):
+                found[claim.namespace, claim.name] = claim
+    return found
+
+
+def directory_claims(
+    memo: OperatorState, key: cache.InstanceKey, body: Manifest | None
+) -> tuple[snapshotdir.DirectoryClaim, ...]:
+    """The other services' snapshot directories that may be this one's, each with the directory its
+    children publish, from the cache alone (nothing when this service has none)."""
+    mine = snapshotdir.claim_of(body) if body is not None else None
+    if mine is None:
+        return ()
+    found = []
+    for other, claim in _nested(memo, key, [mine.directory]).items():
+        if snapshotdir.shares(mine, claim):
+            client = cache.by_key(memo.indices[_CONFIGMAPS.index].get(other, ()))
+            published = snapshotdir.published(client.get(("ConfigMap", builders.client_configmap_name(other[1]))))
+            found.append(dataclasses.replace(claim, published=published))
+    return tuple(found)
+
+
 def _service_body(memo: OperatorState, key: cache.InstanceKey) -> Manifest | None:
     """A TFDataService's body as the cache has it, without its children."""
     return cache.by_key(memo.indices[SERVICES_INDEX].get(key, ())).get((children.TFDATASERVICE.kind, key[1]))
@@ -227,6 +285,7 @@ def _service_body(memo: OperatorState, key: cache.InstanceKey) -> Manifest | Non
 async def _reconcile(memo: OperatorState, key: Any) -> bool:
     await memo.indexed.wait()
     body, observed = snapshot(memo, key)
+    observed = dataclasses.replace(observed, directories=directory_claims(memo, key, body))
     if body is None:
         memo.overlay.forget(key)  # deleted: the garbage collector removes the children
         memo.autoscaling.windows.forget(key)

@@ -37,7 +37,7 @@ from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.kube import describe_api_error, namespace_terminating
 from tfdata_operator.plan import children as kinds
 from tfdata_operator.plan import desired as plan
-from tfdata_operator.plan import drain, hold, lifecycle, nodeloss, scaling, status
+from tfdata_operator.plan import drain, hold, lifecycle, nodeloss, scaling, snapshotdir, status
 from tfdata_operator.plan.diagnose import Finding, claims_to_read, explain, from_readiness, needs_events, unready_server
 from tfdata_operator.render import builders
 from tfdata_operator.wire import serverinfo, signals, snapshots
@@ -115,6 +115,8 @@ class Observed:
 
     objects: Mapping[tuple[str, str], Manifest] = field(default_factory=dict)
     pods: list[Manifest] = field(default_factory=list)
+    # The other services' snapshot directories that may be this one's (``handlers.directory_claims``).
+    directories: tuple[snapshotdir.DirectoryClaim, ...] = ()
 
 
 @dataclass
@@ -231,6 +233,18 @@ def validate(run: Run) -> bool:
         run.svc = spec.parse(run.body, run.config.server_image, allow_host_path=run.config.allow_host_path)
     except spec.SpecError as exc:
         run.report.refused(None, f"Invalid spec: {exc}")
+        return False
+    return True
+
+
+def claim_snapshot_directory(run: Run) -> bool:
+    """A ``spec.snapshots.directory`` another service keeps (``plan.snapshotdir``) changes nothing and says whose."""
+    if run.svc.snapshots is None:
+        return True
+    client = run.children.objects.get(("ConfigMap", builders.client_configmap_name(run.svc)))
+    mine = snapshotdir.claim_of(run.body, client)
+    if mine is not None and (taken := snapshotdir.taken(mine, run.observed.directories)):
+        run.report.refused(run.svc, taken.message, reason=reasons.SNAPSHOT_DIRECTORY_TAKEN)
         return False
     return True
 
@@ -559,6 +573,7 @@ Step = Callable[[Run], bool]
 # The reconcile, in order (after ``observe``): each step is a small function of the same ``Run``.
 STEPS: tuple[Step, ...] = (
     validate,
+    claim_snapshot_directory,
     follow_lifecycle,
     autoscale,
     hold_changes,

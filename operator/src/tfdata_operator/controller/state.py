@@ -17,6 +17,7 @@ from tfdata_operator.controller import cache, election, reconcile, snapshots
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.kube import Kube
 from tfdata_operator.controller.workqueue import WorkQueue
+from tfdata_operator.plan import snapshotdir
 
 
 # Slots: kopf keeps a shallow copy of the memo for every object it has seen (kopf's
@@ -42,6 +43,8 @@ class OperatorState:
     # The uids of TFDataSnapshots whose finalizer this process removed (they are gone, or going).
     snapshots_released: set[str] = field(default_factory=set)
     snapshot_readers: snapshots.Readers = field(default_factory=snapshots.Readers)
+    # Each TFDataService's snapshot directory as last watched: who to requeue when it moves or goes.
+    directories: dict[tuple[str, str], snapshotdir.DirectoryClaim] = field(default_factory=dict)
     pool: ThreadPoolExecutor = field(init=False)
     tasks: list[asyncio.Task[None]] = field(init=False)
     kube: Kube = field(init=False)
