@@ -13,7 +13,7 @@ same the dev tier makes, run in the pod.
 The assertions are the dev tier's: refused or contained, none of A's files deleted, no secret and no
 uncut pod text in any status or Event, the redirect never followed, B Ready throughout the flood, and
 the operator's pod never restarted. The dev tier's time-to-Ready comparison (a good service beside 10
-dripping ones) is not made here: see docs/operations.md#the-hostile-tier.
+dripping ones) is not made here: docs/operations.md (Trust and tenancy) says why.
 """
 
 from __future__ import annotations
