@@ -160,7 +160,7 @@ helm-lint: binaries ## Lint the chart strictly (default and non-default values);
 ##@ Images
 
 .PHONY: images
-images: ## Build the tfdata-operator and tfdata-server images (starts Docker if none answers; a cold build downloads TensorFlow).
+images: ## Build the tfdata-operator and tfdata-server images, and tfdata-hostile (the kind tier's hostile tenant) (starts Docker if none answers; a cold build downloads TensorFlow).
 	images/images.sh
 
 .PHONY: docker-down
@@ -182,11 +182,11 @@ kind-down: ## Delete the kind cluster and its kubeconfig.
 	kind/cluster.sh down
 
 .PHONY: test-kind
-test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, journal claim bound and surviving a dispatcher deletion, NetworkPolicy enforced (and its egress rules: the servers reach each other and DNS, not an excepted address), held rescale, suspend, a trainer pod, CPU and TFData autoscaling, image-pull and crash-loop failures explained, a service and a trainer on a user's TensorFlow 2.16 image (built here) and the stock image refusing its pipeline; over 3 nodes: workers spread, a trainer and the NetworkPolicy across nodes, drains (DYNAMIC, static), a lost worker node recovered, a slow dispatcher node (frozen 90 s) losing nothing, a node tainted out-of-service replaced within seconds with its journal kept; last, no unexpected pod restart or logged error.
+test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, journal claim bound and surviving a dispatcher deletion, NetworkPolicy enforced (and its egress rules: the servers reach each other and DNS, not an excepted address), held rescale, suspend, a trainer pod, CPU and TFData autoscaling, image-pull and crash-loop failures explained, a service and a trainer on a user's TensorFlow 2.16 image (built here) and the stock image refusing its pipeline; over 3 nodes: workers spread, a trainer and the NetworkPolicy across nodes, drains (DYNAMIC, static), a lost worker node recovered, a slow dispatcher node (frozen 90 s) losing nothing, a node tainted out-of-service replaced within seconds with its journal kept; hostile tenants against the chart's operator (servers that drip, redirect to a metadata server, answer huge or garbled bodies; trainers that delete outside their directory, plant symlinks, flood the health port: refused or contained, nothing deleted, no secret written, no operator restart); last, no unexpected pod restart or logged error.
 	TFDATA_TEST_KUBECONFIG=$(ROOT)/.local/kind-kubeconfig $(PYTEST) -q -m kind tests/kind
 
 .PHONY: test-e2e-kind
-test-e2e-kind: images venv ## On a kind cluster of its own (tfdata-test; `make kind-up`'s stays): the kind tests, then the integration suite through TFDATA_TEST_KUBECONFIG (KIND_WITH_INTEGRATION=0 skips it); deletes it (logs in .local/kind-test-logs on failure).
+test-e2e-kind: images venv ## On a kind cluster of its own (tfdata-test; `make kind-up`'s stays): the kind tests (the hostile tenants' cases among them, on the tfdata-hostile image `make images` builds), then the integration suite through TFDATA_TEST_KUBECONFIG (KIND_WITH_INTEGRATION=0 skips it); deletes it (logs in .local/kind-test-logs on failure).
 	@set -e; export TFDATA_KIND_CLUSTER=$(KIND_TEST_CLUSTER); kc=$(ROOT)/.local/kind-$(KIND_TEST_CLUSTER)-kubeconfig; \
 	  trap 'rc=$$?; [ $$rc -eq 0 ] || kind/cluster.sh logs $(ROOT)/.local/kind-test-logs || true; kind/cluster.sh down' EXIT; \
 	  $(TIMED) kind_up kind/cluster.sh up; \
@@ -300,7 +300,7 @@ test-e2e: venv binaries ## End to end: operator, node, real tfdata-server pods a
 	$(PYTEST) -q tests/e2e
 
 .PHONY: test-hostile
-test-hostile: venv binaries ## Hostile tenants on the dev cluster (needs root): server programs that drip, redirect, answer huge or garbled bodies; trainers that delete outside their snapshot directory, plant symlinks, flood the health port; a good service's time to Ready beside 10 dripping ones (JSON: .local/test-results/figures/hostile-ready.json).
+test-hostile: venv binaries ## Hostile tenants on the dev cluster (needs root; the kind tier makes the same cases but the time-to-Ready comparison): server programs that drip, redirect, answer huge or garbled bodies; trainers that delete outside their snapshot directory, plant symlinks, flood the health port; a good service's time to Ready beside 10 dripping ones (JSON: .local/test-results/figures/hostile-ready.json).
 	$(PYTEST) -q tests/hostile
 
 .PHONY: test-images

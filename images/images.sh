@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the two images, idempotently:
+# Builds the two images, and the kind tier's hostile tenant image, idempotently:
 #
 #   tfdata-operator:<version>   images/operator/Dockerfile (the operator; no TensorFlow)
 #   tfdata-server:<version>     images/server/Dockerfile   (dispatcher/worker; pinned TensorFlow)
+#   tfdata-hostile:<version>    images/hostile/Dockerfile  (a tenant's tfdata-server that attacks the
+#                               operator: tests/hostile/image; the kind tier's hostile tests run it)
 #
 # <version> is operator/pyproject.toml's, which the operator also uses for its default
 # server image. Steps, each skipped when already done:
@@ -219,10 +221,12 @@ else
   log "building tfdata-server:$VERSION (TensorFlow's layer is reused unless operator/pyproject.toml changed)"
 fi
 build server
+log "building tfdata-hostile:$VERSION (the kind tier's hostile tenant; seconds)"
+build hostile
 
 # A rebuild leaves the image it replaced untagged; drop those (ours only, by their label).
-for name in operator server; do
+for name in operator server hostile; do
   "$DOCKER" image prune --force --filter "label=org.opencontainers.image.title=tfdata-$name" >/dev/null
 done
 
-table "$BASE" "tfdata-operator:$VERSION" "tfdata-server:$VERSION"
+table "$BASE" "tfdata-operator:$VERSION" "tfdata-server:$VERSION" "tfdata-hostile:$VERSION"

@@ -21,8 +21,9 @@
 #      changes nothing;
 #   3. on a node image built here (no kindnetd), flannel (flannel.yaml) for the pod network
 #      and kube-network-policies (network-policies.yaml) for NetworkPolicies, on every node;
-#   4. `kind load docker-image` tfdata-operator:<version> and tfdata-server:<version>
-#      (images/images.sh builds them when missing);
+#   4. `kind load docker-image` tfdata-operator:<version>, tfdata-server:<version> and
+#      tfdata-hostile:<version>, the hostile tests' tenant image (images/images.sh builds them
+#      when missing);
 #   5. metrics-server, built here from source (kind/metrics-server.sh), for the
 #      HorizontalPodAutoscaler of `spec.autoscaling.metric: CPU`;
 #   6. `helm upgrade --install` of charts/tfdata-operator (the CRD from its crds/) into
@@ -132,14 +133,15 @@ up() {
   fi
 
   local img
-  for img in "tfdata-operator:$VERSION" "tfdata-server:$VERSION"; do
-    "$DOCKER" image inspect "$img" >/dev/null 2>&1 || "$REPO/images/images.sh" >&2
+  local images=("tfdata-operator:$VERSION" "tfdata-server:$VERSION" "tfdata-hostile:$VERSION")
+  for img in "${images[@]}"; do
+    "$DOCKER" image inspect "$img" >/dev/null 2>&1 || { "$REPO/images/images.sh" >&2; break; }
   done
   local t
   t="$(date +%s)"
   # kind skips an image the node already has with the same ID.
-  kind_ load docker-image --name "$CLUSTER" "tfdata-operator:$VERSION" "tfdata-server:$VERSION" >&2
-  log "loaded tfdata-operator:$VERSION and tfdata-server:$VERSION in $(elapsed "$t")"
+  kind_ load docker-image --name "$CLUSTER" "${images[@]}" >&2
+  log "loaded ${images[*]} in $(elapsed "$t")"
 
   local metrics_server
   metrics_server="$("$HERE/metrics-server.sh" image | tail -n 1)"

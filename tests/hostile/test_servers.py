@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -35,15 +34,11 @@ from typing import Any
 import pytest
 from support import ROOT, Kubectl, OperatorProcess, Pages, wait_for
 
+from fixtures.hostile import METADATA_PATH, MODES, READS, asked_in, check_clean, hostile_service, written
+
 IMAGE_BIN = Path(__file__).resolve().parent / "image" / "bin"
 # What the redirect's target answers: a secret the operator must never fetch, let alone quote.
 SECRET = f"instance-credentials-{secrets.token_hex(8)}"
-METADATA_PATH = "/latest/meta-data/iam/security-credentials/node"
-MODES = ("drip", "redirect", "huge", "garbled")
-# The fillers of the hostile answers: a run longer than the operator's quote of a pod's text means
-# the text was not cut.
-FILLERS = ("x" * 601, "R" * 601, "H" * 601)
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # The well-behaved service's time to Ready beside the dripping ones, as a multiple of its time on the
 # quiet cluster; below READY_FLOOR_SECONDS of difference the ratio is not held (see the test).
 READY_RATIO = 1.5
@@ -61,26 +56,12 @@ def target() -> Iterator[Pages]:
 
 
 def hostile(name: str, namespace: str, mode: str, target: Pages) -> dict[str, Any]:
-    """A TFDataService on the tenant's own image whose servers are the hostile program."""
-    env = [
-        {"name": "PATH", "value": f"{IMAGE_BIN}:$(PATH)"},
-        {"name": "HOSTILE_MODE", "value": mode},
-        {"name": "HOSTILE_TARGET", "value": target.url(METADATA_PATH)},
-    ]
-    return {
-        "apiVersion": "tfdata.dev/v1alpha1",
-        "kind": "TFDataService",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "shardingPolicy": "DYNAMIC",
-            "image": "registry.tenant.example/hostile:1",
-            "serverProgram": "FromImage",
-            "dispatcher": {"env": env},
-            "workers": {"replicas": 1, "env": env},
-            # The operator reads the dispatcher's /v1/signals for the TFData autoscaler.
-            "autoscaling": {"metric": "TFData", "minReplicas": 1, "maxReplicas": 2},
-        },
-    }
+    """A TFDataService on the tenant's own image whose servers are the hostile program (the pod's
+    PATH puts image/bin first)."""
+    path = {"name": "PATH", "value": f"{IMAGE_BIN}:$(PATH)"}
+    return hostile_service(
+        name, namespace, mode, target.url(METADATA_PATH), "registry.tenant.example/hostile:1", [path]
+    )
 
 
 def good(name: str, namespace: str) -> dict[str, Any]:
@@ -99,61 +80,10 @@ def pod_log(state_dir: Path, namespace: str, pod: str, container: str) -> str:
 
 def asked(state_dir: Path, namespace: str, name: str) -> set[str]:
     """The paths the operator asked the service's hostile pods for (what they printed), as pod:path."""
-    found = set()
+    found: set[str] = set()
     for pod, container in ((f"{name}-dispatcher-0", "dispatcher"), (f"{name}-worker-0", "worker")):
-        for line in pod_log(state_dir, namespace, pod, container).splitlines():
-            if line.startswith("operator asked GET "):
-                found.add(f"{container}:{line.split()[-1].split('?')[0]}")
+        found |= asked_in(pod_log(state_dir, namespace, pod, container), container)
     return found
-
-
-# What the operator reads of a service whose dispatcher is ready and worker is not.
-READS = {"dispatcher:/serverinfo", "dispatcher:/v1/signals", "worker:/readyz"}
-
-
-def written(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
-    """Everything the operator wrote that a tenant reads: statuses and Events of the namespace."""
-    services = kubectl.json("get", "tfdataservices", "-n", namespace)["items"]
-    snaps = kubectl.json("get", "tfdatasnapshots", "-n", namespace)["items"]
-    events = kubectl.json("get", "events", "-n", namespace)["items"]
-    return {
-        "statuses": {f"{o['kind']}/{o['metadata']['name']}": o.get("status") or {} for o in services + snaps},
-        "events": [
-            f"{e['involvedObject']['kind']}/{e['involvedObject']['name']} {e['reason']}: {e.get('message', '')}"
-            for e in events
-        ],
-    }
-
-
-def strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from strings(item)
-
-
-def check_clean(seen: dict[str, Any], *secrets_: str) -> None:
-    """No secret, no control character, no pod text beyond the operator's quote, bounded messages."""
-    text = list(strings(seen))
-    for secret in secrets_:
-        leaked = [s for s in text if secret in s]
-        assert not leaked, f"{secret!r} reached what the operator wrote: {leaked}"
-    dirty = [s for s in text if CONTROL.search(s)]
-    assert not dirty, f"control characters in what the operator wrote: {dirty}"
-    uncut = [s[:200] for s in text if any(f in s for f in FILLERS)]
-    assert not uncut, f"a pod's text longer than the operator's quote: {uncut}"
-    for status in seen["statuses"].values():
-        for condition in status.get("conditions") or []:
-            assert len(condition.get("message", "")) <= 4096, condition
-        error = ((status.get("autoscaling") or {}).get("signals") or {}).get("error") or ""
-        assert len(error) <= 1024, error
-        server = status.get("server") or {}
-        assert len(server.get("tensorflowVersion", "")) <= 64, server
-    assert all(len(e) <= 1400 for e in seen["events"]), max(seen["events"], key=len)
 
 
 def still_running(operator: OperatorProcess, pid: int) -> None:

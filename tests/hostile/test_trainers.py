@@ -13,13 +13,7 @@ secret is in no answer and no status, and B stays Ready throughout.
 from __future__ import annotations
 
 import json
-import shutil
-import socket
 import subprocess
-import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +21,20 @@ import pytest
 from support import ROOT, Kubectl, OperatorProcess, holds_for, wait_for
 
 from devcluster import node as nodeagent
+from fixtures.hostile import (
+    FLOOD_CONNECTIONS,
+    FLOOD_SECONDS,
+    Flood,
+    attack_snapshots,
+    check_attack,
+    files,
+    pod_ready,
+    ready_condition,
+)
 
 CLIENT = ROOT / "tests" / "e2e" / "clients" / "snapshot_dataset.py"
 SECRET = "TFDATA_TOKEN=kept-from-trainers-hostile-7e2a"
 HEALTH_PORT = 8080
-# More than the health port's connection cap (server/health.py MAX_CONNECTIONS, 512).
-FLOOD_CONNECTIONS = 600
-FLOOD_SECONDS = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -62,63 +63,6 @@ def tfsnapshot(name: str, svc: str, snapshot_name: str) -> dict[str, Any]:
     }
 
 
-def files(root: Path) -> dict[str, bytes]:
-    """Every file below ``root`` (links not followed) and its content."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def ask(method: str, url: str) -> tuple[int, str]:
-    """What the dispatcher answers a trainer, whatever it is."""
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=60) as response:
-            return response.status, response.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-
-
-def ready(kubectl: Kubectl, namespace: str, name: str) -> str:
-    status = (kubectl.get("tfdata", name, "-n", namespace) or {}).get("status") or {}
-    condition = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
-    return f"{condition.get('status')} {condition.get('reason')}: {condition.get('message', '')}"
-
-
-class Flood:
-    """``count`` connections to a health port that send a request a byte a second and never finish
-    it; each one the server closes is opened again at once, until ``stop``."""
-
-    def __init__(self, host: str, port: int, count: int) -> None:
-        self.address, self.count = (host, port), count
-        self.stopped = threading.Event()
-        self.opened = 0
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._one, daemon=True) for _ in range(count)]
-
-    def start(self) -> Flood:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def _one(self) -> None:
-        request = b"GET /readyz HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 10_000
-        while not self.stopped.is_set():
-            try:
-                with socket.create_connection(self.address, timeout=5) as sock:
-                    with self.lock:
-                        self.opened += 1
-                    for i in range(len(request)):
-                        if self.stopped.is_set():
-                            return
-                        sock.sendall(request[i : i + 1])
-                        self.stopped.wait(1.0)
-            except OSError:
-                self.stopped.wait(0.1)
-
-    def stop(self) -> None:
-        self.stopped.set()
-        for thread in self.threads:
-            thread.join(10)
-
-
 def trainer(state_dir: Path, kubectl: Kubectl, namespace: str, svc: str, *args: str) -> str:
     settings = dict(kubectl.json("get", "configmap", f"{svc}-client", "-n", namespace)["data"])
     with nodeagent.client_netns(state_dir, namespace) as prefix:
@@ -139,7 +83,7 @@ def test_a_trainer_of_b_cannot_delete_a_s_data_nor_read_a_secret_nor_stall_b(
     for name in ("a", "b"):
         waited = kubectl.run("wait", "--for=condition=Ready", f"tfdata/{name}", "-n", namespace, "--timeout=180s",
                              check=False, timeout=190)  # fmt: skip
-        assert waited.returncode == 0, (name, waited.stderr, ready(kubectl, namespace, name))
+        assert waited.returncode == 0, (name, waited.stderr, ready_condition(kubectl, namespace, name))
 
     # A's completed snapshot, followed by a TFDataSnapshot.
     kubectl.apply(tfsnapshot("a-train", "a", "train"), "-n", namespace)
@@ -151,36 +95,15 @@ def test_a_trainer_of_b_cannot_delete_a_s_data_nor_read_a_secret_nor_stall_b(
     assert "train/DONE" in a_files and any(p.startswith("train/chunks/") for p in a_files), sorted(a_files)
 
     pod = kubectl.json("get", "pod", "b-dispatcher-0", "-n", namespace)
-    b_url = f"http://{pod['status']['podIP']}:{HEALTH_PORT}/v1/snapshots?"
-
-    def url(path: str) -> str:
-        return b_url + urllib.parse.urlencode({"path": path})
-
-    # 1. A DELETE outside B's directory: A's snapshot by its path, and through "..".
-    for path in (str(a_dir / "train"), f"{b_dir}/../a/train", str(a_dir)):
-        status, body = ask("DELETE", url(path))
-        assert status == 403, (path, status, body)
-    assert files(a_dir) == a_files, "a DELETE through B deleted some of A's files"
-
-    # 2. A finished snapshot planted in B's directory whose chunks are A's.
-    planted = b_dir / "planted"
-    planted.mkdir()
-    shutil.copy(a_dir / "train" / "snapshot.metadata", planted / "snapshot.metadata")
-    (planted / "DONE").write_bytes(b"")
-    (planted / "chunks").symlink_to(a_dir / "train" / "chunks")
-    status, body = ask("DELETE", url(str(planted)))
-    assert status == 409 and "is a symbolic link" in body, (status, body)
-    assert files(a_dir) == a_files, "a DELETE through a planted link deleted some of A's files"
-
-    # 3. A snapshot whose ERROR links to a secret file, asked by the trainer and followed by the operator.
+    # 1.-3. DELETEs outside B's directory (A's snapshot by its path, through "..", A's directory), a
+    # finished snapshot planted in B's whose chunks are A's, one whose ERROR links to a secret file.
     secret = snapshot_root / "secret-env"
     secret.write_text(SECRET + "\n")
+    base = f"http://{pod['status']['podIP']}:{HEALTH_PORT}"
+    seen = attack_snapshots(base, str(a_dir), str(b_dir), "train", str(secret))
+    check_attack(seen, SECRET)
+    assert files(a_dir) == a_files
     leak = b_dir / "leak"
-    leak.mkdir()
-    shutil.copy(a_dir / "train" / "snapshot.metadata", leak / "snapshot.metadata")
-    (leak / "ERROR").symlink_to(secret)
-    status, body = ask("GET", url(str(leak)))
-    assert status == 200 and SECRET not in body and "symbolic link" in body, (status, body)
     kubectl.apply(tfsnapshot("b-leak", "b", "leak"), "-n", namespace)
     read = wait_for(lambda: (kubectl.get("tfsnap", "b-leak", "-n", namespace) or {}).get("status") or {}, 60,
                     "the operator to read the planted snapshot (the dispatcher's answer names the link)",
@@ -193,7 +116,7 @@ def test_a_trainer_of_b_cannot_delete_a_s_data_nor_read_a_secret_nor_stall_b(
         wait_for(lambda: flood.opened, 30, f"{FLOOD_CONNECTIONS} connections open",
                  until=lambda n: n >= FLOOD_CONNECTIONS)  # fmt: skip
         samples = holds_for(
-            lambda: (ready(kubectl, namespace, "b"), pod_ready(kubectl, namespace, "b-dispatcher-0")),
+            lambda: (ready_condition(kubectl, namespace, "b"), pod_ready(kubectl, namespace, "b-dispatcher-0")),
             FLOOD_SECONDS,
             "B Ready while its health port is flooded",
             ok=lambda seen: seen[0].startswith("True ") and seen[1],
@@ -213,9 +136,3 @@ def test_a_trainer_of_b_cannot_delete_a_s_data_nor_read_a_secret_nor_stall_b(
     assert secret.read_text() == SECRET + "\n" and (leak / "ERROR").is_symlink()
     for name in ("b-leak", "a-train"):
         kubectl.run("delete", "tfsnap", name, "-n", namespace, "--timeout=60s", timeout=70)
-
-
-def pod_ready(kubectl: Kubectl, namespace: str, name: str) -> bool:
-    pod = kubectl.get("pod", name, "-n", namespace) or {}
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)

@@ -32,6 +32,26 @@ def tfdata_service(name: str) -> dict[str, Any]:
     }
 
 
+SHARED_MOUNT = "/var/lib/tfdata-shared"  # kind/cluster.sh mounts it in every node
+
+
+def shared_claim(kubectl: Kubectl, namespace: str, volume: str, claim: str = "shared") -> str:
+    """A ReadWriteMany claim ``claim`` bound to a hostPath volume ``volume`` on the directory every
+    node mounts: what an NFS or cloud file store volume is on a real cluster. Delete the volume after."""
+    kubectl.apply({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": SHARED_MOUNT, "type": "Directory"},
+                 "claimRef": {"namespace": namespace, "name": claim}},
+    })  # fmt: skip
+    kubectl.apply({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": namespace},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })  # fmt: skip
+    return claim
+
+
 def start_pod(
     kubectl: Kubectl,
     namespace: str,

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kindpods import HOSTNAME, logs, start_pod, tfdata_service, wait_finished, wait_ready
+from kindpods import HOSTNAME, logs, shared_claim, start_pod, tfdata_service, wait_finished, wait_ready
 from support import Kubectl, wait_for
 
 pytestmark = pytest.mark.kind
 
-SHARED_MOUNT = "/var/lib/tfdata-shared"  # kind/cluster.sh
 TRAINER = (Path(__file__).resolve().parents[1] / "e2e" / "clients" / "snapshot_dataset.py").read_text()
 SERVICE = "snapper"
 ELEMENTS = 300
@@ -33,18 +32,7 @@ SLEEP_US = 100_000
 def claim(kubectl: Kubectl, namespace: str) -> Iterator[str]:
     """A ReadWriteMany claim bound to a hostPath volume on the directory every node mounts."""
     name = f"shared-{namespace}"
-    kubectl.apply({
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
-                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": SHARED_MOUNT, "type": "Directory"},
-                 "claimRef": {"namespace": namespace, "name": "shared"}},
-    })  # fmt: skip
-    kubectl.apply({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared", "namespace": namespace},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": name,
-                 "resources": {"requests": {"storage": "1Gi"}}},
-    })  # fmt: skip
-    yield "shared"
+    yield shared_claim(kubectl, namespace, name)
     kubectl.run("delete", "pv", name, "--wait=false", check=False)
 
 

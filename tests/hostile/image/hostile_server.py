@@ -3,6 +3,8 @@
 operator instead of serving tf.data: the hostile tier's (tests/hostile) stand-in for such an image.
 
     tfdata-server dispatcher|worker      # what the operator's pods run; HOSTILE_MODE chooses the attack
+    tfdata-server metadata               # the redirects' target on kind (port HOSTILE_PORT): a stand-in
+                                         # for the cloud metadata server, answering HOSTILE_SECRET
 
 It listens on the health port of the configuration the operator gives it (TFDATA_SERVER_CONFIG)
 and answers a prober (a kubelet's `kube-probe/...`, the dev node's `Python-urllib/...`) as a
@@ -17,7 +19,8 @@ Every other request, the operator's, gets the attack of HOSTILE_MODE:
             10,000 characters of them, a /v1/signals that is not JSON.
 
 Each request of the operator is printed ("operator asked GET /readyz"), so the test sees that the
-attack reached it. Standard library only: it runs on any Python.
+attack reached it. The metadata server prints every request it gets ("metadata asked GET ..."):
+the operator must never be one. Standard library only: it runs on any Python.
 """
 
 from __future__ import annotations
@@ -97,11 +100,29 @@ class Handler(BaseHTTPRequestHandler):
     do_DELETE = do_GET
 
 
+class Metadata(BaseHTTPRequestHandler):
+    """The redirects' target: whoever asks gets the secret, and is printed."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        print(f"metadata asked GET {self.path} from {self.client_address[0]}", flush=True)
+        body = json.dumps(os.environ.get("HOSTILE_SECRET", "")).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 def main() -> None:
-    config = json.loads(os.environ["TFDATA_SERVER_CONFIG"])
-    server = ThreadingHTTPServer(("0.0.0.0", int(config["health_port"])), Handler)
+    if ROLE == "metadata":
+        port, handler = int(os.environ.get("HOSTILE_PORT", "8080")), Metadata
+    else:
+        port, handler = int(json.loads(os.environ["TFDATA_SERVER_CONFIG"])["health_port"]), Handler
+    server = ThreadingHTTPServer(("0.0.0.0", port), handler)
     server.daemon_threads = True
-    print(f"hostile {ROLE} ({MODE}) on port {config['health_port']}", flush=True)
+    print(f"hostile {ROLE} ({MODE}) on port {port}", flush=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     threading.Event().wait()
 
