@@ -14,8 +14,8 @@
 #
 # Settings (environment): TFDATA_KIND_CLUSTER (as kind/cluster.sh), KUEUE_CONFIG (a file holding
 # a config.kueue.x-k8s.io/v1beta2 Configuration, for example with manageJobsWithoutQueueName or
-# integrations.externalFrameworks; applied by `install`, which restarts the manager when it
-# changed), KUEUE_WAIT (seconds, default 300).
+# integrations.externalFrameworks; `install` restarts the manager when it changed), KUEUE_WAIT
+# (seconds, default 300).
 #
 # Kept out of versions.sh, as metrics-server.sh is: an ordinary Deployment, loaded like our own
 # images, not part of the node image. The module's hash is pinned below and checked; the
@@ -89,7 +89,7 @@ EOF
 }
 
 manifests() {
-  local dir work
+  local dir work config_hash
   dir="$(module_dir)"
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' RETURN
@@ -100,6 +100,9 @@ manifests() {
     grep -q '^kind: Configuration' "$KUEUE_CONFIG" || die "KUEUE_CONFIG=$KUEUE_CONFIG holds no 'kind: Configuration' (config.kueue.x-k8s.io/v1beta2)"
     cp "$KUEUE_CONFIG" "$work/config/components/manager/controller_manager_config.yaml"
   fi
+  # The Configuration reaches the manager only when it starts: its hash in the pod template
+  # restarts the manager when it changes, and only then.
+  config_hash="$(sha256sum "$work/config/components/manager/controller_manager_config.yaml" | cut -c1-16)"
   cat >"$work/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
@@ -115,12 +118,15 @@ patches:
     - op: replace
       path: /spec/template/spec/containers/0/imagePullPolicy
       value: Never
+    - op: add
+      path: /spec/template/metadata/annotations/tfdata.dev~1kueue-config
+      value: "$config_hash"
 EOF
   kubectl kustomize "$work"
 }
 
 install() {
-  local k8sbin kubeconfig config_hash deadline started
+  local k8sbin deadline started
   started="$(date +%s)"
   k8sbin="$("$REPO/devcluster/k8s-binaries.sh" | tail -n 1)"   # kubectl
   export PATH="$k8sbin:$PATH"
@@ -130,10 +136,6 @@ install() {
   TFDATA_KIND_CLUSTER="$CLUSTER" "$HERE/cluster.sh" load "$KUEUE_IMAGE"
   # Server-side: Kueue's CRDs are too large for client-side apply's annotation.
   manifests | kubectl apply --server-side --force-conflicts -f - >/dev/null
-  # A changed Configuration reaches the manager only on a restart.
-  config_hash="$(kubectl -n "$KUEUE_NAMESPACE" get configmap kueue-manager-config -o jsonpath='{.data}' | sha256sum | cut -c1-16)"
-  kubectl -n "$KUEUE_NAMESPACE" patch deployment kueue-controller-manager --type merge \
-    -p "{\"spec\":{\"template\":{\"metadata\":{\"annotations\":{\"tfdata.dev/kueue-config\":\"$config_hash\"}}}}}" >/dev/null
   kubectl -n "$KUEUE_NAMESPACE" rollout status deployment/kueue-controller-manager --timeout="${WAIT}s" >&2 ||
     die "Kueue's manager was not ready in ${WAIT}s: $(kubectl -n "$KUEUE_NAMESPACE" get pods -o wide 2>&1; kubectl -n "$KUEUE_NAMESPACE" logs deployment/kueue-controller-manager --tail=30 2>&1)"
   # Ready is not serving: the webhooks answer once Kueue has written its certificate into the
