@@ -181,6 +181,14 @@ kind-up: images ## kind cluster of KIND_NODES nodes (default 3: a control plane 
 kind-down: ## Delete the kind cluster and its kubeconfig.
 	kind/cluster.sh down
 
+.PHONY: kueue-image
+kueue-image: ## Kueue v0.19.2's manager image, built here from its Go module (kind/kueue.sh; cache: ~/.cache/tfdata-operator/kind): what the kind tests that need Kueue install.
+	@kind/kueue.sh image >/dev/null
+
+.PHONY: kind-kueue
+kind-kueue: kueue-image ## Install Kueue (its own internal certificates, no cert-manager) into the kind cluster (make kind-up first; TFDATA_KIND_CLUSTER names another, KUEUE_CONFIG=file sets its Configuration), and wait until its webhooks answer.
+	kind/kueue.sh install
+
 .PHONY: test-kind
 test-kind: venv ## Tests on the kind cluster (make kind-up first): pods Ready, journal claim bound and surviving a dispatcher deletion, NetworkPolicy enforced (and its egress rules: the servers reach each other and DNS, not an excepted address), held rescale, suspend, a trainer pod, CPU and TFData autoscaling, image-pull and crash-loop failures explained, a service and a trainer on a user's TensorFlow 2.16 image (built here) and the stock image refusing its pipeline; over 3 nodes: workers spread, a trainer and the NetworkPolicy across nodes, drains (DYNAMIC, static), a lost worker node recovered, a slow dispatcher node (frozen 90 s) losing nothing, a node tainted out-of-service replaced within seconds with its journal kept; hostile tenants against the chart's operator (servers that drip, redirect to a metadata server, answer huge or garbled bodies; trainers that delete outside their directory, plant symlinks, flood the health port: refused or contained, nothing deleted, no secret written, no operator restart); last, no unexpected pod restart or logged error.
 	TFDATA_TEST_KUBECONFIG=$(ROOT)/.local/kind-kubeconfig $(PYTEST) -q -m kind tests/kind
