@@ -225,10 +225,20 @@ def _pct(values: list[float], p: int) -> float | None:
 METRICS_PORT = 19091
 
 
-def operator_requests() -> float:
+def operator_requests(attempts: int = 4) -> float:
+    """The operator's API requests so far, from its /metrics. A busy operator (a burst of 1,000
+    services on a loaded 2-core machine) can take longer than a read's 15 s to answer: it is asked
+    again, and only the last failure is raised."""
     url = f"http://127.0.0.1:{METRICS_PORT}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
+    for attempt in range(attempts):
+        try:
+            with urllib.request.urlopen(url, timeout=15) as response:
+                text = response.read().decode()
+            break
+        except (TimeoutError, OSError) as exc:
+            if attempt == attempts - 1:
+                raise
+            print(f"  the operator's /metrics did not answer ({exc}); asking again", flush=True)
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("tfdata_operator_api_requests_total{"))  # fmt: skip
 
