@@ -134,7 +134,7 @@ _REFUSALS = (400, 403, 422)
 
 
 def reconcile(
-    api: Api, config: OperatorConfig, body: Manifest, observed: Observed, pods: Readers | None = None
+    api: Api, config: OperatorConfig, body: Manifest, observed: Observed, readers: Readers | None = None
 ) -> Outcome:
     """Converges one TFDataService from ``observed``; the caller keeps one reconcile per service at a time.
 
@@ -144,7 +144,7 @@ def reconcile(
     """
     if body["metadata"].get("deletionTimestamp"):
         return Outcome()  # ownerReferences let the garbage collector remove the children
-    run = observe(api, config, body, observed, pods)
+    run = observe(api, config, body, observed, readers)
     for step in STEPS:
         if not step(run):
             break
@@ -190,11 +190,11 @@ class Run:
         self.api.event(self.body, event_type, reason, message)
 
 
-def observe(api: Api, config: OperatorConfig, body: Manifest, observed: Observed, pods: Readers | None) -> Run:
+def observe(api: Api, config: OperatorConfig, body: Manifest, observed: Observed, readers: Readers | None) -> Run:
     """The service's own children, as the watches' cache has them: no request."""
     children = observe_children(body, observed)
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Run(api, config, body, observed, pods, children, now, live=dict(children.objects))
+    return Run(api, config, body, observed, readers, children, now, live=dict(children.objects))
 
 
 def observe_children(body: Manifest, observed: Observed) -> plan.Children:
@@ -247,10 +247,9 @@ def follow_lifecycle(run: Run) -> bool:
     running = hold.dispatcher_running(run.children.pods_of(builders.DISPATCHER))
     if lifecycle.needs_signal(svc, running, old, now):
         signal = read_signals(run.readers, _dispatcher(run))
-        run.outcome.requeue_after = _sooner(run.outcome.requeue_after, retry_after(signal))
     decision = lifecycle.decide(svc, workload, meta.get("ownerReferences") or [], old, signal, now)
     run.lifecycle_status = limits.fit(decision.status, limits.SERVICE_STATUS, "lifecycle")
-    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, decision.requeue_after)
+    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, _no_sooner(decision.requeue_after, signal))
     if decision.owner_references is not None:
         patch = {"metadata": {"ownerReferences": decision.owner_references, "resourceVersion": meta["resourceVersion"]}}
         written = api.patch(API_VERSION, KIND, svc.namespace, svc.name, patch)
@@ -507,7 +506,7 @@ def report_status(run: Run) -> bool:
     """The status, recomputed from the children as they are now (and why they do not serve, if they do not)."""
     if run.outcome.written:
         run.outcome.result = "changed"
-    svc, children, pods = run.svc, run.children, run.readers
+    svc, children, readers = run.svc, run.children, run.readers
     dispatcher_sts = run.live.get(("StatefulSet", builders.dispatcher_name(svc)))
     workers_sts = run.live.get(("StatefulSet", builders.workers_name(svc)))
     servers = status.Servers(
@@ -520,10 +519,12 @@ def report_status(run: Run) -> bool:
             dispatcher_sts,
             children.pods_of(builders.DISPATCHER),
             svc.dispatcher.health_port,
-            pods,
+            readers,
         ),
         workers_problem=run.node_loss.workers
-        or _explain(run.api, run.config, workers_sts, children.pods_of(builders.WORKER), svc.workers.health_port, pods),
+        or _explain(
+            run.api, run.config, workers_sts, children.pods_of(builders.WORKER), svc.workers.health_port, readers
+        ),
         **_server_info(run),
     )
     new_status = status.compute_status(
@@ -561,7 +562,7 @@ STEPS: tuple[Step, ...] = (
 )
 
 
-def _autoscale(run: Run, pods: Readers) -> tuple[spec.ServiceSpec, Manifest | None]:
+def _autoscale(run: Run, readers: Readers) -> tuple[spec.ServiceSpec, Manifest | None]:
     """The TFData autoscaler's turn: read the dispatcher's signals when due, decide, and scale.
 
     Returns the spec to build the children from (with the new worker count) and the
@@ -571,19 +572,19 @@ def _autoscale(run: Run, pods: Readers) -> tuple[spec.ServiceSpec, Manifest | No
     key = (svc.namespace, svc.name)
     old = (body.get("status") or {}).get("autoscaling")
     if svc.autoscaling is None or not builders.reads_signals(svc):
-        pods.windows.forget(key)
+        readers.windows.forget(key)
         return svc, None
     if svc.suspend:
         return svc, old  # paused: no pods to read, and a resume starts from the count it left
-    now = pods.clock()
-    window = pods.windows.get(key)
-    if not pods.windows.due(key, now):
+    now = readers.clock()
+    window = readers.windows.get(key)
+    if not readers.windows.due(key, now):
         outcome.requeue_after = max(0.5, window.next_at - now)
         return svc, old
     if window.history == autoscaler.History() and not window.samples:
         window.history = autoscalestatus.history_from_status(old)  # a restarted operator
-    fetched = read_signals(pods, _dispatcher(run))
-    decision = pods.windows.decide(key, autoscaler.Policy.of(svc.autoscaling), svc.workers.replicas, fetched, now)
+    fetched = read_signals(readers, _dispatcher(run))
+    decision = readers.windows.decide(key, autoscaler.Policy.of(svc.autoscaling), svc.workers.replicas, fetched, now)
     # A dispatcher not asked (backed off, or its namespace's reads at their cap) is asked when it may be.
     outcome.requeue_after = _later(decision.next_check_seconds, retry_after(fetched))
     if decision.scales:
@@ -614,10 +615,7 @@ def _hold_decision(run: Run) -> hold.HoldDecision:
     saves, signal = for_hold(run.readers, _dispatcher(run), pending, running)
     since = coretypes.parse_time(((run.body.get("status") or {}).get("held") or {}).get("since"))
     decision = hold.decide(svc, pending, running, signal, since, datetime.now(timezone.utc), saves)
-    again = retry_after(saves, signal)
-    run.outcome.requeue_after = _sooner(
-        run.outcome.requeue_after, again if decision.requeue_after is None else _later(decision.requeue_after, again)
-    )
+    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, _no_sooner(decision.requeue_after, saves, signal))
     return decision
 
 
@@ -666,6 +664,13 @@ def _server_info(run: Run) -> dict[str, Any]:
 def _later(a: float, b: float | None) -> float:
     """The later of a requeue delay and a pod's back-off (None: none)."""
     return a if b is None else max(a, b)
+
+
+def _no_sooner(requeue: float | None, *answers: object) -> float | None:
+    """A decision's requeue delay, no sooner than the answers that were not asked may be asked
+    (``readers.retry_after``): a pod backed off is not polled by the reconciles it holds up."""
+    again = retry_after(*answers)
+    return again if requeue is None else _later(requeue, again)
 
 
 def _sooner(a: float | None, b: float | None) -> float | None:
