@@ -606,12 +606,12 @@ def test_a_dispatcher_that_did_not_answer_is_backed_off_and_the_change_stays_hel
     outcome = run_read(api, scaled, pods)
     assert signals.reads == 1 and api.take_calls() == [("event", "RescaleHeld"), ("status", "demo")]
     assert outcome.requeue_after == hold.RECHECK_SECONDS  # the back-off's first 5 s
-    # Backed off: not asked, and held as when it cannot be read (fail closed); the status says so.
+    # Backed off: not asked, and held as when it cannot be read (fail closed); the status keeps saying
+    # what the last read found, so nothing is written.
     clock.now += 2
     outcome = run_read(api, scaled, pods)
-    assert signals.reads == 1 and replicas(api, "demo-worker") == 2
-    message = api.status["held"]["message"]  # type: ignore[index]
-    assert "was not asked: it did not answer last time" in message and "timed out" in message
+    assert signals.reads == 1 and replicas(api, "demo-worker") == 2 and api.take_calls() == []
+    assert TIMED_OUT in api.status["held"]["message"]  # type: ignore[index]
     assert outcome.requeue_after == hold.RECHECK_SECONDS
     # Each failure doubles the wait, and the reconcile comes back no sooner than it ends.
     waits = []
@@ -673,6 +673,25 @@ def test_a_drain_budget_read_that_was_not_asked_is_not_kept_and_comes_back_when_
     outcome = run_drains(api, static(), pods)
     assert signals.reads == 4 and outcome.requeue_after == 10.0  # when it may be asked, not every 0.5 s
     assert budget(api) == 0 and api.status["drains"]["unreadableSince"]  # type: ignore[index]
+
+
+def test_over_the_cap_the_budget_stands_as_last_read_and_nothing_is_written() -> None:
+    api, clock, signals = FakeApi(), Clock(), FakeSignals(reading=False, idle=60)
+    pods = Readers(fetch=signals, clock=clock)
+    run(api, static())
+    settle(api, "demo-dispatcher")
+    settle(api, "demo-worker")
+    run_drains(api, static(), pods)
+    assert signals.reads == 1 and budget(api) == 1
+    api.take_calls()
+    clock.now += drain.RECHECK_SECONDS  # the reading expired
+    with pods.cap.slot("ml"), pods.cap.slot("ml"):
+        outcome = run_drains(api, static(), pods)
+    # Not read this time: the last reading stands (no flap of the budget), and the reconcile comes back.
+    assert signals.reads == 1 and api.take_calls() == [] and budget(api) == 1
+    assert outcome.requeue_after == BUSY_RETRY_SECONDS
+    run_drains(api, static(), pods)
+    assert signals.reads == 2 and budget(api) == 1
 
 
 def test_immediate_and_dynamic_rescales_never_read_the_signal() -> None:

@@ -278,12 +278,19 @@ class Recent(Generic[T]):
             return kept[1]
         value = read()  # outside the lock: reads of other keys go on meanwhile
         with self._lock:
-            # Forget what expired, so keys of objects that are gone do not pile up.
-            for old in [k for k, (when, v) in self._items.items() if now - when >= life(v)]:
+            # Forget what expired a while ago, so keys of objects that are gone do not pile up (``last``
+            # still has what expired a moment ago).
+            for old in [k for k, (when, v) in self._items.items() if now - when >= 2 * life(v)]:
                 del self._items[old]
             if keep(value):
                 self._items[key] = (now, value)
         return value
+
+    def last(self, key: Hashable) -> T | None:
+        """The answer last kept for ``key``, however old (None: none)."""
+        with self._lock:
+            kept = self._items.get(key)
+        return None if kept is None else kept[1]
 
     def __len__(self) -> int:
         with self._lock:

@@ -62,13 +62,14 @@ UNREADABLE = "this operator has no way to read it"
 
 class Unasked(str):
     """Why a pod was not asked this time, as an unreadable answer's words; ``retry_after``: when to
-    come back."""
+    come back; ``busy``: not asked for its namespace's cap (it may well answer), not for a back-off."""
 
     retry_after: float
+    busy: bool
 
-    def __new__(cls, text: str, retry_after: float) -> Unasked:
+    def __new__(cls, text: str, retry_after: float, busy: bool = False) -> Unasked:
         made = super().__new__(cls, text)
-        made.retry_after = retry_after
+        made.retry_after, made.busy = retry_after, busy
         return made
 
 
@@ -162,11 +163,8 @@ def bounded(
     key = (pod, urllib.parse.urlsplit(url).path)
     held = backoff.held(key, clock())
     if held is not None:
-        left, wait, last = held
-        # Words that change only with the back-off, so that a status quoting them is not rewritten meanwhile.
-        return unasked(
-            Unasked(f"{url} was not asked: it did not answer last time ({last}); backed off {wait:g}s", left)
-        )
+        # The last failure's own words: what the status said after it, it keeps saying (no write).
+        return unasked(Unasked(held[2], held[0]))
     with cap.slot(namespace) as free:
         if not free:
             return unasked(
@@ -174,6 +172,7 @@ def bounded(
                     f"{url} was not asked this time: {cap.most} reads of namespace {namespace}'s pods were under way "
                     f"(at most {cap.most} at once)",
                     BUSY_RETRY_SECONDS,
+                    busy=True,
                 )
             )
         answer = read()
@@ -340,21 +339,25 @@ def _kept(
     """An answer of the dispatcher, read at most once per ``valid_for`` of the last one (kept in
     ``kept``), and when to come back: when it expires (every reconcile asks for that same moment, so
     the queue runs one), or, when the pod was not asked, when it may be. An answer not asked is not
-    kept: the next reconcile after that asks."""
-    clock = readers.clock()
+    kept: the next reconcile after that asks. Over the cap, the last answer stands meanwhile (the
+    read is not done this time: nothing is decided anew from it)."""
+    clock, key = readers.clock(), (dispatcher.svc.namespace, dispatcher.svc.name)
 
     def fresh() -> tuple[float, R | hold.Unknown]:
         return clock, _unknown(read())
 
-    read_at, answer = kept.get(
-        (dispatcher.svc.namespace, dispatcher.svc.name),
-        fresh,
-        clock,
-        lambda k: valid_for(k[1]),
-        keep=lambda k: retry_after(k[1]) is None,
-    )
+    last = kept.last(key)
+    read_at, answer = kept.get(key, fresh, clock, lambda k: valid_for(k[1]), keep=lambda k: retry_after(k[1]) is None)
     wait = retry_after(answer)
-    return answer, wait if wait is not None else max(0.5, read_at + valid_for(answer) - clock)
+    if wait is None:
+        return answer, max(0.5, read_at + valid_for(answer) - clock)
+    if last is not None and _busy(answer):
+        return last[1], wait
+    return answer, wait
+
+
+def _busy(answer: object) -> bool:
+    return isinstance(answer, hold.Unknown) and isinstance(answer.why, Unasked) and answer.why.busy
 
 
 def readiness(readers: Readers, pod: Manifest, health_port: int, ttl: float) -> str | None:
