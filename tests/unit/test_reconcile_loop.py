@@ -627,7 +627,7 @@ def test_a_dispatcher_that_did_not_answer_is_backed_off_and_the_change_stays_hel
     run_read(api, scaled, pods)
     assert signals.reads == 5 and replicas(api, "demo-worker") == 1
     assert "held" not in api.status  # type: ignore[operator]
-    assert pods.backoff.failed((("ml", ("demo-dispatcher-0", None)), "/v1/signals"), clock.now, "x") == 5.0
+    assert pods.backoff.failed((("ml", ("demo-dispatcher-0", None, "10.0.0.9")), "/v1/signals"), clock.now, "x") == 5.0
 
 
 def test_a_read_over_its_namespaces_cap_is_not_waited_for_and_the_reconcile_comes_back_shortly() -> None:

@@ -235,11 +235,13 @@ class Dispatcher:
         return dispatcher_url(self.svc, self.config, self.children, path)
 
     def pod(self) -> tuple[str, Hashable]:
-        """The pod a read goes to: its name and uid, else (through the Service) the Service's address."""
+        """The pod a read goes to: its name, uid and address (a new pod, or a new address, starts
+        afresh), else (through the Service) the Service's address."""
         chosen = _dispatcher_pod(self.children)
         if chosen is None:
             return self.svc.namespace, urllib.parse.urlsplit(self.url()).netloc
-        return self.svc.namespace, (chosen["metadata"]["name"], chosen["metadata"].get("uid"))
+        meta = chosen["metadata"]
+        return self.svc.namespace, (meta["name"], meta.get("uid"), chosen["status"]["podIP"])
 
 
 def dispatcher_url(
@@ -364,7 +366,7 @@ def readiness(readers: Readers, pod: Manifest, health_port: int, ttl: float) -> 
     """What an unready server says on its ``/readyz``, kept ``ttl`` (None: nothing, or not asked)."""
     url = f"http://{pod['status']['podIP']}:{health_port}/readyz"
     meta = pod["metadata"]
-    key = (meta["namespace"], (meta["name"], meta.get("uid")))
+    key = (meta["namespace"], (meta["name"], meta.get("uid"), pod["status"]["podIP"]))
     unasked: list[Unasked] = []
 
     def not_asked(why: Unasked) -> None:
