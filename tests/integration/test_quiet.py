@@ -8,8 +8,9 @@ touched every second, as a busy cluster's events would queue it. Over that windo
 may list the namespace's Warning Events about claims once per resync (the operator runs with a 5 s
 resync here) and write nothing: the status says the same thing throughout. A third, static service
 turns Ready too: its workers' disruption budget depends on whether a client reads, so the operator
-asks its dispatcher every 30 s (never the API server), and the window is long enough for one such
-reading; the budget and the status stay as they are, so nothing is written for it either.
+asks its dispatcher at most every 30 s (never the API server; kwok's pods never answer, so less often
+once it is backed off); the budget and the status stay as they are, so nothing is written for it
+either.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ spec:
     tolerations: [{KWOK}]
 """
 # Its dispatcher's signal cannot be read from here (kwok's pod addresses lead nowhere): whether a
-# client reads is unknown, which counts as reading, so drains wait; the reading is repeated every 30 s.
+# client reads is unknown, which counts as reading, so drains wait; it is read again at most every 30 s.
 # Only on kwok's node: a small kind node has no CPU left for its real servers.
 STATIC = f"""\
 apiVersion: tfdata.dev/v1alpha1
@@ -147,8 +148,10 @@ def test_a_settled_namespace_sends_no_request_and_an_unready_service_one_list_pe
     )
     assert status(kubectl, namespace, "quiet-unready") == said
     assert status(kubectl, namespace, "quiet-static") == said_static
-    # The static service's signal, once per drain.RECHECK_SECONDS (the DYNAMIC ones are never asked).
-    expected = (1, 2) if on_kwok else (0, 0)
+    # The static service's signal, at most once per drain.RECHECK_SECONDS (the DYNAMIC ones are never
+    # asked); kwok's pods never answer, so after a few failures it is asked less often still (the
+    # back-off, up to 2 minutes: controller/readers.py), and a window may fall between two reads.
+    expected = (0, 2) if on_kwok else (0, 0)
     assert expected[0] <= reads <= expected[1], f"{reads:.0f} reads of /v1/signals over {WINDOW_SECONDS} s"
 
 

@@ -194,8 +194,10 @@ def test_a_recent_read_is_read_again_only_after_its_ttl_and_expired_ones_are_for
     assert recent.get("b", lambda: read("b"), now=30, ttl=60) == 2
     assert recent.get("a", lambda: read("a"), now=60, ttl=60) == 3
     assert reads == ["a", "b", "a"]
-    recent.get("c", lambda: read("c"), now=90, ttl=60)  # "b", read at 30, has expired: forgotten
-    assert len(recent) == 2
+    recent.get("c", lambda: read("c"), now=90, ttl=60)
+    assert len(recent) == 3 and recent.last("b") == 2  # "b", read at 30, has expired a moment ago
+    recent.get("c", lambda: read("c"), now=150, ttl=60)  # "b" expired a whole ttl ago: forgotten
+    assert len(recent) == 2 and recent.last("b") is None
 
 
 def test_a_read_that_fails_is_not_kept() -> None:

@@ -12,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tfdata_operator.controller import reconcile
 from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.readers import Readers
 from tfdata_operator.plan import nodeloss
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
@@ -463,7 +464,7 @@ def test_out_of_service_replaces_at_once_and_a_snapshot_being_written_holds_a_gu
         reads.append(url)
         return SnapshotsReport((SnapshotProgress("gs://b/snaps/a", "IN_PROGRESS", journaled=True),), "journal")
 
-    readers = reconcile.Autoscaling(fetch_snapshots=saves, read_server_info=lambda url: None, clock=Clock())
+    readers = Readers(fetch_snapshots=saves, read_server_info=lambda url: None, clock=Clock())
     disp = pod("demo-dispatcher-0", on="node-b", ready=True)
     disp["status"].update(phase="Running", podIP="10.0.0.9")
     lost = pod("demo-worker-0")
@@ -499,7 +500,7 @@ def test_the_pods_of_one_lost_node_cost_one_read_of_it_per_five_seconds() -> Non
     started(api, body)
     with_node(api, 20)
     clock = Clock()
-    readers = reconcile.Autoscaling(clock=clock)
+    readers = Readers(clock=clock)
     lost = [pod("demo-worker-0"), pod("demo-worker-1"), pod("demo-dispatcher-0")]
     observed = reconcile.Observed(api.observed().objects, lost)
 

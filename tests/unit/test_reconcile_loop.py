@@ -21,6 +21,7 @@ from support import service_signals
 from tfdata_operator.controller import kube as kubemodule
 from tfdata_operator.controller import reconcile
 from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.readers import BUSY_RETRY_SECONDS, SERVER_INFO_RETRY_SECONDS, Readers
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.plan import drain, hold
 from tfdata_operator.plan.snapshotdir import DirectoryClaim
@@ -395,7 +396,7 @@ def test_a_running_but_unready_dispatcher_is_asked_why_and_a_ready_one_is_not() 
         asked.append(url)
         return detail
 
-    readers = reconcile.Autoscaling(read_readiness=read)
+    readers = Readers(read_readiness=read)
     run(api, service())
     settle(api, "demo-dispatcher", ready=0)
     settle(api, "demo-worker")
@@ -428,7 +429,7 @@ def test_the_tfdata_autoscaler_adds_workers_while_trainers_stall_on_saturated_wo
         fetched.append(url)
         return STALLED_SIGNALS
 
-    auto = reconcile.Autoscaling(fetch=fetch, clock=clock)
+    auto = Readers(fetch=fetch, clock=clock)
     body = autoscaled(1)
     decisions = []
     for _ in range(12):  # a reading every 5 s for a minute
@@ -456,7 +457,7 @@ def test_the_tfdata_autoscaler_adds_workers_while_trainers_stall_on_saturated_wo
 def test_a_reconcile_between_readings_reads_nothing_and_asks_to_come_back() -> None:
     api, clock = FakeApi(), Clock()
     reads: list[str] = []
-    auto = reconcile.Autoscaling(fetch=lambda url: reads.append(url) or STALLED_SIGNALS, clock=clock)
+    auto = Readers(fetch=lambda url: reads.append(url) or STALLED_SIGNALS, clock=clock)
     reconcile.reconcile(api, CONFIG, {**autoscaled(), "status": api.status}, api.observed(), auto)
     api.take_calls()
     clock.now += 1
@@ -467,7 +468,7 @@ def test_a_reconcile_between_readings_reads_nothing_and_asks_to_come_back() -> N
 
 def test_a_cpu_autoscaled_service_is_left_to_its_hpa() -> None:
     api = FakeApi()
-    auto = reconcile.Autoscaling(fetch=lambda url: pytest.fail("read a dispatcher for a CPU service"))
+    auto = Readers(fetch=lambda url: pytest.fail("read a dispatcher for a CPU service"))
     body = service(
         workers={"replicas": 2, "resources": {"requests": {"cpu": "1"}}},
         autoscaling={"metric": "CPU", "maxReplicas": 4},
@@ -512,9 +513,7 @@ class FakeSignals:
 
 def run_with(api: FakeApi, body: Manifest, signals: FakeSignals, phase: str = "Running") -> reconcile.Outcome:
     observed = reconcile.Observed(api.observed().objects, [dispatcher_pod(phase)])
-    return reconcile.reconcile(
-        api, CONFIG, {**body, "status": api.status}, observed, reconcile.Autoscaling(fetch=signals)
-    )
+    return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, Readers(fetch=signals))
 
 
 def replicas(api: FakeApi, name: str) -> int:
@@ -588,6 +587,113 @@ def test_an_unreadable_signal_counts_as_reading() -> None:
     assert replicas(api, "demo-worker") == 2
 
 
+NO_SNAPSHOTS = SnapshotsReport((), "journal")
+TIMED_OUT = "GET http://10.0.0.9:8080/v1/signals failed: no whole answer within 2s (timed out)"
+
+
+def run_read(api: FakeApi, body: Manifest, pods: Readers) -> reconcile.Outcome:
+    """A reconcile of a service whose dispatcher runs, with ``pods`` kept between reconciles."""
+    observed = reconcile.Observed(api.observed().objects, [dispatcher_pod()])
+    return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, pods)
+
+
+def test_a_dispatcher_that_did_not_answer_is_backed_off_and_the_change_stays_held_meanwhile() -> None:
+    api, clock, signals = FakeApi(), Clock(), FakeSignals(reading=False, idle=60)
+    pods = Readers(fetch=signals, fetch_snapshots=lambda url: NO_SNAPSHOTS, clock=clock)
+    run_read(api, static(), pods)
+    api.take_calls()
+    signals.error, scaled = TIMED_OUT, static(workers={"replicas": 1})
+    outcome = run_read(api, scaled, pods)
+    assert signals.reads == 1 and api.take_calls() == [("event", "RescaleHeld"), ("status", "demo")]
+    assert outcome.requeue_after == hold.RECHECK_SECONDS  # the back-off's first 5 s
+    # Backed off: not asked, and held as when it cannot be read (fail closed); the status keeps saying
+    # what the last read found, so nothing is written.
+    clock.now += 2
+    outcome = run_read(api, scaled, pods)
+    assert signals.reads == 1 and replicas(api, "demo-worker") == 2 and api.take_calls() == []
+    assert TIMED_OUT in api.status["held"]["message"]  # type: ignore[index]
+    assert outcome.requeue_after == hold.RECHECK_SECONDS
+    # Each failure doubles the wait, and the reconcile comes back no sooner than it ends.
+    waits = []
+    for _ in range(3):
+        clock.now += 100  # past any back-off so far: asked, and fails again
+        run_read(api, scaled, pods)
+        clock.now += 1
+        waits.append(run_read(api, scaled, pods).requeue_after)
+    assert signals.reads == 4 and waits == [9.0, 19.0, 39.0]
+    # A good answer: the change goes ahead, and the next failure starts from 5 s again.
+    signals.error = None
+    clock.now += 40
+    run_read(api, scaled, pods)
+    assert signals.reads == 5 and replicas(api, "demo-worker") == 1
+    assert "held" not in api.status  # type: ignore[operator]
+    assert pods.backoff.failed((("ml", ("demo-dispatcher-0", None, "10.0.0.9")), "/v1/signals"), clock.now, "x") == 5.0
+
+
+def test_a_read_over_its_namespaces_cap_is_not_waited_for_and_the_reconcile_comes_back_shortly() -> None:
+    api, clock, signals = FakeApi(), Clock(), FakeSignals(reading=False, idle=60)
+    pods = Readers(fetch=signals, fetch_snapshots=lambda url: NO_SNAPSHOTS, clock=clock)
+    run_read(api, static(), pods)
+    api.take_calls()
+    scaled = static(workers={"replicas": 1})
+    # Two reads of namespace ml's pods under way on other threads: this reconcile does not wait for one.
+    with pods.cap.slot("ml") as first, pods.cap.slot("ml") as second:
+        assert first and second
+        outcome = run_read(api, scaled, pods)
+    assert signals.reads == 0 and replicas(api, "demo-worker") == 2  # held: fail closed
+    assert "2 reads of namespace ml's pods were under way" in api.status["held"]["message"]  # type: ignore[index]
+    assert outcome.requeue_after == max(hold.RECHECK_SECONDS, BUSY_RETRY_SECONDS)
+    # Not a failure of the pod: the next reconcile asks it at once, and the change goes ahead.
+    run_read(api, scaled, pods)
+    assert signals.reads == 1 and replicas(api, "demo-worker") == 1
+
+
+def test_a_drain_budget_read_that_was_not_asked_is_not_kept_and_comes_back_when_it_may_be_asked() -> None:
+    api, clock, signals = FakeApi(), Clock(), FakeSignals(reading=False, idle=60)
+    pods = Readers(fetch=signals, clock=clock)
+    run(api, static())
+    settle(api, "demo-dispatcher")
+    settle(api, "demo-worker")
+    signals.error = TIMED_OUT
+    run_drains(api, static(), pods)
+    assert signals.reads == 1 and budget(api) == 0  # cannot tell: drains wait
+    clock.now += drain.RECHECK_SECONDS  # the kept reading expired, the back-off (5 s) too
+    run_drains(api, static(), pods)
+    assert signals.reads == 2
+    clock.now += drain.RECHECK_SECONDS
+    with pods.cap.slot("ml"), pods.cap.slot("ml"):
+        outcome = run_drains(api, static(), pods)
+    assert signals.reads == 2 and outcome.requeue_after == BUSY_RETRY_SECONDS and budget(api) == 0
+    outcome = run_drains(api, static(), pods)  # over the cap was not kept: asked now
+    assert signals.reads == 3 and outcome.requeue_after == drain.RECHECK_SECONDS
+    clock.now += drain.RECHECK_SECONDS
+    run_drains(api, static(), pods)
+    assert signals.reads == 4  # its 4th failure: backed off 40 s
+    clock.now += drain.RECHECK_SECONDS
+    outcome = run_drains(api, static(), pods)
+    assert signals.reads == 4 and outcome.requeue_after == 10.0  # when it may be asked, not every 0.5 s
+    assert budget(api) == 0 and api.status["drains"]["unreadableSince"]  # type: ignore[index]
+
+
+def test_over_the_cap_the_budget_stands_as_last_read_and_nothing_is_written() -> None:
+    api, clock, signals = FakeApi(), Clock(), FakeSignals(reading=False, idle=60)
+    pods = Readers(fetch=signals, clock=clock)
+    run(api, static())
+    settle(api, "demo-dispatcher")
+    settle(api, "demo-worker")
+    run_drains(api, static(), pods)
+    assert signals.reads == 1 and budget(api) == 1
+    api.take_calls()
+    clock.now += drain.RECHECK_SECONDS  # the reading expired
+    with pods.cap.slot("ml"), pods.cap.slot("ml"):
+        outcome = run_drains(api, static(), pods)
+    # Not read this time: the last reading stands (no flap of the budget), and the reconcile comes back.
+    assert signals.reads == 1 and api.take_calls() == [] and budget(api) == 1
+    assert outcome.requeue_after == BUSY_RETRY_SECONDS
+    run_drains(api, static(), pods)
+    assert signals.reads == 2 and budget(api) == 1
+
+
 def test_immediate_and_dynamic_rescales_never_read_the_signal() -> None:
     signals = FakeSignals(reading=True)
     for body, scaled in [
@@ -626,7 +732,7 @@ def test_a_change_held_past_rescale_max_wait_goes_ahead_with_a_warning() -> None
 # --- The workers' disruption budget: drains wait while a client reads a static service ---------
 
 
-def run_drains(api: FakeApi, body: Manifest, readers: reconcile.Autoscaling) -> reconcile.Outcome:
+def run_drains(api: FakeApi, body: Manifest, readers: Readers) -> reconcile.Outcome:
     """A reconcile of a service whose dispatcher and two workers run, with readers kept between reconciles."""
     pods = [dispatcher_pod(), *(pod_of(api, "demo-worker", i, phase="Running") for i in range(2))]
     observed = reconcile.Observed(api.observed().objects, pods)
@@ -639,7 +745,7 @@ def budget(api: FakeApi) -> int:
 
 def test_drains_wait_while_a_client_reads_a_static_service_and_the_signal_is_read_every_30_s() -> None:
     api, clock, signals = FakeApi(), Clock(), FakeSignals(reading=False, idle=60)
-    readers = reconcile.Autoscaling(fetch=signals, clock=clock)
+    readers = Readers(fetch=signals, clock=clock)
     run(api, static())
     settle(api, "demo-dispatcher")
     settle(api, "demo-worker")
@@ -694,15 +800,15 @@ def test_drains_held_past_rescale_max_wait_go_ahead_with_a_warning_while_the_cli
     api, clock, signals = FakeApi(), Clock(), FakeSignals(reading=True)
     body = static(workers={"rescaleMaxWaitSeconds": 600})
     run(api, body)
-    run_drains(api, body, reconcile.Autoscaling(fetch=signals, clock=clock))
+    run_drains(api, body, Readers(fetch=signals, clock=clock))
     assert budget(api) == 0
     api.status["drains"]["since"] = "2026-01-01T00:00:00Z"  # type: ignore[index]
     api.take_calls()
-    run_drains(api, body, reconcile.Autoscaling(fetch=signals, clock=clock))
+    run_drains(api, body, Readers(fetch=signals, clock=clock))
     assert budget(api) == 1 and ("event", "DrainsForced") in api.take_calls()
     assert api.events[-1][0] == "Warning" and "rescaleMaxWaitSeconds (600 s)" in api.events[-1][2]
     # The wait is remembered while the client reads: the budget stays 1, and nothing is written.
-    run_drains(api, body, reconcile.Autoscaling(fetch=signals, clock=clock))
+    run_drains(api, body, Readers(fetch=signals, clock=clock))
     assert budget(api) == 1 and api.take_calls() == []
     assert api.status["drains"]["since"] == "2026-01-01T00:00:00Z"  # type: ignore[index]
 
@@ -713,7 +819,7 @@ def test_drains_held_past_rescale_max_wait_go_ahead_with_a_warning_while_the_cli
 def test_immediate_dynamic_and_off_never_read_the_signal_for_drains(body: Manifest) -> None:
     api, signals = FakeApi(), FakeSignals(reading=True)
     run(api, body)
-    outcome = run_drains(api, body, reconcile.Autoscaling(fetch=signals))
+    outcome = run_drains(api, body, Readers(fetch=signals))
     assert signals.reads == 0 and outcome.requeue_after is None
     pdb = api.objects.get(("PodDisruptionBudget", "demo-worker"))
     assert (pdb["spec"]["maxUnavailable"] if pdb else None) == (None if "OFF" in str(body) else 1)
@@ -869,7 +975,7 @@ def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_ea
     runs but is not ready lists its namespace's claim Events and asks that worker's /readyz at most
     once per resync, and writes its status only when it first says why."""
     clock, asked, infos = Clock(), [], []
-    readers = reconcile.Autoscaling(
+    readers = Readers(
         clock=clock,
         read_readiness=lambda url: asked.append(url) or "not ok: starting",
         # A kwok pod serves nothing: its /serverinfo never answers.
@@ -923,7 +1029,7 @@ def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_ea
     # The ready dispatcher is asked what it runs off the reconcile's thread, and again only after
     # SERVER_INFO_RETRY_SECONDS when it does not answer (the unready one is not asked).
     readers.server_info.wait()
-    tries = 1 + int(window // reconcile.SERVER_INFO_RETRY_SECONDS)
+    tries = 1 + int(window // SERVER_INFO_RETRY_SECONDS)
     assert infos == ["http://10.0.0.1:8080/serverinfo"] * tries
 
 
@@ -937,7 +1043,7 @@ def test_what_the_ready_dispatcher_runs_is_read_once_per_pod_into_the_status() -
         ops=("Const", "MapDataset", "TFText>WhitespaceTokenizeWithOffsetsV2"),
         preloaded_ops=("TFText>WhitespaceTokenizeWithOffsetsV2",),
     )
-    readers = reconcile.Autoscaling(clock=clock, read_server_info=lambda url: asked.append(url) or info)
+    readers = Readers(clock=clock, read_server_info=lambda url: asked.append(url) or info)
     run(api, service())
     settle(api, "demo-dispatcher")
     settle(api, "demo-worker")
@@ -999,7 +1105,7 @@ def run_saving(
     api: FakeApi, body: Manifest, saves: FakeSnapshots, signals: FakeSignals | None = None, clock: Clock | None = None
 ) -> reconcile.Outcome:
     observed = reconcile.Observed(api.observed().objects, [dispatcher_pod()])
-    readers = reconcile.Autoscaling(
+    readers = Readers(
         fetch=signals or FakeSignals(reading=False, idle=60), fetch_snapshots=saves, clock=clock or Clock()
     )
     return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
@@ -1069,7 +1175,7 @@ def test_the_autoscalers_scale_down_is_held_while_a_snapshot_is_written() -> Non
     api, clock, saves = FakeApi(), Clock(), FakeSnapshots(imagenet="IN_PROGRESS")
     signals = FakeSignals(reading=True)
     body = service(workers={"replicas": 3}, autoscaling={"minReplicas": 1, "maxReplicas": 4})
-    readers = reconcile.Autoscaling(fetch=signals, fetch_snapshots=saves, clock=clock)
+    readers = Readers(fetch=signals, fetch_snapshots=saves, clock=clock)
     observed = reconcile.Observed(api.observed().objects, [dispatcher_pod()])
     reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)  # 3 workers run
     assert replicas(api, "demo-worker") == 3
@@ -1100,7 +1206,7 @@ def test_the_autoscalers_scale_down_is_held_while_a_snapshot_is_written() -> Non
 
 def test_drains_wait_while_a_snapshot_is_written_and_the_snapshots_are_read_every_30_s() -> None:
     api, clock, saves = FakeApi(), Clock(), FakeSnapshots(imagenet="IN_PROGRESS")
-    readers = reconcile.Autoscaling(fetch=FakeSignals(reading=False, idle=60), fetch_snapshots=saves, clock=clock)
+    readers = Readers(fetch=FakeSignals(reading=False, idle=60), fetch_snapshots=saves, clock=clock)
     body = service(snapshots={"directory": "gs://b"})
     run(api, body)
     settle(api, "demo-dispatcher")

@@ -19,6 +19,7 @@ from tfdata_operator.api.spec import SpecError
 from tfdata_operator.controller import cache, handlers
 from tfdata_operator.controller import snapshots as controller
 from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.readers import SnapshotReaders
 from tfdata_operator.controller.state import OperatorState
 from tfdata_operator.controller.workqueue import WorkQueue
 from tfdata_operator.plan import children
@@ -29,6 +30,7 @@ from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
 from cases import SNAPSHOT_CRD_PATH, beyond_crd, status_schema
 from cases import body as service_body
+from fixtures.fakes import Clock
 
 NOW = datetime(2026, 11, 27, 12, 0, 0, tzinfo=timezone.utc)
 DIRECTORY = "gs://bucket/snaps"
@@ -415,8 +417,8 @@ class FakeDispatcher:
     asked: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
 
-    def readers(self) -> controller.Readers:
-        return controller.Readers(self.fetch, self.delete, lambda: NOW)
+    def readers(self) -> SnapshotReaders:
+        return SnapshotReaders(self.fetch, self.delete, lambda: NOW)
 
     def fetch(self, url: str) -> SnapshotsReport | str:
         self.asked.append(url)
@@ -655,3 +657,19 @@ def test_a_deletion_that_waits_on_its_dispatcher_holds_up_no_other_snapshot() ->
     done_meanwhile, finalizers = asyncio.run(scenario())
     assert done_meanwhile == {"quick-0", "quick-1", "quick-2"}, "the others waited for the slow deletion"
     assert finalizers == [[]] and len(dispatcher.deleted) == 1
+
+
+def test_an_unreadable_dispatcher_is_backed_off_not_asked_every_15_s_with_a_whole_timeout() -> None:
+    clock = Clock()
+    dispatcher = FakeDispatcher("GET http://demo-dispatcher/v1/snapshots failed: no whole answer within 5s (timed out)")
+    pods = SnapshotReaders(dispatcher.fetch, dispatcher.delete, lambda: NOW, seconds=clock)
+    body, asked_at = snapshot_body("Retain"), []
+    while clock.now < 1000 + 1300:
+        before = len(dispatcher.asked)
+        outcome = controller.reconcile_snapshot(FakeApi(), OperatorConfig(), body, service(), pods)
+        if len(dispatcher.asked) > before:
+            asked_at.append(clock.now - 1000)
+        assert outcome.requeue_after is not None and outcome.requeue_after >= plansnap.POLL_SECONDS
+        clock.now += outcome.requeue_after
+    # Every 15 s at first, then no sooner than its back-off (5 s doubling to 2 minutes) allows.
+    assert asked_at == [0, 15, 30, 60, 100, 180, 300, 420, 540, 660, 780, 900, 1020, 1140, 1260]

@@ -261,9 +261,16 @@ class Recent(Generic[T]):
     _items: dict[Hashable, tuple[float, T]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def get(self, key: Hashable, read: Callable[[], T], now: float, ttl: float | Callable[[T], float]) -> T:
-        """The answer read for ``key`` less than ``ttl`` seconds before ``now``, else ``read()``'s (kept).
-        A callable ``ttl`` gives each answer its own lifetime."""
+    def get(
+        self,
+        key: Hashable,
+        read: Callable[[], T],
+        now: float,
+        ttl: float | Callable[[T], float],
+        keep: Callable[[T], bool] = lambda _: True,
+    ) -> T:
+        """The answer read for ``key`` less than ``ttl`` seconds before ``now``, else ``read()``'s (kept,
+        unless ``keep`` of it is False). A callable ``ttl`` gives each answer its own lifetime."""
         life: Callable[[T], float] = ttl if callable(ttl) else (lambda _: ttl)
         with self._lock:
             kept = self._items.get(key)
@@ -271,11 +278,19 @@ class Recent(Generic[T]):
             return kept[1]
         value = read()  # outside the lock: reads of other keys go on meanwhile
         with self._lock:
-            # Forget what expired, so keys of objects that are gone do not pile up.
-            for old in [k for k, (when, v) in self._items.items() if now - when >= life(v)]:
+            # Forget what expired a while ago, so keys of objects that are gone do not pile up (``last``
+            # still has what expired a moment ago).
+            for old in [k for k, (when, v) in self._items.items() if now - when >= 2 * life(v)]:
                 del self._items[old]
-            self._items[key] = (now, value)
+            if keep(value):
+                self._items[key] = (now, value)
         return value
+
+    def last(self, key: Hashable) -> T | None:
+        """The answer last kept for ``key``, however old (None: none)."""
+        with self._lock:
+            kept = self._items.get(key)
+        return None if kept is None else kept[1]
 
     def __len__(self) -> int:
         with self._lock:

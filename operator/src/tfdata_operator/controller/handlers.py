@@ -288,14 +288,14 @@ async def _reconcile(memo: OperatorState, key: Any) -> bool:
     observed = dataclasses.replace(observed, directories=directory_claims(memo, key, body))
     if body is None:
         memo.overlay.forget(key)  # deleted: the garbage collector removes the children
-        memo.autoscaling.windows.forget(key)
+        memo.readers.windows.forget(key)
         metrics.forget_service(*key)
         return True
     started = time.monotonic()
     try:
         loop = asyncio.get_running_loop()
         outcome = await loop.run_in_executor(
-            memo.pool, reconcile.reconcile, memo.kube, memo.config, body, observed, memo.autoscaling
+            memo.pool, reconcile.reconcile, memo.kube, memo.config, body, observed, memo.readers
         )
     except Exception as exc:  # retried with backoff; one line, not a traceback per attempt
         if kube.namespace_terminating(exc):

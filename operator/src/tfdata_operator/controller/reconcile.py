@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,20 +29,27 @@ from kubernetes.client.exceptions import ApiException
 from tfdata_operator.api import coretypes, limits, reasons, spec
 from tfdata_operator.api.identity import API_VERSION, KIND, MANAGER
 from tfdata_operator.autoscaling import policy as autoscaler
-from tfdata_operator.autoscaling import readings as signalsource
 from tfdata_operator.autoscaling import status as autoscalestatus
-from tfdata_operator.controller import cache, faults, metrics, probes
+from tfdata_operator.controller import cache, faults, metrics
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.kube import describe_api_error, namespace_terminating
+from tfdata_operator.controller.readers import (
+    Dispatcher,
+    Readers,
+    for_hold,
+    kept_signal,
+    kept_snapshots,
+    read_signals,
+    readiness,
+    retry_after,
+    server_info,
+)
 from tfdata_operator.plan import children as kinds
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.plan import drain, hold, lifecycle, nodeloss, scaling, snapshotdir, status
 from tfdata_operator.plan.diagnose import Finding, claims_to_read, explain, from_readiness, needs_events, unready_server
 from tfdata_operator.render import builders
-from tfdata_operator.wire import serverinfo, signals, snapshots
-from tfdata_operator.wire.serverinfo import ServerInfo
 from tfdata_operator.wire.signals import ServiceSignals
-from tfdata_operator.wire.snapshots import SnapshotsReport
 
 log = logging.getLogger(__name__)
 Manifest = dict[str, Any]
@@ -79,34 +85,6 @@ class Api(Protocol):
     def list_events(self, namespace: str, kind: str) -> list[Manifest]: ...
 
     def retain(self, volume: str) -> Manifest: ...
-
-
-@dataclass
-class Autoscaling:
-    """What the TFData autoscaler keeps between reconciles, and how the operator reads a dispatcher's
-    signals (for the autoscaler and the hold decision alike; a fake in tests); and the diagnosis's
-    last reads of what the watches do not cover, each kept for a resync (``_explain``)."""
-
-    windows: signalsource.Windows = field(default_factory=signalsource.Windows)
-    fetch: Callable[[str], ServiceSignals | str] = probes.fetch
-    # The dispatcher's /v1/snapshots: read only when a change would take workers away (the hold).
-    fetch_snapshots: Callable[[str], SnapshotsReport | str] = probes.fetch_snapshots
-    # What a running but unready server says on its /readyz (for the status's explanation).
-    read_readiness: Callable[[str], str | None] = probes.read_readiness
-    clock: Callable[[], float] = time.time
-    # The Warning Events about objects of a kind, by (namespace, kind); each /readyz answer, by URL.
-    events: cache.Recent[list[Manifest]] = field(default_factory=cache.Recent)
-    readiness: cache.Recent[str | None] = field(default_factory=cache.Recent)
-    # The last signal read for a static service's disruption budget, with when: by (namespace, name).
-    drains: cache.Recent[tuple[float, hold.Signal]] = field(default_factory=cache.Recent)
-    # The last snapshots read for the budget of a service with spec.snapshots, with when: by (namespace, name).
-    drain_snapshots: cache.Recent[tuple[float, hold.Snapshots]] = field(default_factory=cache.Recent)
-    # What each ready dispatcher pod runs (its /serverinfo), by pod uid: read once, off the reconcile.
-    read_server_info: Callable[[str], ServerInfo | None] = field(default=lambda url: probes.read_server_info(url))
-    server_info: cache.Background[ServerInfo] = field(default_factory=cache.Background)
-    # The Nodes of unready pods, and a lost dispatcher's journal claim and volume, by (kind, name):
-    # each kept for NODE_READ_SECONDS (``_read``).
-    nodes: cache.Recent[Manifest | None] = field(default_factory=cache.Recent)
 
 
 @dataclass(frozen=True)
@@ -156,7 +134,7 @@ _REFUSALS = (400, 403, 422)
 
 
 def reconcile(
-    api: Api, config: OperatorConfig, body: Manifest, observed: Observed, autoscaling: Autoscaling | None = None
+    api: Api, config: OperatorConfig, body: Manifest, observed: Observed, readers: Readers | None = None
 ) -> Outcome:
     """Converges one TFDataService from ``observed``; the caller keeps one reconcile per service at a time.
 
@@ -166,7 +144,7 @@ def reconcile(
     """
     if body["metadata"].get("deletionTimestamp"):
         return Outcome()  # ownerReferences let the garbage collector remove the children
-    run = observe(api, config, body, observed, autoscaling)
+    run = observe(api, config, body, observed, readers)
     for step in STEPS:
         if not step(run):
             break
@@ -181,7 +159,8 @@ class Run:
     config: OperatorConfig
     body: Manifest
     observed: Observed
-    autoscaling: Autoscaling | None
+    # How the service's pods are read (None: they are not: what they would say is unknown).
+    readers: Readers | None
     children: plan.Children
     now: str
     outcome: Outcome = field(default_factory=Outcome)
@@ -211,13 +190,11 @@ class Run:
         self.api.event(self.body, event_type, reason, message)
 
 
-def observe(
-    api: Api, config: OperatorConfig, body: Manifest, observed: Observed, autoscaling: Autoscaling | None
-) -> Run:
+def observe(api: Api, config: OperatorConfig, body: Manifest, observed: Observed, readers: Readers | None) -> Run:
     """The service's own children, as the watches' cache has them: no request."""
     children = observe_children(body, observed)
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Run(api, config, body, observed, autoscaling, children, now, live=dict(children.objects))
+    return Run(api, config, body, observed, readers, children, now, live=dict(children.objects))
 
 
 def observe_children(body: Manifest, observed: Observed) -> plan.Children:
@@ -260,7 +237,7 @@ def follow_lifecycle(run: Run) -> bool:
     if ref is not None:
         try:
             # Kept NODE_READ_SECONDS: a burst of the service's events costs one read.
-            workload = _read(api, run.autoscaling, ref.api_version, ref.kind, svc.namespace, ref.name)
+            workload = _read(api, run.readers, ref.api_version, ref.kind, svc.namespace, ref.name)
         except ApiException as exc:
             if exc.status not in _REFUSALS:
                 raise
@@ -269,14 +246,10 @@ def follow_lifecycle(run: Run) -> bool:
     signal: ServiceSignals | str | None = None
     running = hold.dispatcher_running(run.children.pods_of(builders.DISPATCHER))
     if lifecycle.needs_signal(svc, running, old, now):
-        signal = (
-            "this operator has no way to read it"
-            if run.autoscaling is None
-            else (run.autoscaling.fetch(dispatcher_url(svc, run.config, run.children)))
-        )
+        signal = read_signals(run.readers, _dispatcher(run))
     decision = lifecycle.decide(svc, workload, meta.get("ownerReferences") or [], old, signal, now)
     run.lifecycle_status = limits.fit(decision.status, limits.SERVICE_STATUS, "lifecycle")
-    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, decision.requeue_after)
+    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, _no_sooner(decision.requeue_after, signal))
     if decision.owner_references is not None:
         patch = {"metadata": {"ownerReferences": decision.owner_references, "resourceVersion": meta["resourceVersion"]}}
         written = api.patch(API_VERSION, KIND, svc.namespace, svc.name, patch)
@@ -319,16 +292,15 @@ def _grant_hint(ref: spec.WorkloadRef, exc: ApiException) -> str:
 
 def autoscale(run: Run) -> bool:
     """The TFData autoscaler's turn (``_autoscale``): the worker count the children are built with."""
-    if run.autoscaling is not None:
-        run.svc, run.auto_status = _autoscale(run, run.autoscaling)
+    if run.readers is not None:
+        run.svc, run.auto_status = _autoscale(run, run.readers)
     return True
 
 
 def hold_changes(run: Run) -> bool:
     """Whether a change that would break readers (a static rescale, a suspend) goes ahead now, and
     whether a drain may take a worker (the workers' disruption budget)."""
-    run.decision = _hold_decision(run.svc, run.body, run.children, run.config, run.autoscaling)
-    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, run.decision.requeue_after)
+    run.decision = _hold_decision(run)
     run.drains = _drain_decision(run)
     return True
 
@@ -429,7 +401,7 @@ def replace_lost_pods(run: Run) -> bool:
     nothing. A dispatcher whose journal only that node reaches has its volume set to Retain, then
     loses its claim. Only the Nodes of pods that are not Ready are read (no Node watch: it would hold
     every Node of a big cluster)."""
-    svc, readers, namespace = run.svc, run.autoscaling, run.body["metadata"]["namespace"]
+    svc, readers, namespace = run.svc, run.readers, run.body["metadata"]["namespace"]
     pods = [*run.children.pods_of(builders.DISPATCHER), *run.children.pods_of(builders.WORKER)]
     names = {n for p in pods if (n := nodeloss.node_to_read(p))}
     now = datetime.now(timezone.utc)
@@ -450,7 +422,9 @@ def replace_lost_pods(run: Run) -> bool:
         kept = nodeloss.journal(claim, bound, pv, dispatcher_lost.node)
     saving = None
     if nodeloss.needs_snapshots(svc, lost, now):
-        saving = hold.writing(svc, _kept_snapshots(run))
+        saves, again = kept_snapshots(run.readers, _dispatcher(run))
+        run.outcome.requeue_after = _sooner(run.outcome.requeue_after, again)
+        saving = hold.writing(svc, saves)
     run.node_loss = nodeloss.decide(svc, lost, kept, now, saving)
     run.outcome.requeue_after = _sooner(run.outcome.requeue_after, run.node_loss.requeue_after)
     for replacement in run.node_loss.replace:
@@ -490,13 +464,13 @@ def _stranded_dispatcher(run: Run, pod: Manifest) -> nodeloss.Lost | None:
     kept NODE_READ_SECONDS). A claim not bound yet (a new service) costs one read."""
     claim = nodeloss.journal_claim(run.svc, pod)
     assert claim is not None
-    bound = _read(run.api, run.autoscaling, "v1", "PersistentVolumeClaim", run.svc.namespace, claim)
+    bound = _read(run.api, run.readers, "v1", "PersistentVolumeClaim", run.svc.namespace, claim)
     volume = ((bound or {}).get("spec") or {}).get("volumeName")
-    pv = _read(run.api, run.autoscaling, "v1", "PersistentVolume", None, volume) if volume else None
+    pv = _read(run.api, run.readers, "v1", "PersistentVolume", None, volume) if volume else None
     node = nodeloss.pinned_node(pv)
     if node is None:
         return None
-    return nodeloss.stranded_dispatcher(pod, node, _read(run.api, run.autoscaling, "v1", "Node", None, node))
+    return nodeloss.stranded_dispatcher(pod, node, _read(run.api, run.readers, "v1", "Node", None, node))
 
 
 def delete(run: Run) -> bool:
@@ -532,7 +506,7 @@ def report_status(run: Run) -> bool:
     """The status, recomputed from the children as they are now (and why they do not serve, if they do not)."""
     if run.outcome.written:
         run.outcome.result = "changed"
-    svc, children, autoscaling = run.svc, run.children, run.autoscaling
+    svc, children, readers = run.svc, run.children, run.readers
     dispatcher_sts = run.live.get(("StatefulSet", builders.dispatcher_name(svc)))
     workers_sts = run.live.get(("StatefulSet", builders.workers_name(svc)))
     servers = status.Servers(
@@ -545,11 +519,11 @@ def report_status(run: Run) -> bool:
             dispatcher_sts,
             children.pods_of(builders.DISPATCHER),
             svc.dispatcher.health_port,
-            autoscaling,
+            readers,
         ),
         workers_problem=run.node_loss.workers
         or _explain(
-            run.api, run.config, workers_sts, children.pods_of(builders.WORKER), svc.workers.health_port, autoscaling
+            run.api, run.config, workers_sts, children.pods_of(builders.WORKER), svc.workers.health_port, readers
         ),
         **_server_info(run),
     )
@@ -588,7 +562,7 @@ STEPS: tuple[Step, ...] = (
 )
 
 
-def _autoscale(run: Run, autoscaling: Autoscaling) -> tuple[spec.ServiceSpec, Manifest | None]:
+def _autoscale(run: Run, readers: Readers) -> tuple[spec.ServiceSpec, Manifest | None]:
     """The TFData autoscaler's turn: read the dispatcher's signals when due, decide, and scale.
 
     Returns the spec to build the children from (with the new worker count) and the
@@ -598,22 +572,21 @@ def _autoscale(run: Run, autoscaling: Autoscaling) -> tuple[spec.ServiceSpec, Ma
     key = (svc.namespace, svc.name)
     old = (body.get("status") or {}).get("autoscaling")
     if svc.autoscaling is None or not builders.reads_signals(svc):
-        autoscaling.windows.forget(key)
+        readers.windows.forget(key)
         return svc, None
     if svc.suspend:
         return svc, old  # paused: no pods to read, and a resume starts from the count it left
-    now = autoscaling.clock()
-    window = autoscaling.windows.get(key)
-    if not autoscaling.windows.due(key, now):
+    now = readers.clock()
+    window = readers.windows.get(key)
+    if not readers.windows.due(key, now):
         outcome.requeue_after = max(0.5, window.next_at - now)
         return svc, old
     if window.history == autoscaler.History() and not window.samples:
         window.history = autoscalestatus.history_from_status(old)  # a restarted operator
-    fetched = autoscaling.fetch(dispatcher_url(svc, run.config, run.children))
-    decision = autoscaling.windows.decide(
-        key, autoscaler.Policy.of(svc.autoscaling), svc.workers.replicas, fetched, now
-    )
-    outcome.requeue_after = decision.next_check_seconds
+    fetched = read_signals(readers, _dispatcher(run))
+    decision = readers.windows.decide(key, autoscaler.Policy.of(svc.autoscaling), svc.workers.replicas, fetched, now)
+    # A dispatcher not asked (backed off, or its namespace's reads at their cap) is asked when it may be.
+    outcome.requeue_after = _later(decision.next_check_seconds, retry_after(fetched))
     if decision.scales:
         scale = run.api.scale(svc.namespace, svc.name, decision.replicas)
         # The Scale's resourceVersion is the TFDataService's: the cache shows the new count at once.
@@ -627,58 +600,31 @@ def _autoscale(run: Run, autoscaling: Autoscaling) -> tuple[spec.ServiceSpec, Ma
     return svc, autoscalestatus.build(old, decision, window, datetime.now(timezone.utc))
 
 
-def dispatcher_url(
-    svc: spec.ServiceSpec, config: OperatorConfig, children: plan.Children, path: str = signals.SIGNALS_PATH
-) -> str:
-    """The dispatcher pod's ``/v1/signals`` (or another ``path`` on its health port): by the pod's IP
-    where the cache knows it (an operator outside the cluster cannot resolve Service names), else
-    through the dispatcher Service."""
-    for pod in children.pods_of(builders.DISPATCHER):
-        if (ip := (pod.get("status") or {}).get("podIP")) and not pod["metadata"].get("deletionTimestamp"):
-            return f"http://{ip}:{svc.dispatcher.health_port}{path}"
-    return builders.dispatcher_health_url(svc, config.build, path)
+def _dispatcher(run: Run) -> Dispatcher:
+    return Dispatcher(run.svc, run.config, run.children)
 
 
-def _hold_decision(
-    svc: spec.ServiceSpec,
-    body: Manifest,
-    children: plan.Children,
-    config: OperatorConfig,
-    autoscaling: Autoscaling | None,
-) -> hold.HoldDecision:
-    """Whether a change that would break readers or take workers away goes ahead. The dispatcher's
-    snapshots are read only if that depends on them, and its signal only if, besides, no snapshot
-    holds the change already.
-
-    It is the same ``/v1/signals`` answer the TFData autoscaler reads, through the same ``fetch``.
-    """
+def _hold_decision(run: Run) -> hold.HoldDecision:
+    """Whether a change that would break readers or take workers away goes ahead (``plan.hold``), from
+    what the dispatcher says (``readers.for_hold``: the same ``/v1/signals`` answer the TFData
+    autoscaler reads). A dispatcher not asked is asked again when it may be, not sooner."""
+    svc, children = run.svc, run.children
     live_list = scaling.live_worker_list(builders.read_config(children.dispatcher))
     pending = hold.pending_change(svc, children.dispatcher, children.workers, live_list)
     running = hold.dispatcher_running(children.pods_of(builders.DISPATCHER))
-    saves: hold.Snapshots | None = None
-    if hold.needs_snapshots(svc, pending, running):
-        if autoscaling is None:
-            saves = hold.Unknown("this operator has no way to read them")
-        else:
-            answer = autoscaling.fetch_snapshots(dispatcher_url(svc, config, children, snapshots.SNAPSHOTS_PATH))
-            saves = hold.Unknown(answer) if isinstance(answer, str) else answer
-    signal: hold.Signal | None = None
-    if hold.needs_signal(svc, pending, running) and hold.writing(svc, saves) is None:
-        if autoscaling is None:
-            signal = hold.Unknown("this operator has no way to read it")
-        else:
-            fetched = autoscaling.fetch(dispatcher_url(svc, config, children))
-            signal = hold.Unknown(fetched) if isinstance(fetched, str) else fetched
-    since = coretypes.parse_time(((body.get("status") or {}).get("held") or {}).get("since"))
-    return hold.decide(svc, pending, running, signal, since, datetime.now(timezone.utc), saves)
+    saves, signal = for_hold(run.readers, _dispatcher(run), pending, running)
+    since = coretypes.parse_time(((run.body.get("status") or {}).get("held") or {}).get("since"))
+    decision = hold.decide(svc, pending, running, signal, since, datetime.now(timezone.utc), saves)
+    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, _no_sooner(decision.requeue_after, saves, signal))
+    return decision
 
 
 def _drain_decision(run: Run) -> drain.DrainDecision:
     """The workers' disruption budget (``plan.drain``). The signal is read only when the budget depends
     on it (a static WhenIdle service whose dispatcher and workers run), and at most once per
     ``drain.valid_for`` of the last reading; the snapshots likewise (a service with spec.snapshots),
-    at most once per ``drain.RECHECK_SECONDS``."""
-    svc, children, readers = run.svc, run.children, run.autoscaling
+    at most once per ``drain.RECHECK_SECONDS`` (``readers.kept_signal``, ``kept_snapshots``)."""
+    svc, children = run.svc, run.children
     running = hold.dispatcher_running(children.pods_of(builders.DISPATCHER))
     workers = len(children.pods_of(builders.WORKER))
     drains = (run.body.get("status") or {}).get("drains") or {}
@@ -686,90 +632,45 @@ def _drain_decision(run: Run) -> drain.DrainDecision:
         coretypes.parse_time(drains.get("since")),
         coretypes.parse_time(drains.get("unreadableSince")),
     )
-    now = datetime.now(timezone.utc)
-    unread = hold.Unknown("this operator has no way to read it")
     signal: hold.Signal | None = None
     if drain.needs_signal(svc, running, workers):
-        signal = (
-            unread
-            if readers is None
-            else _kept_read(run, readers.drains, readers.fetch, signals.SIGNALS_PATH, drain.valid_for)
-        )
+        signal, again = kept_signal(run.readers, _dispatcher(run))
+        run.outcome.requeue_after = _sooner(run.outcome.requeue_after, again)
     saves: hold.Snapshots | None = None
     if drain.needs_snapshots(svc, running, workers):
-        saves = _kept_snapshots(run)
+        saves, again = kept_snapshots(run.readers, _dispatcher(run))
+        run.outcome.requeue_after = _sooner(run.outcome.requeue_after, again)
+    now = datetime.now(timezone.utc)
     decision = drain.decide(svc, running, workers, signal, since, now, saves, unreadable_since)
-    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, decision.requeue_after)
+    requeue = decision.requeue_after
+    if requeue is not None:
+        requeue = _later(requeue, retry_after(signal, saves))
+    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, requeue)
     return decision
 
 
-R = TypeVar("R")
-
-
-def _kept_snapshots(run: Run) -> hold.Snapshots:
-    """The dispatcher's snapshots, read at most once per ``drain.RECHECK_SECONDS`` (for the budget,
-    and for a worker on an unreachable node: both want to know whether one is being written)."""
-    if run.autoscaling is None:
-        return hold.Unknown("this operator has no way to read it")
-    kept = run.autoscaling.drain_snapshots
-    return _kept_read(run, kept, run.autoscaling.fetch_snapshots, snapshots.SNAPSHOTS_PATH, drain.snapshots_valid_for)
-
-
-def _kept_read(
-    run: Run,
-    kept: cache.Recent[tuple[float, R | hold.Unknown]],
-    fetch: Callable[[str], R | str],
-    path: str,
-    valid_for: Callable[[R | hold.Unknown], float],
-) -> R | hold.Unknown:
-    """The dispatcher's answer at ``path`` (its signals or its snapshots) for the budget, read at most
-    once per ``valid_for`` of the last answer (kept in ``kept``); the reconcile comes back when it
-    expires (every reconcile asks for that same moment, so the queue runs one)."""
-    assert run.autoscaling is not None
-    url, clock = dispatcher_url(run.svc, run.config, run.children, path), run.autoscaling.clock()
-
-    def read() -> tuple[float, R | hold.Unknown]:
-        answer = fetch(url)
-        return clock, hold.Unknown(answer) if isinstance(answer, str) else answer
-
-    read_at, answer = kept.get((run.svc.namespace, run.svc.name), read, clock, lambda k: valid_for(k[1]))
-    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, max(0.5, read_at + valid_for(answer) - clock))
-    return answer
-
-
-# A dispatcher's /serverinfo is read again after this long when it did not answer.
-SERVER_INFO_RETRY_SECONDS = 300.0
-
-
 def _server_info(run: Run) -> dict[str, Any]:
-    """What the ready dispatcher pod runs (``Servers.server_info``/``server_pod``), when it is known
-    and not yet in the status (nothing keeps the status's). Read in the background once per pod;
-    the reconcile that starts the read comes back for its answer."""
-    readers, svc = run.autoscaling, run.svc
-    pod = next((p for p in run.children.pods_of(builders.DISPATCHER) if _ready(p)), None)
-    if readers is None or pod is None:
+    """What the ready dispatcher pod runs, when it is known and not yet in the status (``readers.server_info``)."""
+    if run.readers is None:
         return {}
-    uid = str(pod["metadata"].get("uid"))
-    key = f"{pod['metadata']['name']}/{uid}"
-    if ((run.body.get("status") or {}).get("server") or {}).get("pod") == key:
-        return {}
-    url = f"http://{pod['status']['podIP']}:{svc.dispatcher.health_port}{serverinfo.INFO_PATH}"
-    info = readers.server_info.get(
-        uid, lambda: readers.read_server_info(url), readers.clock(), SERVER_INFO_RETRY_SECONDS
+    reported = ((run.body.get("status") or {}).get("server") or {}).get("pod")
+    found, again = server_info(
+        run.readers, run.children.pods_of(builders.DISPATCHER), reported, run.svc.dispatcher.health_port
     )
-    if info is None:
-        # Under way, or answered since ``get`` returned (a read faster than this reconcile): come
-        # back for the answer. In this order, one of the two holds for a read that will answer.
-        if readers.server_info.reading(uid) or readers.server_info.answered(uid):
-            run.outcome.requeue_after = _sooner(run.outcome.requeue_after, 2.0)
-        return {}
-    return {"server_info": info, "server_pod": key}
+    run.outcome.requeue_after = _sooner(run.outcome.requeue_after, again)
+    return found
 
 
-def _ready(pod: Manifest) -> bool:
-    """A pod that can be asked: Ready, with an address, not going away."""
-    status = pod.get("status") or {}
-    return scaling.pod_ready(pod) and bool(status.get("podIP")) and pod["metadata"].get("deletionTimestamp") is None
+def _later(a: float, b: float | None) -> float:
+    """The later of a requeue delay and a pod's back-off (None: none)."""
+    return a if b is None else max(a, b)
+
+
+def _no_sooner(requeue: float | None, *answers: object) -> float | None:
+    """A decision's requeue delay, no sooner than the answers that were not asked may be asked
+    (``readers.retry_after``): a pod backed off is not polled by the reconciles it holds up."""
+    again = retry_after(*answers)
+    return again if requeue is None else _later(requeue, again)
 
 
 def _sooner(a: float | None, b: float | None) -> float | None:
@@ -874,7 +775,7 @@ NODE_READ_SECONDS = 5.0
 
 
 def _read(
-    api: Api, readers: Autoscaling | None, api_version: str, kind: str, namespace: str | None, name: str
+    api: Api, readers: Readers | None, api_version: str, kind: str, namespace: str | None, name: str
 ) -> Manifest | None:
     """An object the watches do not cover (None: it does not exist), kept for NODE_READ_SECONDS."""
     if readers is None:
@@ -898,7 +799,7 @@ def _explain(
     sts: Manifest | None,
     pods: list[Manifest],
     health_port: int,
-    readers: Autoscaling | None,
+    readers: Readers | None,
 ) -> Finding | None:
     """Why a StatefulSet does not serve (``diagnose.py``): nothing is read for one that is settled,
     Events only for pods it could not create or claims that are not bound, and one server's
@@ -926,7 +827,6 @@ def _explain(
     claims = {c: events("PersistentVolumeClaim", c) for c in claims_to_read(sts, pods)}
     found = explain(sts, pods, sts_events, claims)
     if found is None and readers is not None and (pod := unready_server(sts, pods)) is not None:
-        url = f"http://{pod['status']['podIP']}:{health_port}/readyz"
-        detail = readers.readiness.get(url, lambda: readers.read_readiness(url), now, ttl)
+        detail = readiness(readers, pod, health_port, ttl)
         found = from_readiness(pod, detail) if detail else None
     return found

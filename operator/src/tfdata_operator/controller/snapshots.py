@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
@@ -21,13 +20,12 @@ from kubernetes.client.exceptions import ApiException
 from tfdata_operator.api import limits, spec
 from tfdata_operator.api import snapshot as snapshotapi
 from tfdata_operator.api.identity import API_VERSION, SNAPSHOT_FINALIZER, SNAPSHOT_KIND
-from tfdata_operator.controller import probes
 from tfdata_operator.controller.config import OperatorConfig
-from tfdata_operator.controller.reconcile import Outcome, dispatcher_url
+from tfdata_operator.controller.readers import SnapshotReaders, Unasked, dispatcher_url
+from tfdata_operator.controller.reconcile import Outcome
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.plan import snapshot as plansnap
 from tfdata_operator.wire import snapshots as wire
-from tfdata_operator.wire.snapshots import SnapshotsReport
 
 log = logging.getLogger(__name__)
 Manifest = dict[str, Any]
@@ -46,15 +44,6 @@ class Api(Protocol):
     def event(self, owner: Mapping[str, Any], event_type: str, reason: str, message: str) -> None: ...
 
     def list_objects(self, api_version: str, kind: str, namespace: str) -> list[Manifest]: ...
-
-
-@dataclass
-class Readers:
-    """How the dispatcher is asked (a fake in unit tests)."""
-
-    fetch: Callable[[str], SnapshotsReport | str] = probes.fetch_snapshots
-    delete: Callable[[str], str | None] = probes.delete_snapshot
-    clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
 
 
 @dataclass(frozen=True)
@@ -79,10 +68,10 @@ def reconcile_snapshot(
     config: OperatorConfig,
     body: Manifest,
     service: Service,
-    readers: Readers | None = None,
+    readers: SnapshotReaders | None = None,
     rivals: Sequence[Rival] = (),
 ) -> Outcome:
-    readers = readers or Readers()
+    readers = readers or SnapshotReaders()
     outcome = Outcome()
     meta = body["metadata"]
     old: Manifest = dict(body.get("status") or {})
@@ -104,7 +93,7 @@ def reconcile_snapshot(
 
     reading: plansnap.Reading | None = None
     if plansnap.needs_reading(old, target) and target.path is not None:
-        reading = _read(readers, _url(service, config, target.path), target.path)
+        reading = _read(readers, snap.namespace, _url(service, config, target.path), target.path)
     observed = plansnap.observe(snap, target, reading, old, readers.clock())
     status, outcome.requeue_after = observed.status, observed.requeue_after
     release: plansnap.Deletion | None = None
@@ -131,7 +120,7 @@ def _finalize(
     service: Service,
     status: Manifest,
     fresh: bool,
-    readers: Readers,
+    readers: SnapshotReaders,
     seen: Sequence[str],
     outcome: Outcome,
 ) -> tuple[Manifest, plansnap.Deletion | None]:
@@ -146,11 +135,12 @@ def _finalize(
         listed = api.list_objects(API_VERSION, SNAPSHOT_KIND, snap.namespace)
         decision = plansnap.unseen_rivals(snap, listed, seen) or decision
     if decision.delete_data and target.path is not None:
-        failed = readers.delete(_url(service, config, target.path))
+        failed = readers.remove(snap.namespace, _url(service, config, target.path))
         if failed is not None:
+            again = max(plansnap.POLL_SECONDS, _retry_after(failed))
             message = (
                 f"the data at {target.path} could not be deleted ({failed}); the deletion tries again in "
-                f"{plansnap.POLL_SECONDS:.0f}s. Remove the finalizer {SNAPSHOT_FINALIZER} to keep the files and "
+                f"{again:.0f}s. Remove the finalizer {SNAPSHOT_FINALIZER} to keep the files and "
                 "let the resource go"
             )
             if target.spec_path is not None:  # the dispatcher deletes only in the directory it has now
@@ -158,7 +148,7 @@ def _finalize(
                     f". TFDataService {snap.service}'s spec.snapshots.directory no longer holds {target.path}: "
                     "put the directory back to have its dispatcher delete it"
                 )
-            outcome.requeue_after = plansnap.POLL_SECONDS
+            outcome.requeue_after = again
             return {**status, "reason": plansnap.DELETE_FAILED, "message": message}, None
         decision = plansnap.Deletion(
             release=True,
@@ -179,10 +169,14 @@ def _url(service: Service, config: OperatorConfig, path: str) -> str:
     return f"{dispatcher_url(svc, config, service.children, wire.SNAPSHOTS_PATH)}?{query}"
 
 
-def _read(readers: Readers, url: str, path: str) -> plansnap.Reading:
-    answer = readers.fetch(url)
+def _retry_after(why: str) -> float:
+    return why.retry_after if isinstance(why, Unasked) else 0.0
+
+
+def _read(readers: SnapshotReaders, namespace: str, url: str, path: str) -> plansnap.Reading:
+    answer = readers.read(namespace, url)
     if isinstance(answer, str):
-        return plansnap.Unreadable(answer)
+        return plansnap.Unreadable(answer, _retry_after(answer))
     entry = answer.get(path)
     return entry if entry is not None else plansnap.Unreadable(f"the answer has no entry for {path}")
 

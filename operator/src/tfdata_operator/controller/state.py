@@ -13,9 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdata_operator.controller import cache, election, reconcile, snapshots
+from tfdata_operator.controller import cache, election
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.kube import Kube
+from tfdata_operator.controller.readers import Readers, SnapshotReaders
 from tfdata_operator.controller.workqueue import WorkQueue
 from tfdata_operator.plan import snapshotdir
 
@@ -27,8 +28,8 @@ class OperatorState:
     config: OperatorConfig
     # The writes whose results the watches have not delivered yet.
     overlay: cache.Overlay = field(default_factory=cache.Overlay)
-    # The TFData autoscaler's readings and how the servers are read.
-    autoscaling: reconcile.Autoscaling = field(default_factory=reconcile.Autoscaling)
+    # How the services' pods are read (with the TFData autoscaler's readings), and what is kept of it.
+    readers: Readers = field(default_factory=Readers)
     # Set once kopf has filled every index (its event handlers run only then).
     indexed: asyncio.Event = field(default_factory=asyncio.Event)
     # Set once this process may write: at once without leader election, else when it takes the Lease.
@@ -42,7 +43,7 @@ class OperatorState:
     snapshot_bodies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     # The uids of TFDataSnapshots whose finalizer this process removed (they are gone, or going).
     snapshots_released: set[str] = field(default_factory=set)
-    snapshot_readers: snapshots.Readers = field(default_factory=snapshots.Readers)
+    snapshot_readers: SnapshotReaders = field(default_factory=SnapshotReaders)
     # Each TFDataService's snapshot directory as last watched: who to requeue when it moves or goes.
     directories: dict[tuple[str, str], snapshotdir.DirectoryClaim] = field(default_factory=dict)
     pool: ThreadPoolExecutor = field(init=False)

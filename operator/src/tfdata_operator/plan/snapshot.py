@@ -131,9 +131,11 @@ def _place(path: str) -> str:
 
 @dataclass(frozen=True)
 class Unreadable:
-    """The dispatcher's answer could not be had; ``why`` says what went wrong."""
+    """The dispatcher's answer could not be had; ``why`` says what went wrong. ``retry_after``: the
+    dispatcher is not asked again sooner (it is backed off, or its namespace's requests are at their cap)."""
 
     why: str
+    retry_after: float = 0.0
 
 
 Reading = SnapshotProgress | Unreadable
@@ -285,9 +287,9 @@ def _observed(
             "state": old_state,
             "reason": DISPATCHER_UNREADABLE,
             "message": f"the dispatcher's {wire.SNAPSHOTS_PATH} could not be read ({reading.why}); "
-            f"the state is the last one read, and is read again in {POLL_SECONDS:.0f}s",
+            f"the state is the last one read, and is read again in {max(POLL_SECONDS, reading.retry_after):.0f}s",
         }
-        return status, POLL_SECONDS
+        return status, max(POLL_SECONDS, reading.retry_after)
     state, reason, message = _state(snap, target.path, reading, old_state, now)
     status = {**base, **_progress(reading), "state": state, "reason": reason, "message": message}
     return status, None if state in FINAL else POLL_SECONDS
