@@ -465,3 +465,13 @@ def test_make_invocations_are_read_from_shell() -> None:
         ["test-integration"],
         ["kind-down"],
     ]
+
+
+def test_a_unit_test_cannot_connect_past_loopback() -> None:
+    import socket
+
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock,
+        pytest.raises(ConnectionRefusedError, match=r"10\.0\.0\.9"),
+    ):
+        sock.connect(("10.0.0.9", 8080))
