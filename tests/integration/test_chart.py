@@ -67,6 +67,7 @@ def custom_values(watch: list[str]) -> dict[str, Any]:
         "serverImage": {"repository": "registry.example.com/ml/tfdata-server", "tag": "2.21-gpu"},
         "watchNamespaces": watch,
         "allowHostPathVolumes": True,
+        "drainMaxWaitSeconds": 0,
         "aggregateRoles": {"enabled": False},
         "clusterDomain": "corp.internal",
         "networkPolicy": {"operatorNamespace": "infra", "operatorPodLabels": {"example.com/tier": "platform"}},
@@ -218,6 +219,7 @@ def test_custom_render_is_accepted_by_the_api_server(
         "TFDATA_CLUSTER_DOMAIN": "corp.internal",
         "TFDATA_LOG_FORMAT": "plain",
         "TFDATA_ALLOW_HOST_PATH_VOLUMES": "true",
+        "TFDATA_DRAIN_MAX_WAIT_SECONDS": "0",
         "TFDATA_OPERATOR_NAMESPACE": "infra",
         "TFDATA_OPERATOR_POD_LABELS": "example.com/tier=platform",
     }
@@ -482,6 +484,7 @@ BAD_VALUES = [
     pytest.param(
         {"allowHostPathVolumes": "yes"}, "at '/allowHostPathVolumes': got string, want boolean", id="host-path-not-bool"
     ),
+    pytest.param({"drainMaxWaitSeconds": -1}, "at '/drainMaxWaitSeconds'", id="drain-bound-negative"),
     pytest.param({"resources": {"limits": {"memory": "lots"}}}, "at '/resources/limits/memory'", id="quantity"),
     pytest.param({"watchNamespaces": ["Team_A"]}, "at '/watchNamespaces/0'", id="namespace-name"),
     pytest.param({"replicaCount": 0}, "at '/replicaCount'", id="no-replica"),
@@ -627,6 +630,7 @@ def test_install_upgrade_uninstall_leaves_no_orphans(
     assert env["TFDATA_NAMESPACES"] == f"{watched[0]} {watched[1]}"
     assert env["TFDATA_SERVER_IMAGE"] == "tfdata-server:0.1.0"
     assert env["TFDATA_ALLOW_HOST_PATH_VOLUMES"] == "false"
+    assert env["TFDATA_DRAIN_MAX_WAIT_SECONDS"] == "3600"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTP"}
     assert container["securityContext"] == {
         "runAsNonRoot": True,

@@ -233,15 +233,15 @@ UNREADABLE = {
 def test_drains_held_by_what_cannot_be_read_go_ahead_after_an_hour_with_a_warning(what: str) -> None:
     service, signal, saves, named = UNREADABLE[what]
     assert service.workers.drain_unreadable_max_wait_seconds == 3600
-    first = drain.decide(service, True, 3, signal, None, NOW, saves)
+    first = drain.decide(service, True, 3, signal, None, NOW, saves, cluster_max_wait=None)
     assert (first.max_unavailable, first.unreadable, first.forced) == (0, True, False)
     assert "or at 2026-11-27T11:00:00Z if it still cannot be read (spec.workers.drainUnreadableMaxWaitSeconds)" in (
         first.message
     )
     assert first.requeue_after is not None and first.requeue_after <= drain.RECHECK_SECONDS
-    almost = drain.decide(service, True, 3, signal, NOW - HOUR, NOW - timedelta(seconds=1), saves, NOW - HOUR)
+    almost = drain.decide(service, True, 3, signal, NOW - HOUR, NOW - timedelta(seconds=1), saves, NOW - HOUR, None)
     assert (almost.max_unavailable, almost.requeue_after) == (0, 1.0)
-    over = drain.decide(service, True, 3, signal, NOW - HOUR, NOW, saves, NOW - HOUR)
+    over = drain.decide(service, True, 3, signal, NOW - HOUR, NOW, saves, NOW - HOUR, None)
     assert (over.max_unavailable, over.forced, over.waiting, over.unreadable) == (1, True, True, True)
     assert "could not be read for spec.workers.drainUnreadableMaxWaitSeconds (3600 s)" in over.message
     reason, message = drain.event(over, "demo-worker")
@@ -250,13 +250,63 @@ def test_drains_held_by_what_cannot_be_read_go_ahead_after_an_hour_with_a_warnin
 
 
 def test_readers_the_operator_sees_hold_drains_as_long_as_they_read_whatever_the_unreadable_bound() -> None:
-    decision = drain.decide(svc(), True, 3, READING, NOW - 10 * HOUR, NOW, None, NOW - 10 * HOUR)
+    decision = drain.decide(svc(), True, 3, READING, NOW - 10 * HOUR, NOW, None, NOW - 10 * HOUR, None)
     assert (decision.max_unavailable, decision.unreadable) == (0, False)
-    writing = drain.decide(snapshots_svc(), True, 3, IDLE, NOW - 10 * HOUR, NOW, SAVES["in progress"], NOW - HOUR)
+    saving = SAVES["in progress"]
+    writing = drain.decide(snapshots_svc(), True, 3, IDLE, NOW - 10 * HOUR, NOW, saving, NOW - HOUR, None)
     assert (writing.max_unavailable, writing.unreadable) == (0, False)
     shorter = svc(drainUnreadableMaxWaitSeconds=60)
     decided = drain.decide(shorter, True, 3, UNKNOWN, None, NOW, None, NOW - timedelta(seconds=60))
     assert decided.max_unavailable == 1
+
+
+# --- The cluster's bound: whoever installs the operator bounds every hold of a drain ------------------
+
+HOLDERS = {
+    "readers": (svc(), READING, None, "a client reads this static service"),
+    "a snapshot being written": (snapshots_svc(), IDLE, SAVES["in progress"], "snapshot gs://b/imagenet is being"),
+    "what cannot be read": (svc(drainUnreadableMaxWaitSeconds=604_800), UNKNOWN, None, "whether a client reads"),
+}
+
+
+@pytest.mark.parametrize("what", list(HOLDERS))
+def test_no_service_holds_a_node_drain_past_the_clusters_bound(what: str) -> None:
+    """A namespace's users who keep reading (or writing, or whose dispatcher never answers) hold drains for
+    at most the operator's bound (an hour by default), whatever their spec says; then a Warning."""
+    service, signal, saves, who = HOLDERS[what]
+    assert service.workers.rescale_max_wait_seconds is None
+    assert drain.CLUSTER_MAX_WAIT_SECONDS == 3600
+    held = drain.decide(service, True, 3, signal, NOW - timedelta(seconds=60), NOW, saves, NOW - timedelta(seconds=60))
+    assert held.max_unavailable == 0
+    assert "or at 2026-11-27T10:59:00Z (this cluster's bound on a held drain, --drain-max-wait-seconds)" in (
+        held.message
+    ), held.message
+    assert "if it still cannot be read" not in held.message  # that bound is later: it is not named
+    almost = drain.decide(service, True, 3, signal, NOW - HOUR, NOW - timedelta(seconds=2), saves, NOW - HOUR)
+    assert (almost.max_unavailable, almost.requeue_after) == (0, 2.0)
+    over = drain.decide(service, True, 3, signal, NOW - HOUR, NOW, saves, NOW - HOUR)
+    assert (over.max_unavailable, over.forced, over.waiting) == (1, True, True)
+    assert over.message.startswith(f"Drains go ahead although {who}"), over.message
+    assert "they waited 3600 s, the longest this cluster lets a service hold a node's drain" in over.message
+    reason, message = drain.event(over, "demo-worker")
+    assert reason == reasons.DRAINS_FORCED and reasons.DRAINS_FORCED in reasons.WARNINGS
+    assert "(the operator's --drain-max-wait-seconds)" in message
+    unbounded = drain.decide(service, True, 3, signal, NOW - 10 * HOUR, NOW, saves, NOW - HOUR, cluster_max_wait=0)
+    assert unbounded.max_unavailable == 0  # 0 there: no cluster bound, as before it existed
+
+
+def test_a_services_own_shorter_bound_is_named_and_ends_the_wait_first() -> None:
+    service = svc(rescaleMaxWaitSeconds=600)
+    held = drain.decide(service, True, 3, READING, NOW - timedelta(seconds=60), NOW, None, None, 3600)
+    assert "or at 2026-11-27T10:09:00Z (rescaleMaxWaitSeconds)" in held.message
+    assert "this cluster's bound" not in held.message
+    over = drain.decide(service, True, 3, READING, NOW - timedelta(seconds=600), NOW, None, None, 3600)
+    assert (over.max_unavailable, over.forced) == (1, True)
+    assert "they waited rescaleMaxWaitSeconds (600 s)" in over.message
+    longer = svc(rescaleMaxWaitSeconds=7200)
+    capped = drain.decide(longer, True, 3, READING, NOW - HOUR, NOW, None, None, 3600)
+    assert (capped.max_unavailable, capped.forced) == (1, True)
+    assert "the longest this cluster lets a service hold a node's drain" in capped.message
 
 
 def test_the_status_keeps_since_when_drains_are_held_by_what_cannot_be_read() -> None:

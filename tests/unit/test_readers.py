@@ -10,6 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from tfdata_operator.controller import readers
 from tfdata_operator.controller.readers import Backoff, NamespaceCap, SnapshotReaders, Unasked
+from tfdata_operator.wire.serverinfo import GraphDefVersions, ServerInfo
 from tfdata_operator.wire.snapshots import SnapshotsReport
 
 from fixtures.fakes import Clock
@@ -143,3 +144,44 @@ def test_the_cap_frees_a_slot_when_a_read_raises() -> None:
         with cap.slot("team-a") as second:
             assert not second and cap.under_way("team-a") == 1
     assert cap.under_way("team-a") == 0
+
+
+def _dispatcher_pod(namespace: str, name: str, ip: str) -> dict[str, object]:
+    return {
+        "metadata": {"name": f"{name}-dispatcher-0", "namespace": namespace, "uid": f"uid-{namespace}-{name}"},
+        "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def test_the_background_server_info_reads_of_one_namespace_take_at_most_2_of_its_threads() -> None:
+    """Slow dispatchers of team-a hold 2 of the 4 background threads; team-a's third waits for a slot
+    (asked again in 2 s, not in 5 minutes), and team-b's dispatcher is read beside them."""
+    entered, release = threading.Semaphore(0), threading.Event()
+    asked: list[str] = []
+    info = ServerInfo("2.16.2", "3.11.2", GraphDefVersions(producer=1766, min_consumer=0, min_producer=0))
+
+    def slow(url: str) -> ServerInfo | None:
+        asked.append(url)
+        entered.release()
+        release.wait(30)  # a dispatcher that drips its /serverinfo
+        return info
+
+    pods = readers.Readers(read_server_info=slow, clock=Clock())
+    try:
+        for name, ip in (("a1", "10.0.0.1"), ("a2", "10.0.0.2")):
+            assert readers.server_info(pods, [_dispatcher_pod("team-a", name, ip)], None, 8080) == ({}, 2.0)
+            assert entered.acquire(timeout=10), f"{name}'s read did not start: {asked}"
+        third = readers.server_info(pods, [_dispatcher_pod("team-a", "a3", "10.0.0.3")], None, 8080)
+        assert third == ({}, readers.BUSY_RETRY_SECONDS) and len(asked) == 2
+        other = readers.server_info(pods, [_dispatcher_pod("team-b", "b1", "10.1.0.1")], None, 8080)
+        assert other == ({}, 2.0)
+        assert entered.acquire(timeout=10), f"team-b's read did not start beside team-a's: {asked}"
+    finally:
+        release.set()
+    pods.server_info.wait()
+    assert pods.server_info_cap.under_way("team-a") == 0
+    again = readers.server_info(pods, [_dispatcher_pod("team-a", "a3", "10.0.0.3")], None, 8080)
+    assert again == ({}, 2.0)  # started now that a slot is free
+    pods.server_info.wait()
+    found, _ = readers.server_info(pods, [_dispatcher_pod("team-a", "a3", "10.0.0.3")], None, 8080)
+    assert found["server_info"] == info and asked[-1] == "http://10.0.0.3:8080/serverinfo"

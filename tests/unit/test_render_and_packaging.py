@@ -143,3 +143,10 @@ def test_run_refuses_bad_operator_pod_labels_naming_them(text: str) -> None:
     result = CliRunner().invoke(cli.main, ["run", f"--operator-pod-labels={text}"])
     assert result.exit_code == 2, result.output
     assert "--operator-pod-labels" in result.output and "key=value" in result.output, result.output
+
+
+@pytest.mark.parametrize("value", ["-1", "604801", "an hour"])
+def test_run_refuses_a_drain_bound_it_cannot_keep(value: str) -> None:
+    result = CliRunner().invoke(cli.main, ["run", f"--drain-max-wait-seconds={value}"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--drain-max-wait-seconds'" in result.output, result.output

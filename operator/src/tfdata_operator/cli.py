@@ -15,6 +15,7 @@ from tfdata_operator.api.identity import API_VERSION, KIND
 from tfdata_operator.controller import election
 from tfdata_operator.controller.config import ElectionConfig, ElectionError, OperatorConfig, Timing
 from tfdata_operator.plan import desired as plan
+from tfdata_operator.plan import drain
 from tfdata_operator.render.builders import DEFAULT_INJECTOR_IMAGE, BuildSettings
 from tfdata_operator.wire import verify
 
@@ -114,6 +115,14 @@ def main() -> None:
     "with one is refused (Ready False, InvalidSpec): a hostPath gives whoever may create a TFDataService a "
     "directory of the node, so it is for clusters where only the node's administrators create them.",
 )  # fmt: skip
+@click.option(
+    drain.CLUSTER_MAX_WAIT_FLAG, "drain_max_wait", type=click.IntRange(min=0, max=604_800),
+    default=drain.CLUSTER_MAX_WAIT_SECONDS, envvar="TFDATA_DRAIN_MAX_WAIT_SECONDS", show_default=True,
+    help="The longest any TFDataService holds a node's drain (its workers' PodDisruptionBudget at 0 while "
+    "clients read, a snapshot is written, or its dispatcher cannot be read), whatever its spec says; then "
+    "drains go ahead with a Warning Event. A service's spec.workers.rescaleMaxWaitSeconds can only make it "
+    "shorter. 0: no bound, so one namespace's readers can hold node drains and upgrades as long as they read.",
+)  # fmt: skip
 @click.option("--verbose", is_flag=True, envvar="TFDATA_VERBOSE", help="Log debug messages.")
 def run(
     namespaces: tuple[str, ...],
@@ -135,6 +144,7 @@ def run(
     operator_namespace: str | None,
     operator_pod_labels: str,
     allow_host_path: bool,
+    drain_max_wait: int,
     verbose: bool,
 ) -> None:
     """Runs the operator until SIGTERM or SIGINT."""
@@ -156,6 +166,7 @@ def run(
         ),
         namespaces=tuple(watched),
         allow_host_path=allow_host_path,
+        drain_max_wait_seconds=drain_max_wait or None,
         resync_seconds=resync_seconds,
         concurrent_reconciles=concurrent_reconciles,
         election=election_config(

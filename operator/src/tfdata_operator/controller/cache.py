@@ -339,14 +339,24 @@ class Background(Generic[T]):
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _pool: ThreadPoolExecutor | None = None
 
-    def get(self, key: Hashable, read: Callable[[], T | None], now: float, ttl: float) -> T | None:
+    def get(
+        self,
+        key: Hashable,
+        read: Callable[[], T | None],
+        now: float,
+        ttl: float,
+        admit: Callable[[], bool] | None = None,
+    ) -> T | None:
+        """``admit``, asked only when a read would start: whether it may (False: not started, nor
+        counted as tried, so the next ``get`` asks again)."""
         with self._lock:
             self._asked[key] = now
             for old in [k for k, when in self._asked.items() if now - when >= ttl]:
                 for table in (self._asked, self._tried, self._answers):
                     table.pop(old, None)
             answer = self._answers.get(key)
-            if answer is None and now - self._tried.get(key, -ttl) >= ttl:
+            due = answer is None and now - self._tried.get(key, -ttl) >= ttl
+            if due and (admit is None or admit()):
                 self._tried[key] = now
                 self._reading.add(key)
                 if self._pool is None:

@@ -6,6 +6,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
+from tfdata_operator.plan import drain
 from tfdata_operator.render.builders import BuildSettings
 
 
@@ -17,6 +18,9 @@ class OperatorConfig:
     namespaces: tuple[str, ...] = ()
     # --allow-host-path-volumes: hostPath volumes in spec.<component>.volumes (refused without it).
     allow_host_path: bool = False
+    # --drain-max-wait-seconds: the longest any service's readers (or snapshot) hold a node's drain;
+    # None: no bound (each service's rescaleMaxWaitSeconds only).
+    drain_max_wait_seconds: int | None = drain.CLUSTER_MAX_WAIT_SECONDS
     # How often every TFDataService is queued for a reconcile even when nothing signals a change.
     # It reads nothing: the reconcile works from the watches' cache.
     resync_seconds: float = 60.0

@@ -13,7 +13,9 @@ that does not answer costs little more than nothing:
   answers once;
 - the cap per namespace (``NamespaceCap``): at most ``READS_PER_NAMESPACE`` reads of one
   namespace's pods at once (2 of the 8 reconcile threads by default), so slow pods of one
-  namespace leave the other threads to everyone else. A read beyond it is not waited for.
+  namespace leave the other threads to everyone else. A read beyond it is not waited for. The
+  background pool of ``/serverinfo`` reads (``cache.Background``, 4 threads) has a cap of its own,
+  so one namespace's slow dispatchers delay no other service's ``status.server``.
 
 A read not made (backed off, or over the cap) is an ``Unasked`` answer: an unreadable one, which
 every decision already treats as "cannot tell" (fail closed: a held change stays held, drains stay
@@ -124,20 +126,28 @@ class NamespaceCap:
     @contextlib.contextmanager
     def slot(self, namespace: str) -> Iterator[bool]:
         """Whether a read of ``namespace`` may start now (never waits); the slot is held until the block ends."""
-        with self._lock:
-            taken = self._reading.get(namespace, 0) < self.most
-            if taken:
-                self._reading[namespace] = self._reading.get(namespace, 0) + 1
+        taken = self.take(namespace)
         try:
             yield taken
         finally:
             if taken:
-                with self._lock:
-                    left = self._reading[namespace] - 1
-                    if left:
-                        self._reading[namespace] = left
-                    else:
-                        del self._reading[namespace]
+                self.give_back(namespace)
+
+    def take(self, namespace: str) -> bool:
+        """A slot for a read of ``namespace``, if one is free (never waits); ``give_back`` frees it."""
+        with self._lock:
+            taken = self._reading.get(namespace, 0) < self.most
+            if taken:
+                self._reading[namespace] = self._reading.get(namespace, 0) + 1
+            return taken
+
+    def give_back(self, namespace: str) -> None:
+        with self._lock:
+            left = self._reading[namespace] - 1
+            if left:
+                self._reading[namespace] = left
+            else:
+                del self._reading[namespace]
 
     def under_way(self, namespace: str) -> int:
         with self._lock:
@@ -215,6 +225,8 @@ class Readers:
     # What each ready dispatcher pod runs (its /serverinfo), by pod uid: read once, off the reconcile.
     read_server_info: Callable[[str], ServerInfo | None] = field(default=lambda url: probes.read_server_info(url))
     server_info: cache.Background[ServerInfo] = field(default_factory=cache.Background)
+    # The /serverinfo reads of each namespace under way in that background pool.
+    server_info_cap: NamespaceCap = field(default_factory=NamespaceCap)
     # The Nodes of unready pods, and a lost dispatcher's journal claim and volume, by (kind, name):
     # each kept for a few seconds (``reconcile.NODE_READ_SECONDS``).
     nodes: cache.Recent[Manifest | None] = field(default_factory=cache.Recent)
@@ -403,15 +415,29 @@ def server_info(
     if reported == key:
         return {}, None
     url = f"http://{pod['status']['podIP']}:{health_port}{serverinfo.INFO_PATH}"
-    info = readers.server_info.get(
-        uid, lambda: readers.read_server_info(url), readers.clock(), SERVER_INFO_RETRY_SECONDS
-    )
+    namespace, busy = str(pod["metadata"].get("namespace")), []
+
+    def admit() -> bool:
+        """A read starts only in a free slot of the pod's namespace (``server_info_cap``)."""
+        if readers.server_info_cap.take(namespace):
+            return True
+        busy.append(namespace)
+        return False
+
+    def read() -> ServerInfo | None:
+        try:
+            return readers.read_server_info(url)
+        finally:
+            readers.server_info_cap.give_back(namespace)
+
+    info = readers.server_info.get(uid, read, readers.clock(), SERVER_INFO_RETRY_SECONDS, admit)
     if info is None:
         # Under way, or answered since ``get`` returned (a read faster than this reconcile): come
         # back for the answer. In this order, one of the two holds for a read that will answer.
         if readers.server_info.reading(uid) or readers.server_info.answered(uid):
             return {}, 2.0
-        return {}, None
+        # Not started: the namespace's other dispatchers hold its slots. Ask again soon, not in 5 minutes.
+        return {}, BUSY_RETRY_SECONDS if busy else None
     return {"server_info": info, "server_pod": key}, None
 
 

@@ -641,7 +641,9 @@ def _drain_decision(run: Run) -> drain.DrainDecision:
         saves, again = kept_snapshots(run.readers, _dispatcher(run))
         run.outcome.requeue_after = _sooner(run.outcome.requeue_after, again)
     now = datetime.now(timezone.utc)
-    decision = drain.decide(svc, running, workers, signal, since, now, saves, unreadable_since)
+    decision = drain.decide(
+        svc, running, workers, signal, since, now, saves, unreadable_since, run.config.drain_max_wait_seconds
+    )
     requeue = decision.requeue_after
     if requeue is not None:
         requeue = _later(requeue, retry_after(signal, saves))

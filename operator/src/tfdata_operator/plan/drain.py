@@ -25,6 +25,13 @@ nodes, and so node upgrades, for good. Drains held only by what cannot be read g
 ``spec.workers.drainUnreadableMaxWaitSeconds`` (an hour by default; counted from
 ``status.drains.unreadableSince``) with a Warning Event naming what could not be read.
 
+Whoever installs the operator bounds every hold of a drain, whatever the services say: an operator
+shared by many teams must not let one namespace's readers hold a node's drain, and so the cluster's
+node upgrades, for as long as they keep reading. After ``--drain-max-wait-seconds``
+(``CLUSTER_MAX_WAIT_SECONDS`` by default, the chart's ``drainMaxWaitSeconds``; 0: no bound), counted
+from ``status.drains.since``, drains go ahead with a Warning Event, as after ``rescaleMaxWaitSeconds``.
+A service's own ``rescaleMaxWaitSeconds`` may only be shorter.
+
 Every budget lets an unready worker go (``unhealthyPodEvictionPolicy: AlwaysAllow``, in the
 builder): it serves nobody, so it never blocks a drain.
 
@@ -49,6 +56,11 @@ from tfdata_operator.wire.signals import ServiceSignals
 # drains go ahead within a minute after the last reader stops, and wait within 30 s after one
 # starts: a drain is a person's or an autoscaler's slow act, not a race the operator must win.
 RECHECK_SECONDS = 30.0
+
+# The cluster's bound on a held drain (the operator's option; 0 there: none). An hour, as the
+# unreadable bound's default and as managed Kubernetes' node upgrades wait for a budget.
+CLUSTER_MAX_WAIT_SECONDS = 3600
+CLUSTER_MAX_WAIT_FLAG = "--drain-max-wait-seconds"
 
 
 @dataclass(frozen=True)
@@ -97,12 +109,14 @@ def decide(
     now: datetime,
     snapshots: hold.Snapshots | None = None,
     unreadable_since: datetime | None = None,
+    cluster_max_wait: int | None = CLUSTER_MAX_WAIT_SECONDS,
 ) -> DrainDecision:
     """The budget. ``running``: a dispatcher pod runs; ``workers``: how many worker pods exist;
     ``signal``: what the dispatcher answered (read only when ``needs_signal``); ``since``: when
     readers or a snapshot started holding drains (status.drains), None if they do not;
     ``snapshots``: the dispatcher's ``/v1/snapshots`` (read only when ``needs_snapshots``);
-    ``unreadable_since``: since when what holds drains could not be read (status.drains), None if it could."""
+    ``unreadable_since``: since when what holds drains could not be read (status.drains), None if it could;
+    ``cluster_max_wait``: the operator's bound on any hold (``CLUSTER_MAX_WAIT_FLAG``; None: none)."""
     if svc.sharding_policy == "OFF":
         return DrainDecision(None)
     if needs_snapshots(svc, running, workers):
@@ -110,7 +124,7 @@ def decide(
         saving = hold.writing(svc, saves)
         if saving is not None:
             unread = Unreadable(_unreadable(saves), unreadable_since)
-            return _held_by_snapshot(svc, saving, since, now, unread)
+            return _held_by_snapshot(svc, saving, since, now, unread, cluster_max_wait)
     if not needs_signal(svc, running, workers):
         return DrainDecision(1, detail=_why_free(svc, running))
     if signal is None:
@@ -135,7 +149,7 @@ def decide(
     )
     until = "within a minute after the last reader stops"
     unread = Unreadable(isinstance(signal, hold.Unknown), unreadable_since)
-    return _held(svc, since, now, who, hold.readers_why(signal), why, forced, until, unread)
+    return _held(svc, since, now, who, hold.readers_why(signal), why, forced, until, unread, cluster_max_wait)
 
 
 @dataclass(frozen=True)
@@ -156,7 +170,12 @@ def _unreadable(saves: hold.Snapshots) -> bool:
 
 
 def _held_by_snapshot(
-    svc: ServiceSpec, saving: str, since: datetime | None, now: datetime, unread: Unreadable
+    svc: ServiceSpec,
+    saving: str,
+    since: datetime | None,
+    now: datetime,
+    unread: Unreadable,
+    cluster_max_wait: int | None,
 ) -> DrainDecision:
     why = (
         "a drained worker writes its stream again from its last checkpoint (one that does not come back stalls "
@@ -166,7 +185,8 @@ def _held_by_snapshot(
         "A drained worker writes its stream again from its last checkpoint, and one that does not come back "
         "stalls the snapshot for good."
     )
-    return _held(svc, since, now, saving, saving, why, forced, "once no snapshot is being written", unread)
+    until = "once no snapshot is being written"
+    return _held(svc, since, now, saving, saving, why, forced, until, unread, cluster_max_wait)
 
 
 def _held(
@@ -179,15 +199,28 @@ def _held(
     forced: str,
     until: str,
     unread: Unreadable,
+    cluster_max_wait: int | None,
 ) -> DrainDecision:
     """Drains held because ``who`` (readers, or a snapshot being written) and ``why`` a drain would harm
-    them; they go ahead ``until``, or after ``rescaleMaxWaitSeconds`` (``hold.bound``), then ``forced``;
-    or, when that could not be read (``unread``), after ``drainUnreadableMaxWaitSeconds``."""
+    them; they go ahead ``until``, or after ``rescaleMaxWaitSeconds`` (``hold.bound``) or the cluster's
+    bound (``cluster_max_wait``), whichever is sooner, then ``forced``; or, when that could not be read
+    (``unread``), after ``drainUnreadableMaxWaitSeconds``."""
     wait = hold.bound(svc, since, now)
     if wait.over:
         message = f"Drains go ahead although {who}: they waited rescaleMaxWaitSeconds ({wait.max_wait} s). {forced}"
         return DrainDecision(1, message, detail, waiting=True, forced=True, unreadable=unread.now)
-    recheck, deadline = wait.requeue(RECHECK_SECONDS), wait.deadline
+    cluster = hold.Wait(wait.since, wait.waited, cluster_max_wait or None)
+    if cluster.over:
+        message = (
+            f"Drains go ahead although {who}: they waited {cluster.max_wait} s, the longest this cluster lets a "
+            f"service hold a node's drain (the operator's {CLUSTER_MAX_WAIT_FLAG}). {forced}"
+        )
+        return DrainDecision(1, message, detail, waiting=True, forced=True, unreadable=unread.now)
+    recheck, deadline = min(wait.requeue(RECHECK_SECONDS), cluster.requeue(RECHECK_SECONDS)), wait.deadline
+    ends = [w.since + timedelta(seconds=w.max_wait) for w in (wait, cluster) if w.max_wait is not None]
+    if cluster.max_wait is not None and (wait.max_wait is None or cluster.max_wait < wait.max_wait):
+        at = min(ends).strftime(coretypes.TIME_FORMAT)
+        deadline = f", or at {at} (this cluster's bound on a held drain, {CLUSTER_MAX_WAIT_FLAG})"
     if unread.now:
         limit = svc.workers.drain_unreadable_max_wait_seconds
         start = unread.since or now
@@ -198,8 +231,9 @@ def _held(
                 f"({limit} s), so nobody knows. {forced}"
             )
             return DrainDecision(1, message, detail, waiting=True, forced=True, unreadable=True)
-        at = (start + timedelta(seconds=limit)).strftime(coretypes.TIME_FORMAT)
-        deadline += f", or at {at} if it still cannot be read (spec.workers.drainUnreadableMaxWaitSeconds)"
+        if not ends or start + timedelta(seconds=limit) < min(ends):
+            at = (start + timedelta(seconds=limit)).strftime(coretypes.TIME_FORMAT)
+            deadline += f", or at {at} if it still cannot be read (spec.workers.drainUnreadableMaxWaitSeconds)"
         recheck = min(recheck, max(0.5, limit - waited))
     message = (
         f"Drains wait: {who}, and {why}. They go ahead {until}{deadline}; set spec.workers.rescalePolicy: "
