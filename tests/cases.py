@@ -394,6 +394,19 @@ BAD_SPECS = [
         "spec.snapshots needs spec.dispatcher.faultTolerantMode true: TensorFlow refuses a snapshot",
     ),
     BadSpec(
+        "journal-inside-snapshots",
+        "dispatcher: {workDir: gs://bucket/tfdata/journal}\nsnapshots: {directory: gs://bucket/tfdata}",
+        "the dispatcher's journal (spec.dispatcher.workDir, /var/lib/tfdata/journal by default) is inside",
+        "the dispatcher's journal (gs://bucket/tfdata/journal, spec.dispatcher.workDir) is inside "
+        "spec.snapshots.directory gs://bucket/tfdata, where trainers read and delete snapshots",
+    ),
+    BadSpec(
+        "default-journal-inside-snapshots",
+        "snapshots: {directory: /var/lib/}",
+        "a DELETE of a snapshot there could remove the journal",
+        "the dispatcher's journal (/var/lib/tfdata/journal, its default) is inside spec.snapshots.directory /var/lib/",
+    ),
+    BadSpec(
         "snapshots-volume-at-a-url",
         "snapshots: {directory: gs://bucket/tfdata, volume: {claimName: shared}}",
         "spec.snapshots.volume is mounted at spec.snapshots.directory, so the directory must be an absolute path",

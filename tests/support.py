@@ -25,6 +25,7 @@ from prometheus_client.samples import Sample
 from tfdata_operator.wire.signals import ServiceSignals
 
 import devcluster
+from fixtures.manifests import service_manifest
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,12 +109,9 @@ def apply_on_fake_dispatcher(
     if kubelet_nodes(kubectl.json("get", "nodes")):
         pytest.skip("this cluster's kubelets report pod status, so a pod cannot be pointed at a fake dispatcher")
     port = int(dispatcher.base.rsplit(":", 1)[1])
-    manifest: dict[str, Any] = {
-        "apiVersion": "tfdata.dev/v1alpha1",
-        "kind": "TFDataService",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {**spec, "dispatcher": {**spec.get("dispatcher", {}), "healthPort": port}},
-    }
+    manifest: dict[str, Any] = service_manifest(
+        name, {**spec, "dispatcher": {**spec.get("dispatcher", {}), "healthPort": port}}, namespace
+    )
     for part, fields in json.loads(on_kwok_nodes("dispatcher", "workers"))["spec"].items():
         manifest["spec"][part] = {**manifest["spec"].get(part, {}), **fields}
     kubectl.apply(manifest)

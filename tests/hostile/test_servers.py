@@ -35,6 +35,7 @@ import pytest
 from support import ROOT, Kubectl, OperatorProcess, Pages, wait_for
 
 from fixtures.hostile import METADATA_PATH, MODES, READS, asked_in, check_clean, hostile_service, written
+from fixtures.manifests import service_manifest
 
 IMAGE_BIN = Path(__file__).resolve().parent / "image" / "bin"
 # What the redirect's target answers: a secret the operator must never fetch, let alone quote.
@@ -65,12 +66,7 @@ def hostile(name: str, namespace: str, mode: str, target: Pages) -> dict[str, An
 
 
 def good(name: str, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "tfdata.dev/v1alpha1",
-        "kind": "TFDataService",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 1}},
-    }
+    return service_manifest(name, {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 1}}, namespace)
 
 
 def pod_log(state_dir: Path, namespace: str, pod: str, container: str) -> str:

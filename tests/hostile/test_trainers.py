@@ -31,6 +31,7 @@ from fixtures.hostile import (
     pod_ready,
     ready_condition,
 )
+from fixtures.manifests import service_manifest
 
 CLIENT = ROOT / "tests" / "e2e" / "clients" / "snapshot_dataset.py"
 SECRET = "TFDATA_TOKEN=kept-from-trainers-hostile-7e2a"
@@ -46,12 +47,9 @@ def snapshot_root(node_disk: Path) -> Path:
 
 
 def service(name: str, directory: Path) -> dict[str, Any]:
-    return {
-        "apiVersion": "tfdata.dev/v1alpha1",
-        "kind": "TFDataService",
-        "metadata": {"name": name},
-        "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 1}, "snapshots": {"directory": str(directory)}},
-    }
+    return service_manifest(
+        name, {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 1}, "snapshots": {"directory": str(directory)}}
+    )
 
 
 def tfsnapshot(name: str, svc: str, snapshot_name: str) -> dict[str, Any]:

@@ -37,6 +37,7 @@ import pytest
 from support import Kubectl, OperatorProcess, holds_for, kubelet_nodes, wait_for
 
 import devcluster
+from fixtures.manifests import service_manifest
 
 # Cluster-wide, so a name of its own for sessions sharing a cluster.
 NODE = f"lost-{secrets.token_hex(3)}"
@@ -65,17 +66,16 @@ def placed_there(replicas: int | None = None) -> dict[str, Any]:
 
 def service(name: str, namespace: str, journal: dict[str, Any] | None = None, **node_loss: Any) -> dict[str, Any]:
     loss = {"replaceAfterSeconds": REPLACE_AFTER, "dispatcherReplaceAfterSeconds": DISPATCHER_AFTER, **node_loss}
-    return {
-        "apiVersion": "tfdata.dev/v1alpha1",
-        "kind": "TFDataService",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
+    return service_manifest(
+        name,
+        {
             "shardingPolicy": "DYNAMIC",
             "nodeLoss": loss,
             "dispatcher": {**placed_there(), **(journal or {})},
             "workers": placed_there(replicas=1),
         },
-    }
+        namespace,
+    )
 
 
 @pytest.fixture(scope="module")

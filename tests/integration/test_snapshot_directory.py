@@ -12,6 +12,8 @@ from typing import Any
 
 from support import Kubectl, OperatorProcess, holds_for, wait_for
 
+from fixtures.manifests import service_manifest
+
 # Longer than one resync (OperatorProcess sets TFDATA_RESYNC_SECONDS=5): the refusal is sampled
 # through at least one reconcile of the second service.
 HOLD_SECONDS = 6.0
@@ -21,12 +23,11 @@ REASON = "SnapshotDirectoryTaken"
 
 
 def service(namespace: str, name: str, directory: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "tfdata.dev/v1alpha1",
-        "kind": "TFDataService",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 1}, "snapshots": {"directory": directory}},
-    }
+    return service_manifest(
+        name,
+        {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 1}, "snapshots": {"directory": directory}},
+        namespace,
+    )
 
 
 def ready(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:

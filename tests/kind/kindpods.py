@@ -217,21 +217,25 @@ def wait_finished(kubectl: Kubectl, namespace: str, name: str, timeout: float) -
 # kube-network-policies (kind's NetworkPolicy plugin) gives a denied connection's first packet an
 # NFQUEUE drop verdict, so a denied client sees its SYN go unanswered: a connect timeout. A
 # refusal (nothing listening), a DNS failure or any other error is not enforcement.
+# Arguments: host, port, and optionally the connect timeout (10 s) and the exit code of a failure
+# (3: a pod's phase says it; 0 under `kubectl exec`, which reads only the word).
 CONNECT = """
 import socket, sys
 host, port = sys.argv[1], int(sys.argv[2])
+timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 10.0
+failed = int(sys.argv[4]) if len(sys.argv) > 4 else 3
 try:
     address = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4]
 except OSError as exc:
-    print("dns", exc); sys.exit(3)
+    print("dns", exc); sys.exit(failed)
 try:
-    socket.create_connection(address, timeout=10).close()
+    socket.create_connection(address, timeout=timeout).close()
 except TimeoutError as exc:
-    print("timeout", address, exc); sys.exit(3)
+    print("timeout", address, exc); sys.exit(failed)
 except ConnectionRefusedError as exc:
-    print("refused", address, exc); sys.exit(3)
+    print("refused", address, exc); sys.exit(failed)
 except OSError as exc:
-    print("error", address, exc); sys.exit(3)
+    print("error", address, exc); sys.exit(failed)
 print("connected", address)
 """
 

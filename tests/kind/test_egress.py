@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from kindpods import READY_TIMEOUT, SERVER_IMAGE, tfdata_service, wait_ready, wait_schedulable
+from kindpods import CONNECT, READY_TIMEOUT, SERVER_IMAGE, tfdata_service, wait_ready, wait_schedulable
 from support import Kubectl, holds_for, wait_for
 
 NAME = "egress"
@@ -33,32 +33,14 @@ while True:
     server.accept()[0].close()
 """
 
-# Run inside a server's container (kubectl exec): one word, as kindpods.CONNECT prints.
-CONNECT = """
-import socket, sys
-host, port = sys.argv[1], int(sys.argv[2])
-try:
-    address = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4]
-except OSError as exc:
-    print("dns", exc); sys.exit(0)
-try:
-    socket.create_connection(address, timeout=5).close()
-except TimeoutError as exc:
-    print("timeout", address, exc); sys.exit(0)
-except OSError as exc:
-    print("error", address, exc); sys.exit(0)
-print("connected", address)
-"""
-
 
 def connect_from(kubectl: Kubectl, namespace: str, pod: str, host: str, port: int) -> str:
     """What a connection from the dispatcher container of ``pod`` to host:port did: connected, timeout,
-    dns or error, and the rest of the line."""
-    result = kubectl.run(
-        "exec", "-n", namespace, pod, "-c", "dispatcher", "--", "python3", "-c", CONNECT, host, str(port), timeout=60
-    )
+    refused, dns or error (``kindpods.CONNECT``), and the rest of the line."""
+    argv = ["exec", "-n", namespace, pod, "-c", "dispatcher", "--", "python3", "-c", CONNECT, host, str(port)]
+    result = kubectl.run(*argv, "5", "0", timeout=60)  # a 5 s connect; a failure is a word, not an exit code
     line = result.stdout.strip()
-    assert line.split(" ", 1)[0] in ("connected", "timeout", "dns", "error"), f"unexpected output: {line!r}"
+    assert line.split(" ", 1)[0] in ("connected", "timeout", "refused", "dns", "error"), f"unexpected output: {line!r}"
     return line
 
 

@@ -46,6 +46,7 @@ from fixtures.hostile import (
     ready_condition,
     written,
 )
+from fixtures.manifests import service_manifest
 
 pytestmark = pytest.mark.kind
 
@@ -152,17 +153,16 @@ def service(name: str, namespace: str, directory: str, claim: str) -> dict[str, 
         "volumeMounts": [{"name": "shared", "mountPath": "/snapshots"}],
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
     }
-    return {
-        "apiVersion": "tfdata.dev/v1alpha1",
-        "kind": "TFDataService",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
+    return service_manifest(
+        name,
+        {
             "shardingPolicy": "DYNAMIC",
             "dispatcher": mounted,
             "workers": {"replicas": 1, **mounted},
             "snapshots": {"directory": directory},
         },
-    }
+        namespace,
+    )
 
 
 def tfsnapshot(name: str, namespace: str, svc: str, snapshot_name: str) -> dict[str, Any]:

@@ -309,6 +309,8 @@ def test_a_snapshots_body_is_kept_without_what_a_tenant_can_grow() -> None:
         "metadata": {
             "name": "s", "namespace": "ml", "uid": "u", "finalizers": ["tfdata.dev/snapshot-data"],
             "creationTimestamp": "2026-11-28T10:00:00Z", "annotations": {"big": "x" * 200_000},
+            "labels": {f"team.example.com/k{i}": "v" * 63 for i in range(2000)}, "generation": 3,
+            "resourceVersion": "41", "ownerReferences": [{"kind": "TFDataService", "name": "svc"}] * 100,
             "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}] * 50,
         },
         "spec": {"service": "svc", "deletionPolicy": "Delete"},
@@ -318,6 +320,6 @@ def test_a_snapshots_body_is_kept_without_what_a_tenant_can_grow() -> None:
     assert kept == {
         "apiVersion": "tfdata.dev/v1alpha1", "kind": "TFDataSnapshot",
         "metadata": {"name": "s", "namespace": "ml", "uid": "u", "finalizers": ["tfdata.dev/snapshot-data"],
-                     "creationTimestamp": "2026-11-28T10:00:00Z"},
+                     "creationTimestamp": "2026-11-28T10:00:00Z", "generation": 3, "resourceVersion": "41"},
         "spec": {"service": "svc", "deletionPolicy": "Delete"}, "status": {"state": "COMPLETED"},
     }  # fmt: skip

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdata_operator.api import coretypes
+from tfdata_operator.api import coretypes, paths
 from tfdata_operator.api.quantity import canonical as canonical_quantity
 from tfdata_operator.wire import serverconfig
 from tfdata_operator.wire.sharding import SHARDING_POLICIES, STATIC_POLICIES
@@ -547,6 +547,16 @@ def parse(body: Mapping[str, Any], default_image: str | None, *, allow_host_path
                 "through a URL. Remove spec.dispatcher.workDir (the journal volume), set it to a path, or set "
                 "minReplicas to 1 or more"
             )
+    journal = dispatcher.work_dir or (f"{JOURNAL_MOUNT}/journal" if dispatcher.storage.enabled else None)
+    where = paths.relation(journal, snapshots.directory) if snapshots is not None and journal is not None else None
+    if snapshots is not None and dispatcher.fault_tolerant_mode and where in ("the same as", "inside"):
+        named = "spec.dispatcher.workDir" if dispatcher.work_dir else "its default"
+        problems.append(
+            f"the dispatcher's journal ({journal}, {named}) "
+            f"is {where} spec.snapshots.directory {snapshots.directory}, where trainers read and delete snapshots: "
+            "a DELETE of a snapshot there could remove the journal. Set spec.dispatcher.workDir (or "
+            "spec.snapshots.directory) so that neither lies inside the other"
+        )
     if snapshots is not None and not dispatcher.fault_tolerant_mode:
         problems.append(
             "spec.snapshots needs spec.dispatcher.faultTolerantMode true: TensorFlow refuses a snapshot "

@@ -48,10 +48,16 @@ def trim(body: Mapping[str, Any]) -> Manifest:
     return {**{k: v for k, v in body.items() if k != "metadata"}, "metadata": meta}
 
 
+# What the operator reads of a TFDataSnapshot's metadata; labels, annotations and managedFields,
+# which a tenant can grow to the object's ~1.5 MB, it keeps none of.
+_SNAPSHOT_META = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+                  "deletionTimestamp", "finalizers")  # fmt: skip
+
+
 def trim_snapshot(body: Mapping[str, Any]) -> Manifest:
-    """A TFDataSnapshot as the operator keeps it: its spec, status, finalizers and identity; no
-    annotations (it reads none), no managedFields."""
-    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k not in ("managedFields", "annotations")}
+    """A TFDataSnapshot as the operator keeps it: its spec, status, finalizers and identity
+    (``_SNAPSHOT_META``), nothing else of its metadata."""
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k in _SNAPSHOT_META}
     return {
         "apiVersion": API_VERSION,
         "kind": SNAPSHOT_KIND,

@@ -17,13 +17,14 @@ Pure: the controller gathers the other services' directories from its cache (``c
 
 from __future__ import annotations
 
-import functools
-import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tfdata_operator.api.paths import place, relation
 from tfdata_operator.wire import discovery
+
+__all__ = ["DirectoryClaim", "Taken", "claim_of", "place", "published", "relation", "root", "shares", "taken"]
 
 
 @dataclass(frozen=True)
@@ -82,36 +83,11 @@ class Taken:
     message: str
 
 
-@functools.lru_cache(maxsize=4096)  # every reconcile of a service with snapshots compares it with all the others
-def place(directory: str) -> tuple[str, tuple[str, ...]]:
-    """A directory as compared: its scheme ("" for a local path; ``file://`` is local) and its segments,
-    without empty ones, ``.``, or a ``..`` with what it cancels (``gs://b/a/`` is ``gs://b/a``)."""
-    scheme, sep, rest = directory.partition("://")
-    if not sep or scheme.lower() == "file":
-        scheme, rest = "", directory if not sep else rest
-    normal = posixpath.normpath("/" + rest)
-    return scheme.lower(), tuple(s for s in normal.split("/") if s)
-
-
 def root(directory: str) -> tuple[str, str]:
     """Where a directory is looked for: its scheme and its first name (a bucket; "" for ``/`` or ``gs://``).
     Two directories nested or equal have one root, or one of them has an empty first name."""
     scheme, segments = place(directory)
     return scheme, segments[0] if segments else ""
-
-
-def relation(mine: str, other: str) -> str | None:
-    """How directory ``mine`` lies to ``other``: "the same as", "inside", "contains", or None (apart)."""
-    a, b = place(mine), place(other)
-    if a[0] != b[0]:
-        return None
-    if a[1] == b[1]:
-        return "the same as"
-    if a[1][: len(b[1])] == b[1]:
-        return "inside"
-    if b[1][: len(a[1])] == a[1]:
-        return "contains"
-    return None
 
 
 def shares(mine: DirectoryClaim, other: DirectoryClaim) -> bool:
