@@ -5,16 +5,26 @@ would share one journal (DYNAMIC), or one would delete the other's static journa
 (``tfserver.prune_old_journals``). So before a dispatcher touches its journal it claims the
 workDir: ``serverconfig.OWNER_MARKER_NAME`` there names the service (``<namespace>/<name>``), and
 a dispatcher whose marker names another service does not start.
+
+Two dispatchers that claim a new workDir at the same moment both find no marker and both write
+one; the last write stands. So a dispatcher that wrote the marker reads it back only after
+``SETTLE_SECONDS``: by then the other's write (which follows its own read of "no marker" by
+moments, not seconds) has landed, and exactly one of them finds its own name. The store has no
+create-if-absent that works for every file system TensorFlow writes to (``gs://`` among them).
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 # What the marker may say that is quoted back; a service identity is at most 317 characters.
 _QUOTED = 320
+# How long a dispatcher that wrote the marker waits before it reads it back (once per new workDir).
+SETTLE_SECONDS = 2.0
 
 
 class MarkerStore(Protocol):
@@ -51,7 +61,13 @@ def refusal(marker_path: str, other: str, owner: str) -> str:
     )
 
 
-def claim(fs: MarkerStore, marker_path: str, owner: str, log: logging.Logger) -> str | None:
+def claim(
+    fs: MarkerStore,
+    marker_path: str,
+    owner: str,
+    log: logging.Logger,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
     """Claims the workDir for ``owner``; returns why the dispatcher must not start, or None.
 
     A marker that cannot be read or written (the store failing) is logged and the dispatcher
@@ -70,7 +86,8 @@ def claim(fs: MarkerStore, marker_path: str, owner: str, log: logging.Logger) ->
         if decide(marker, owner) is Verdict.CLAIM:
             fs.write(marker_path, f"{owner}\n".encode())
             wrote = True
-            marker = read()  # another service may have claimed it at the same moment
+            sleep(SETTLE_SECONDS)  # another service may be claiming it at the same moment: its write lands
+            marker = read()
     except Exception as exc:  # the file system's own errors: tf.errors.OpError and friends
         log.warning("could not check the owner marker %s (%s); starting anyway", marker_path, exc)
         return None
