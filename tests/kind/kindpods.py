@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,6 +86,33 @@ def start_pod(
         },
     }
     kubectl.apply(pod)
+
+
+# Saves (i, i*i + 7) for i in range(elements) to a tf.data snapshot through a service, or loads it back.
+SNAPSHOT_TRAINER = (Path(__file__).resolve().parents[1] / "e2e" / "clients" / "snapshot_dataset.py").read_text()
+
+
+def snapshot_trainer(
+    kubectl: Kubectl, namespace: str, pod: str, service: str, *args: str, node: str | None = None
+) -> str:
+    """Runs SNAPSHOT_TRAINER (``args``) in a pod (on ``node``) with the settings of the TFDataService
+    ``service`` and the claim "shared" at /snapshots (``shared_claim``); its log, once it succeeded."""
+    pod_spec: dict[str, Any] = {"volumes": [{"name": "snapshots", "persistentVolumeClaim": {"claimName": "shared"}}]}
+    if node is not None:
+        pod_spec["nodeSelector"] = {HOSTNAME: node}
+    start_pod(
+        kubectl, namespace, pod, {"tfdata.dev/client": service}, SNAPSHOT_TRAINER, *args,
+        envFrom=[{"configMapRef": {"name": f"{service}-client"}}],
+        volumeMounts=[{"name": "snapshots", "mountPath": "/snapshots"}], pod_spec=pod_spec,
+    )  # fmt: skip
+    phase, log = wait_finished(kubectl, namespace, pod, 300)
+    assert phase == "Succeeded", log[-3000:]
+    return log
+
+
+def snapshot_status(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    """The status of the TFDataSnapshot ``name`` ({} before the operator wrote one)."""
+    return (kubectl.get("tfdatasnapshot", name, "-n", namespace) or {}).get("status") or {}
 
 
 # Reads range(count) through the service under a sharding policy (DYNAMIC, or a static one), one

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-from kindpods import HOSTNAME, logs, shared_claim, start_pod, tfdata_service, wait_finished, wait_ready
+from kindpods import logs, shared_claim, snapshot_trainer, tfdata_service, wait_ready
+from kindpods import snapshot_status as status
 from support import Kubectl, wait_for
 
 pytestmark = pytest.mark.kind
 
-TRAINER = (Path(__file__).resolve().parents[1] / "e2e" / "clients" / "snapshot_dataset.py").read_text()
 SERVICE = "snapper"
 ELEMENTS = 300
 # Per element, on the workers: 300 elements over 2 workers take about 15 s.
@@ -37,22 +35,7 @@ def claim(kubectl: Kubectl, namespace: str) -> Iterator[str]:
 
 
 def trainer(kubectl: Kubectl, namespace: str, pod: str, *args: str, node: str | None = None) -> str:
-    """Runs the trainer script in a pod (on ``node``) with the service's settings and the shared claim; its log."""
-    pod_spec: dict[str, Any] = {"volumes": [{"name": "snapshots", "persistentVolumeClaim": {"claimName": "shared"}}]}
-    if node is not None:
-        pod_spec["nodeSelector"] = {HOSTNAME: node}
-    start_pod(
-        kubectl, namespace, pod, {"tfdata.dev/client": SERVICE}, TRAINER, *args,
-        envFrom=[{"configMapRef": {"name": f"{SERVICE}-client"}}],
-        volumeMounts=[{"name": "snapshots", "mountPath": "/snapshots"}], pod_spec=pod_spec,
-    )  # fmt: skip
-    phase, log = wait_finished(kubectl, namespace, pod, 300)
-    assert phase == "Succeeded", log[-3000:]
-    return log
-
-
-def status(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
-    return (kubectl.get("tfdatasnapshot", name, "-n", namespace) or {}).get("status") or {}
+    return snapshot_trainer(kubectl, namespace, pod, SERVICE, *args, node=node)
 
 
 def test_a_snapshot_written_across_nodes_survives_a_lost_worker_loads_once_and_deletes_safely(

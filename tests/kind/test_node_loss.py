@@ -16,7 +16,10 @@ them (docs/operations.md: the split-brain argument).
   replaced, the same journal stays, and a reader's job goes on;
 - a node tainted node.kubernetes.io/out-of-service once it is frozen (what a person or a fencing
   agent does once the node is known to be off): the dispatcher is replaced within seconds, its old
-  journal's volume kept (reclaim Retain), and the reader's job on the old journal fails.
+  journal's volume kept (reclaim Retain), and the reader's job on the old journal fails;
+- a worker node frozen while a snapshot is written, past replaceAfterSeconds: the worker is kept
+  (KeptForSnapshot), not replaced by a second writer of its stream; thawed, the snapshot completes
+  with every element once.
 
 The services pin their pods with nodeSelectors: the control plane (the API server and the
 operator run there) is never frozen, and the pod that loses its node has another node to go to.
@@ -40,6 +43,9 @@ from kindpods import (
     listing,
     logs,
     pod_nodes,
+    shared_claim,
+    snapshot_status,
+    snapshot_trainer,
     start_reader,
     tfdata_service,
     wait_finished,
@@ -315,3 +321,105 @@ def test_a_node_known_to_be_off_has_its_dispatcher_replaced_within_seconds_and_i
     figures = {"node": node, "out_of_service_to_ready_elsewhere_s": round(replaced_after, 1), "volume_kept": volume,
                "reader_error": reader_error}  # fmt: skip
     print(f"\nnode known to be off: {json.dumps(figures)}")
+
+
+def workers_condition(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    svc = kubectl.json("get", f"tfdata/{name}", "-n", namespace)
+    return next((c for c in svc.get("status", {}).get("conditions", []) if c["type"] == "WorkersReady"), {})
+
+
+def test_a_worker_node_frozen_while_a_snapshot_is_written_gets_no_second_writer(
+    kubectl: Kubectl, lab: tuple[str, list[str]], namespace_unwatched: str, thaw: list[str]
+) -> None:
+    """A service with spec.snapshots and replaceAfterSeconds at its least (30 s), its workers on the two
+    pool nodes, writes a snapshot; one worker's node is frozen with its stream unfinished. Past the
+    unreachable taint plus 30 s the worker is still the same pod (no second writer of its stream, at
+    the same address), sampled until 20 s past that; WorkersReady says KeptForSnapshot and a Warning
+    Event of that reason is sent once. Thawed, the same worker finishes its stream: the snapshot
+    completes with both streams and every element once.
+
+    TensorFlow's own worker timeout is set to 10 minutes: with its default the dispatcher hands a
+    silent worker's stream to the other worker after a while, and the snapshot could end during the
+    freeze; the operator's decision, not TensorFlow's, is under test here."""
+    began = time.monotonic()
+    plane = lab[0]
+    ns, name, count = namespace_unwatched, "frozensnap", 600
+    volume = shared_claim(kubectl, ns, f"shared-{ns}")
+    try:
+        body = service(name, ns, 2, "DYNAMIC", {POOL: "yes"}, {"kubernetes.io/hostname": plane})
+        body["spec"]["snapshots"] = {"directory": "/snapshots", "volume": {"claimName": "shared"}}
+        body["spec"]["nodeLoss"] = {"replaceAfterSeconds": 30}
+        body["spec"]["dispatcher"]["workerTimeoutMs"] = 600_000
+        kubectl.apply(body)
+        wait_ready(kubectl, ns, name)
+        placed = pod_nodes(kubectl, ns, name)
+        node = placed[f"{name}-worker-1"]
+        assert placed[f"{name}-worker-0"] != node, placed
+        worker = kubectl.json("get", "pod", f"{name}-worker-1", "-n", ns)["metadata"]["uid"]
+
+        snapshot = f"{ns}-frozen"  # the shared directory is every namespace's: a name of its own
+        kubectl.apply({"apiVersion": "tfdata.dev/v1alpha1", "kind": "TFDataSnapshot",
+                       "metadata": {"name": "frozen", "namespace": ns},
+                       "spec": {"service": name, "snapshotName": snapshot, "deletionPolicy": "Delete"}})  # fmt: skip
+        saved = snapshot_trainer(kubectl, ns, "save", name, "save", snapshot, name, f"--elements={count}",
+                                 "--sleep-us=100000", node=plane)  # fmt: skip
+        assert f"saved /snapshots/{snapshot}" in saved, saved
+        # Both workers took a stream and neither finished: 600 elements at 0.1 s take 30 s over two.
+        writing = ("IN_PROGRESS", 2, 0)
+        wait_for(lambda: snapshot_status(kubectl, ns, "frozen"), 60, "two streams started, none finished",
+                 until=lambda s: (s.get("state"), s.get("streamsTotal"), s.get("streamsDone", 0)) == writing,
+                 interval=0.5)  # fmt: skip
+
+        thaw.append(node)
+        node_action(kubectl, "freeze", node)
+        frozen = time.monotonic()
+        since = wait_for(lambda: unreachable_since(kubectl, node), 120, f"{node} marked unreachable", interval=1)
+        tainted_after = time.monotonic() - frozen
+
+        def seen() -> tuple[Any, ...]:
+            pods = pod_nodes(kubectl, ns, name)
+            uid = kubectl.json("get", "pod", f"{name}-worker-1", "-n", ns)["metadata"]["uid"]
+            said = events(kubectl, ns, name)
+            return (uid, sorted(pods), snapshot_status(kubectl, ns, "frozen").get("state"),
+                    workers_condition(kubectl, ns, name).get("reason"), [(t, r) for t, r, _ in said])  # fmt: skip
+
+        def kept(now: tuple[Any, ...]) -> bool:
+            uid, pods, state, _, said = now
+            workers = [p for p in pods if "-worker-" in p]
+            return (uid == worker and workers == [f"{name}-worker-0", f"{name}-worker-1"] and state == "IN_PROGRESS"
+                    and not any(r == "ReplacedLostPod" for _, r in said))  # fmt: skip
+
+        # Due at the taint plus 30 s (the operator's clock: the taint's timeAdded); sampled until 20 s past it.
+        due_in = 30 - (time.monotonic() - frozen - tainted_after)
+        samples = holds_for(seen, max(1.0, due_in), "the worker kept before replaceAfterSeconds", kept, interval=1)
+        warning = ("Warning", "KeptForSnapshot")
+        said = wait_for(seen, 30, "WorkersReady KeptForSnapshot and its Warning", interval=1,
+                        until=lambda now: now[3] == "KeptForSnapshot" and warning in now[4])  # fmt: skip
+        assert kept(said), said
+        samples += holds_for(seen, 20, "the worker kept while the snapshot is written",
+                             lambda now: kept(now) and now[3] == "KeptForSnapshot", interval=1)  # fmt: skip
+        warned = [m for t, r, m in events(kubectl, ns, name) if (t, r) == ("Warning", "KeptForSnapshot")]
+        assert len(warned) == 1 and f"{name}-worker-1" in warned[0] and snapshot in warned[0], warned
+        held = time.monotonic() - frozen
+
+        node_action(kubectl, "thaw", node)
+        thaw.remove(node)
+        thawed = time.monotonic()
+        kubectl.run("wait", "--for=condition=Ready", f"node/{node}", "--timeout=180s", timeout=200)
+        done = wait_for(lambda: snapshot_status(kubectl, ns, "frozen"), 180, "the snapshot to end",
+                        until=lambda s: s.get("state") in ("COMPLETED", "FAILED", "ABANDONED"), interval=1)  # fmt: skip
+        completed_after = time.monotonic() - thawed
+        assert (done["state"], done["elements"], done["streams"]) == ("COMPLETED", count, "2/2"), done
+        assert kubectl.json("get", "pod", f"{name}-worker-1", "-n", ns)["metadata"]["uid"] == worker
+        assert not [e for e in events(kubectl, ns, name) if e[1] == "ReplacedLostPod"]
+        loaded = snapshot_trainer(kubectl, ns, "load", name, "load", snapshot, name, node=plane)
+        got = sorted(line.split(" ", 1)[1] for line in loaded.splitlines() if line.startswith("element "))
+        assert got == sorted(f"{i},{i * i + 7}" for i in range(count)), loaded[-2000:]
+        kubectl.run("delete", "tfsnap", "frozen", "-n", ns, "--timeout=90s", timeout=100)
+    finally:
+        kubectl.run("delete", "pv", volume, "--wait=false", check=False)
+    figures = {"node": node, "unreachable_taint_after_s": round(tainted_after, 1), "taint_time": since,
+               "frozen_s": round(held, 1), "hold_samples": samples, "replaced": 0,
+               "completed_after_thaw_s": round(completed_after, 1), "elements": done["elements"],
+               "case_s": round(time.monotonic() - began, 1)}  # fmt: skip
+    print(f"\nworker node frozen while a snapshot is written: {json.dumps(figures)}")

@@ -156,7 +156,9 @@ RULES = [
      ("ReplacedLostPod", None, None, None, "ReplacedLostPod", None)),
     ("worker, node deleted at once", {}, "demo-worker-1", ("deleted", 0), None, None,
      ("ReplacedLostPod", None, None, None, "ReplacedLostPod", None)),
-    ("worker, due while a snapshot is written: waits", {}, "demo-worker-1", (None, 900), None, SAVING,
+    ("worker, due while a snapshot is written: kept", {}, "demo-worker-1", (None, 900), None, SAVING,
+     (None, None, None, None, "KeptForSnapshot", 10.0)),
+    ("worker, not yet due while a snapshot is written", {}, "demo-worker-1", (None, 20), None, SAVING,
      (None, None, None, None, "NodeUnreachable", 10.0)),
     ("worker, out-of-service while a snapshot is written", {}, "demo-worker-1", (OUT, 0), None, SAVING,
      ("ReplacedLostPod", None, None, None, "ReplacedLostPod", None)),
@@ -224,6 +226,18 @@ def test_the_rule(
     assert (decided.dispatcher.reason if decided.dispatcher else None) == dispatcher
     assert (decided.workers.reason if decided.workers else None) == workers
     assert decided.requeue_after == requeue
+
+
+def test_a_worker_kept_for_a_snapshot_is_the_reason_whatever_else_waits() -> None:
+    """Of two workers on lost nodes, one due and kept while a snapshot is written and one not yet due,
+    in either order: the workers' reason is the wait that only certainty ends."""
+    svc = parse(shardingPolicy="DYNAMIC")
+    nodes = {"node-a": node(tainted_ago=900), "node-b": node("node-b", tainted_ago=20)}
+    kept_one, pending = pod("demo-worker-0"), pod("demo-worker-1", on="node-b")
+    for pods in ([kept_one, pending], [pending, kept_one]):
+        decided = nodeloss.decide(svc, nodeloss.lost_pods(pods, nodes), None, NOW, SAVING)
+        assert decided.replace == []
+        assert decided.workers is not None and decided.workers.reason == "KeptForSnapshot"
 
 
 def test_what_is_read_for_the_decision() -> None:
@@ -477,11 +491,18 @@ def test_out_of_service_replaces_at_once_and_a_snapshot_being_written_holds_a_gu
         observed = reconcile.Observed(api.observed().objects, [disp, lost])
         return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
 
+    def node_loss_calls() -> list[tuple[str, str]]:
+        return [c for c in api.take_calls() if c[0] == "force-delete" or c in (("event", "KeptForSnapshot"),)]
+
     run()
-    assert not [c for c in api.take_calls() if c[0] == "force-delete"]
+    assert node_loss_calls() == [("event", "KeptForSnapshot")]
     assert reads, "the snapshots were read for the worker due on a guess"
     workers = next(c for c in api.status["conditions"] if c["type"] == "WorkersReady")  # type: ignore[index]
-    assert workers["reason"] == "NodeUnreachable" and "snapshot gs://b/snaps/a is being written" in workers["message"]
+    assert workers["reason"] == "KeptForSnapshot" and "snapshot gs://b/snaps/a is being written" in workers["message"]
+    assert api.events[-1][0] == "Warning" and "snapshot gs://b/snaps/a is being written" in api.events[-1][2]
+    readers.clock.now += reconcile.NODE_READ_SECONDS  # type: ignore[attr-defined]
+    run()
+    assert not node_loss_calls(), "kept, and warned only once"
 
     with_node(api, 1, taint=nodeloss.OUT_OF_SERVICE_TAINT)
     readers.clock.now += reconcile.NODE_READ_SECONDS  # type: ignore[attr-defined]

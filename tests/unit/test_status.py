@@ -356,3 +356,13 @@ def test_a_lost_dispatcher_node_is_said_at_once_while_its_statefulset_still_coun
     said = conditions(status.compute_status(parse(), body(), servers, SETTINGS, "T1"))
     assert (said["DispatcherReady"]["status"], said["DispatcherReady"]["reason"]) == ("False", "DispatcherNodeLost")
     assert said["Ready"]["status"] == "False"
+
+
+def test_a_worker_kept_for_a_snapshot_is_said_while_its_statefulset_still_counts_the_pod_ready() -> None:
+    """A worker on an unreachable node, kept while a snapshot is written: WorkersReady says KeptForSnapshot
+    even where the StatefulSet has not counted again (its Warning is sent once, on that reason)."""
+    kept = Finding(reasons.KEPT_FOR_SNAPSHOT, "pod w-1: its node n1 has been unreachable since T, but ...")
+    servers = status.Servers(sts(1, 1), sts(2, 2), workers_problem=kept)
+    said = conditions(status.compute_status(parse(), body(), servers, SETTINGS, "T1"))
+    assert (said["WorkersReady"]["status"], said["WorkersReady"]["reason"]) == ("False", "KeptForSnapshot")
+    assert said["Ready"]["status"] == "False"

@@ -43,6 +43,10 @@ UNSUPPORTED_IMAGE = "UnsupportedImage"
 # A pod's node is unreachable (spec.nodeLoss): replaced once replaceAfterSeconds have passed; or,
 # with spec.nodeLoss.dispatcher Wait, the dispatcher's, left for a person.
 NODE_UNREACHABLE = "NodeUnreachable"
+# A worker whose node is unreachable past replaceAfterSeconds, kept while a snapshot is written (a
+# replacement would be a second writer of its stream): it goes once the node is known to be off. The
+# condition's reason, and a Warning Event of the same reason, once.
+KEPT_FOR_SNAPSHOT = "KeptForSnapshot"
 DISPATCHER_NODE_LOST = "DispatcherNodeLost"
 # Kubernetes' own, used when its object names none.
 FAILED_CREATE = "FailedCreate"

@@ -450,12 +450,20 @@ def replace_lost_pods(run: Run) -> bool:
     for worker in nodeloss.stranded_workers(run.node_loss, dispatcher_pod, run.children.pods_of(builders.WORKER)):
         why = "it was registered with the dispatcher pod lost with its node, and would not reach the new one"
         _replace_pod(run, worker, reasons.RESTARTED_STALE_WORKER, why)
-    dispatcher = run.node_loss.dispatcher
+    # Waits that only certainty ends: a Warning each, once (not again while the condition says so).
+    dispatcher, workers = run.node_loss.dispatcher, run.node_loss.workers
     if dispatcher is not None and dispatcher.reason == reasons.DISPATCHER_NODE_LOST:
-        old = (run.body.get("status") or {}).get("conditions") or []
-        if not any(c.get("type") == reasons.DISPATCHER_READY and c.get("reason") == dispatcher.reason for c in old):
-            run.record(dispatcher.reason, f"The dispatcher's {dispatcher.message}", "Warning")
+        _warn_once(run, reasons.DISPATCHER_READY, dispatcher.reason, f"The dispatcher's {dispatcher.message}")
+    if workers is not None and workers.reason == reasons.KEPT_FOR_SNAPSHOT:
+        _warn_once(run, reasons.WORKERS_READY, workers.reason, f"Kept worker {workers.message}")
     return True
+
+
+def _warn_once(run: Run, condition: str, reason: str, message: str) -> None:
+    """A Warning Event, unless the service's ``condition`` already has that reason (it was sent then)."""
+    old = (run.body.get("status") or {}).get("conditions") or []
+    if not any(c.get("type") == condition and c.get("reason") == reason for c in old):
+        run.record(reason, message, "Warning")
 
 
 def _stranded_dispatcher(run: Run, pod: Manifest) -> nodeloss.Lost | None:

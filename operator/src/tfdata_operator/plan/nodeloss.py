@@ -16,7 +16,7 @@ What is certain and what is guessed (Kubernetes' non-graceful node shutdown, KEP
 - Guessed: only the unreachable taint, for a while. A node that is slow (a kubelet starved of memory,
   a switch flap) looks the same, and comes back with its pods still running. So on a guess only
   what holds no state goes: a worker after ``replaceAfterSeconds``, unless a snapshot is being written
-  (its stream would get a second writer). The dispatcher, with ``Recover``, after
+  (its stream would get a second writer: it is kept, ``KeptForSnapshot``). The dispatcher, with ``Recover``, after
   ``dispatcherReplaceAfterSeconds`` (300 s, Kubernetes' own eviction, by default), and only where a
   second dispatcher cannot write the same journal: none kept, or a journal only the lost node reaches
   (which is kept: its volume is set to ``Retain`` before its claim is let go, and the status and a
@@ -328,14 +328,15 @@ def decide(
             workers.append(f"pod {one.name}: {where}; it is replaced at {at} ({_setting(svc, False)}), or at once "
                            f"when {CERTAINTY}")  # fmt: skip
             waits.append(max(0.5, min(RECHECK_SECONDS, setting - (now - one.since).total_seconds())))
-            workers_reason = reasons.NODE_UNREACHABLE
+            if workers_reason != reasons.KEPT_FOR_SNAPSHOT:  # the wait that ends only on certainty says so
+                workers_reason = reasons.NODE_UNREACHABLE
         elif saving is not None:
             workers.append(
                 f"pod {one.name}: {where}, but {saving}: a new worker would write the same stream while the one on "
                 f"that node may still be writing it. It is replaced once {CERTAINTY}"
             )
             waits.append(RECHECK_SECONDS)
-            workers_reason = reasons.NODE_UNREACHABLE
+            workers_reason = reasons.KEPT_FOR_SNAPSHOT
         else:
             why = (f"Deleted pod {one.name}: {where} (over {_setting(svc, False)}; a worker keeps no state, so "
                    "a node that is only slow loses nothing); its StatefulSet recreates it on another node")  # fmt: skip

@@ -113,8 +113,9 @@ _EXPLAINABLE = frozenset({reasons.DISPATCHER_NOT_READY, reasons.DISPATCHER_RESTA
 
 # Findings that hold even while the StatefulSet still counts the pod ready: the node lifecycle
 # controller marks a lost node's pods not ready before the StatefulSet controller counts again, and
-# the dispatcher on it serves nobody from the moment the node is unreachable.
-_OVERRIDING = frozenset({reasons.DISPATCHER_NODE_LOST})
+# the dispatcher on it serves nobody from the moment the node is unreachable; nor does a worker kept
+# there while a snapshot is written.
+_OVERRIDING = frozenset({reasons.DISPATCHER_NODE_LOST, reasons.KEPT_FOR_SNAPSHOT})
 
 
 def explained(condition: Condition, problem: Finding | None) -> Condition:
