@@ -194,8 +194,8 @@ def test_a_child_the_api_server_refuses_changes_nothing_and_says_why(status: int
 
 
 def test_a_refusal_too_long_for_the_status_warns_once_and_writes_the_status_once() -> None:
-    # An admission webhook's answer: many lines, and more than a condition's message may hold.
-    message = 'admission webhook "policy.example.com" denied the request:\n' + "- a rule was broken\n" * 2_000
+    # The API server's validation of a child with many errors: many lines, more than a condition's message holds.
+    message = 'StatefulSet.apps "demo-worker" is invalid:\n' + "- a rule was broken\n" * 2_000
     api = FakeApi()
     api.refuse[("StatefulSet", "demo-worker")] = ApiException(status=422, body=json.dumps({"message": message}))
     run(api, service())
@@ -204,11 +204,114 @@ def test_a_refusal_too_long_for_the_status_warns_once_and_writes_the_status_once
         ("status", "demo"),
     ]
     ready = next(c for c in api.status["conditions"] if c["type"] == "Ready")  # type: ignore[index]
-    assert "denied the request: - a rule was broken - a rule" in ready["message"]
+    assert "is invalid: - a rule was broken - a rule" in ready["message"]
     assert len(ready["message"]) <= 32768 and ready["message"].endswith("…")
     run(api, service())
     # What was written is what the next reconcile computes: no second Warning, no second write.
     assert [c for c in api.take_calls() if c[0] not in ("dry-run", "find")] == []
+
+
+# The answer kube-apiserver 1.34.4 sends when a ValidatingAdmissionPolicy refuses the worker StatefulSet's scale
+# (tests/unit/test_admission.py has it whole, and the webhook's).
+POLICY_SAYS = "the number of replicas is fixed in this namespace"
+POLICY_DENIED = {
+    "kind": "Status",
+    "status": "Failure",
+    "message": "statefulsets.apps \"demo-worker\" is forbidden: ValidatingAdmissionPolicy 'fixed' with binding "
+    f"'fixed-ml' denied request: {POLICY_SAYS}",
+    "reason": "Invalid",
+    "code": 422,
+}
+
+
+def denied_by_policy() -> ApiException:
+    return ApiException(status=422, reason="Unprocessable Entity", body=json.dumps(POLICY_DENIED))
+
+
+def ready_condition(api: FakeApi) -> dict[str, Any]:
+    return next(c for c in api.status["conditions"] if c["type"] == "Ready")  # type: ignore[index]
+
+
+def test_a_child_refused_by_admission_is_said_so_once_changes_nothing_and_is_retried() -> None:
+    api = FakeApi()
+    run(api, service())
+    api.take_calls()
+    before = copy.deepcopy(api.objects)
+    api.refuse[("StatefulSet", "demo-worker")] = denied_by_policy()
+    outcome = run(api, service(workers={"replicas": 3}))
+    assert api.take_calls() == [
+        ("dry-run", "StatefulSet/demo-worker"),
+        ("event", "ChildRefusedByAdmission"),
+        ("status", "demo"),
+    ]
+    # Retried with the queue's back-off (not a spec error that waits for the next edit), nothing changed.
+    assert outcome.retry and outcome.result == "refused"
+    assert api.objects == before
+    ready = ready_condition(api)
+    assert (ready["status"], ready["reason"]) == ("False", "ChildRefusedByAdmission")
+    assert "refused the StatefulSet demo-worker: ValidatingAdmissionPolicy 'fixed'" in ready["message"]
+    assert POLICY_SAYS in ready["message"] and "cluster administrator" in ready["message"]
+    assert api.events[-1] == ("Warning", "ChildRefusedByAdmission", ready["message"])
+    # The retries say nothing new: no second Warning, no write.
+    again = run(api, service(workers={"replicas": 3}))
+    assert api.take_calls() == [("dry-run", "StatefulSet/demo-worker")] and again.retry
+    # The policy gone, the next retry scales and the refusal is over.
+    del api.refuse[("StatefulSet", "demo-worker")]
+    done = run(api, service(workers={"replicas": 3}))
+    assert not done.retry and api.objects[("StatefulSet", "demo-worker")]["spec"]["replicas"] == 3
+    assert ready_condition(api)["reason"] != "ChildRefusedByAdmission"
+
+
+def test_a_refusal_by_admission_is_never_taken_for_a_field_that_needs_a_recreation() -> None:
+    # A webhook quoting the API server's own words for an immutable field: another controller refused, so
+    # the StatefulSet is not deleted to be made anew.
+    api = FakeApi()
+    run(api, service())
+    api.take_calls()
+    said = (
+        'admission webhook "v.example.com" denied the request: spec: Forbidden: updates to statefulset spec for '
+        "fields other than 'replicas' are forbidden"
+    )
+    api.refuse[("StatefulSet", "demo-worker")] = ApiException(status=403, body=json.dumps({"message": said}))
+    outcome = run(api, service(workers={"replicas": 3}))
+    assert [c for c in api.take_calls() if c[0] == "delete"] == []
+    assert outcome.retry and ("StatefulSet", "demo-worker") in api.objects
+
+
+def test_kueues_label_on_the_refused_statefulset_names_kueues_fix() -> None:
+    api = FakeApi()
+    run(api, service())
+    api.objects[("StatefulSet", "demo-worker")]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "default"
+    said = (
+        'admission webhook "vstatefulset.kb.io" denied the request: spec.replicas: Invalid value: 3: field is immutable'
+    )
+    api.refuse[("StatefulSet", "demo-worker")] = ApiException(status=403, body=json.dumps({"message": said}))
+    run(api, service(workers={"replicas": 3}))
+    message = ready_condition(api)["message"]
+    assert said in message and "integrations.externalFrameworks" in message and "docs/training-runs.md" in message
+
+
+def test_a_refusal_by_admission_after_the_dry_run_is_said_after_the_changes_that_were_made() -> None:
+    # Two changes: the dry runs pass, then the worker StatefulSet's apply is refused (a policy created meanwhile).
+    api = FakeApi()
+    run(api, service())
+    api.take_calls()
+    api.refuse_apply[("StatefulSet", "demo-worker")] = denied_by_policy()
+    outcome = run(api, service(workers={"replicas": 3}, dispatcher={"port": 5051}))
+    calls = api.take_calls()
+    assert ("apply", "StatefulSet/demo-dispatcher") in calls and ("apply", "StatefulSet/demo-worker") in calls
+    assert calls[-2:] == [("event", "ChildRefusedByAdmission"), ("status", "demo")]
+    assert outcome.retry and outcome.result == "refused"
+    assert api.objects[("StatefulSet", "demo-worker")]["spec"]["replicas"] == 2
+    assert "refused the StatefulSet demo-worker" in ready_condition(api)["message"]
+
+
+def test_an_error_of_the_api_server_while_applying_is_still_raised_for_a_retry() -> None:
+    api = FakeApi()
+    run(api, service())
+    api.refuse_apply[("StatefulSet", "demo-worker")] = ApiException(status=500, reason="Internal Server Error")
+    with pytest.raises(ApiException):
+        run(api, service(workers={"replicas": 3}))
 
 
 def test_a_foreign_object_whose_merge_with_the_child_is_refused_is_a_name_conflict() -> None:

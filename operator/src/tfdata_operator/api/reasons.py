@@ -31,6 +31,9 @@ INVALID_SPEC = "InvalidSpec"
 NAME_CONFLICT = "NameConflict"
 # spec.snapshots.directory is another TFDataService's, or nested with it (plan/snapshotdir.py): the same.
 SNAPSHOT_DIRECTORY_TAKEN = "SnapshotDirectoryTaken"
+# Another admission controller of the cluster (a webhook, a ValidatingAdmissionPolicy) refused a child
+# (plan/admission.py): the same, and tried again with the work queue's back-off, as it is no spec error.
+CHILD_REFUSED_BY_ADMISSION = "ChildRefusedByAdmission"
 # A rescale or a suspend waits for the readers (spec.workers.rescalePolicy WhenIdle).
 RESCALE_HELD = "RescaleHeld"
 SUSPEND_HELD = "SuspendHeld"
@@ -52,7 +55,7 @@ DISPATCHER_NODE_LOST = "DispatcherNodeLost"
 FAILED_CREATE = "FailedCreate"
 UNSCHEDULABLE = "Unschedulable"
 
-# --- Event reasons (besides INVALID_SPEC, NAME_CONFLICT, RESCALE_HELD and SUSPEND_HELD) ---------
+# --- Event reasons (besides the refusals above, RESCALE_HELD and SUSPEND_HELD) ---------------------
 CREATED = "Created"
 UPDATED = "Updated"
 ROLLING_OUT = "RollingOut"

@@ -313,7 +313,7 @@ async def _reconcile(memo: OperatorState, key: Any) -> bool:
     if outcome.requeue_after is not None:
         memo.queue.add_after(key, outcome.requeue_after)
     metrics.RECONCILES.labels(*key, outcome.result).inc()
-    return True
+    return not outcome.retry  # retried after the queue's back-off
 
 
 async def _reconcile_snapshot(memo: OperatorState, key: Any) -> bool:

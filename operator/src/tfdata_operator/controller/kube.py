@@ -21,6 +21,7 @@ from tfdata_operator import __version__
 from tfdata_operator.api import limits
 from tfdata_operator.api.identity import API_VERSION, KIND, MANAGER
 from tfdata_operator.controller import cache, metrics
+from tfdata_operator.plan import admission
 from tfdata_operator.plan.children import path
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,18 @@ def describe_api_error(exc: ApiException) -> str:
     except (TypeError, ValueError):
         body = {}
     return str(body.get("message") or exc.reason or exc)
+
+
+def admission_denial(exc: object) -> admission.Denial | None:
+    """Whether another admission controller of the cluster (a webhook, a ValidatingAdmissionPolicy)
+    refused the request, and which: read from the API server's ``Status`` (``plan.admission``)."""
+    if not isinstance(exc, ApiException) or exc.status is None:
+        return None
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return None
+    return admission.denial(int(exc.status), body if isinstance(body, dict) else None)
 
 
 def namespace_terminating(exc: BaseException) -> bool:

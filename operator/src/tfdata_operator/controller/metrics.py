@@ -11,11 +11,12 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-RESULTS = ("idle", "changed", "invalid", "conflict", "error")
+RESULTS = ("idle", "changed", "invalid", "conflict", "refused", "error")
 RECONCILES = Counter(
     "tfdata_operator_reconciles_total",
     "Reconciles of a TFDataService, by its namespace and name and the result: idle (nothing written), "
-    "changed, invalid, conflict, error. A deleted service's series go with it.",
+    "changed, invalid, conflict, refused (by another admission controller), error. A deleted service's series "
+    "go with it.",
     ["namespace", "name", "result"],
 )
 RECONCILE_SECONDS = Histogram(

@@ -32,7 +32,7 @@ from tfdata_operator.autoscaling import policy as autoscaler
 from tfdata_operator.autoscaling import status as autoscalestatus
 from tfdata_operator.controller import cache, faults, metrics
 from tfdata_operator.controller.config import OperatorConfig
-from tfdata_operator.controller.kube import describe_api_error, namespace_terminating
+from tfdata_operator.controller.kube import admission_denial, describe_api_error, namespace_terminating
 from tfdata_operator.controller.readers import (
     Dispatcher,
     Readers,
@@ -44,9 +44,9 @@ from tfdata_operator.controller.readers import (
     retry_after,
     server_info,
 )
+from tfdata_operator.plan import admission, drain, hold, lifecycle, nodeloss, scaling, snapshotdir, status
 from tfdata_operator.plan import children as kinds
 from tfdata_operator.plan import desired as plan
-from tfdata_operator.plan import drain, hold, lifecycle, nodeloss, scaling, snapshotdir, status
 from tfdata_operator.plan.diagnose import Finding, claims_to_read, explain, from_readiness, needs_events, unready_server
 from tfdata_operator.render import builders
 from tfdata_operator.wire.signals import ServiceSignals
@@ -106,6 +106,9 @@ class Outcome:
     # Reconcile again after this many seconds even if nothing changes (the autoscaler's next
     # reading, or a held change re-checking its readers).
     requeue_after: float | None = None
+    # Reconcile again after the work queue's back-off, as after a failure: what refused the change may
+    # let it through later (another admission controller of the cluster).
+    retry: bool = False
 
 
 # Requests of one reconcile that do not depend on each other are sent at once (the queue's workers
@@ -330,10 +333,18 @@ def dry_run(run: Run) -> bool:
     for manifest, result in zip(run.changed, _each(lambda m: api.apply(m, dry_run=True), run.changed), strict=True):
         if isinstance(result, ApiException) and namespace_terminating(result):
             raise result  # not the service's fault: the namespace, and the service with it, is going
-        if isinstance(result, ApiException) and (result.status in _REFUSALS or _describes_object(result)):
+        denied = admission_denial(result)
+        if isinstance(result, ApiException) and (
+            result.status in _REFUSALS or _describes_object(result) or denied is not None
+        ):
             if plan.key(manifest) not in live and _taken(api, manifest, uid):
                 # The refusal is of someone else's object merged with ours: say whose the name is.
                 run.report.conflict(run.svc, [plan.key(manifest)])
+                return False
+            if denied is not None:  # before a recreation: what another controller refuses is never deleted
+                run.report.refused_by_admission(
+                    run.svc, admission.explain(manifest, denied, live.get(plan.key(manifest)))
+                )
                 return False
             if _is_immutable_statefulset_change(manifest, result):
                 _recreate(run, manifest)
@@ -357,14 +368,21 @@ def apply(run: Run) -> bool:
     round trips. One Event names everything created; every other change has its own."""
     applied: list[Manifest | BaseException] = []
     if run.changed:
-        applied.append(run.api.apply(run.changed[0]))
-        faults.reached("after-first-apply")
-        applied += _each(run.api.apply, run.changed[1:])
+        applied.append(_catching(run.api.apply, run.changed[0]))
+        if not isinstance(applied[0], BaseException):
+            faults.reached("after-first-apply")
+            applied += _each(run.api.apply, run.changed[1:])
     created = []
     meta = run.body["metadata"]
-    for manifest, result in zip(run.changed, applied, strict=True):
+    # A change the dry run let through may still be refused by an admission controller (a policy created
+    # meanwhile, a webhook that answers otherwise): said once the changes that were made are recorded.
+    refused: str | None = None
+    for manifest, result in zip(run.changed, applied, strict=False):
         if isinstance(result, BaseException):
-            raise result
+            if (denied := admission_denial(result)) is None:
+                raise result
+            refused = refused or admission.explain(manifest, denied, run.live.get(plan.key(manifest)))
+            continue
         before = run.live.get(plan.key(manifest))
         run.live[plan.key(manifest)] = result
         run.outcome.written.append(result)
@@ -377,6 +395,9 @@ def apply(run: Run) -> bool:
             run.record(reason, message, "Warning" if reason in reasons.WARNINGS else "Normal")
     if created:
         run.api.event(run.body, "Normal", reasons.CREATED, "Created " + ", ".join(created))
+    if refused is not None:
+        run.report.refused_by_admission(run.svc, refused)
+        return False
     return True
 
 
@@ -710,8 +731,14 @@ class _Reporter:
             meta = self.body["metadata"]
             log.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
             self.api.event(self.body, "Warning", reason, message)
-        self.outcome.result = "conflict" if reason == reasons.NAME_CONFLICT else "invalid"
+        self.outcome.result = _RESULTS.get(reason, "invalid")
         self.write(new_status)
+
+    def refused_by_admission(self, svc: spec.ServiceSpec, message: str) -> None:
+        """Another admission controller of the cluster refused a child: said as a refusal, then tried
+        again with back-off (``Outcome.retry``), as it may let the change through later."""
+        self.refused(svc, message, reason=reasons.CHILD_REFUSED_BY_ADMISSION)
+        self.outcome.retry = True
 
     def conflict(self, svc: spec.ServiceSpec, taken: list[tuple[str, str]]) -> None:
         what = ", ".join(f"{kind} {child}" for kind, child in taken)
@@ -735,6 +762,10 @@ class _Reporter:
         self.outcome.written.append(written)
         if self.outcome.result == "idle":
             self.outcome.result = "changed"
+
+
+# The reconcile's result (the reconciles metric) of a refusal, by its reason; any other: "invalid".
+_RESULTS = {reasons.NAME_CONFLICT: "conflict", reasons.CHILD_REFUSED_BY_ADMISSION: "refused"}
 
 
 def _ready_condition(status: Mapping[str, Any] | None) -> Mapping[str, Any]:
