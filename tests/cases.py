@@ -92,6 +92,24 @@ BAD_SPECS = [
     BadSpec("unknown-policy", "shardingPolicy: RANDOM", 'Unsupported value: "RANDOM"', "must be one of"),
     BadSpec("bare-OFF", "shardingPolicy: OFF", "must be of type string", 'write "OFF" in quotes'),
     BadSpec(
+        "cross-trainer-cache-without-memory",
+        "workers: {crossTrainerCacheSize: 2Gi}",
+        "spec.workers.crossTrainerCacheSize needs a memory limit for the workers",
+        "spec.workers.crossTrainerCacheSize (2Gi) needs a memory limit for the workers",
+    ),
+    BadSpec(
+        "cross-trainer-cache-above-memory",
+        "workers: {crossTrainerCacheSize: 2Gi, resources: {limits: {memory: 2Gi}}}",
+        "spec.workers.crossTrainerCacheSize does not fit in the workers' memory",
+        "spec.workers.crossTrainerCacheSize (2Gi) does not fit in the workers' memory",
+    ),
+    BadSpec(
+        "cross-trainer-cache-too-small",
+        "workers: {crossTrainerCacheSize: 512Ki, resources: {limits: {memory: 2Gi}}}",
+        "crossTrainerCacheSize must be a quantity from 1Mi to 1Ti",
+        "spec.workers.crossTrainerCacheSize must be between 1Mi and 1Ti, got 512Ki",
+    ),
+    BadSpec(
         "zero-replicas",
         "workers: {replicas: 0}",
         "spec.workers.replicas 0 is allowed only with spec.autoscaling.minReplicas 0",

@@ -6,6 +6,7 @@ says what it saw and shows the server's log.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import textwrap
@@ -361,6 +362,19 @@ def test_worker_proto_announces_the_pod_for_data_transfer_too() -> None:
     proto = tfserver.worker_config_proto(config, "w-3")
     assert (proto.worker_address, proto.data_transfer_address) == ("w-3.w:5051", "w-3.w:%dts_port%")
     assert (proto.data_transfer_protocol, proto.data_transfer_port) == ("grpc", 5052)
+
+
+def test_worker_proto_carries_the_cross_trainer_cache_size_only_when_set() -> None:
+    """TensorFlow's WorkerConfig namedtuple has no such field; the proto, from 2.16 on, does."""
+    from tfdata_operator.server import tfserver
+
+    config = WorkerServerConfig(
+        port=5051, health_port=8080, dispatcher_address="d.ns:5050", worker_address_format="{pod_name}.w:5051"
+    )
+    assert tfserver.worker_config_proto(config, "w-0").cross_trainer_cache_size_bytes == 0  # TensorFlow's 10 GiB
+    cached = dataclasses.replace(config, cross_trainer_cache_size_bytes=3 * 2**30)
+    assert tfserver.worker_config_proto(cached, "w-0").cross_trainer_cache_size_bytes == 3 * 2**30
+    assert "cross_trainer_cache_size_bytes" not in tf_service().WorkerConfig._fields
 
 
 def tf_service() -> Any:

@@ -88,6 +88,7 @@ EVERYTHING = {
         "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
         "envFrom": [{"configMapRef": {"name": "settings"}}],
         "tmpSizeLimit": "20Gi",
+        "crossTrainerCacheSize": "6Gi",
     },
 }
 

@@ -38,6 +38,7 @@ WORKER = WorkerServerConfig(
     data_transfer_protocol="grpc",
     data_transfer_port=5052,
     data_transfer_address_format="{pod_name}.w.ns.svc:%dts_port%",
+    cross_trainer_cache_size_bytes=4 * 2**30,
 )
 
 
@@ -138,6 +139,16 @@ def test_worker_announces_its_pod_name_never_localhost() -> None:
         (worker_json(worker_address_format="w-0:5051"), "worker", "worker_address_format must contain {pod_name}"),
         (worker_json(heartbeat_interval_ms=0), "worker", "heartbeat_interval_ms must be a positive integer"),
         (worker_json(data_transfer_port=0), "worker", "data_transfer_port must be an integer port"),
+        (
+            worker_json(cross_trainer_cache_size_bytes=0),
+            "worker",
+            "cross_trainer_cache_size_bytes must be a positive integer, got 0",
+        ),
+        (
+            worker_json(cross_trainer_cache_size_bytes="4Gi"),
+            "worker",
+            "cross_trainer_cache_size_bytes must be an integer",
+        ),
     ],
 )
 def test_bad_configuration_says_what_to_fix(text: str, kind: str, message: str) -> None:

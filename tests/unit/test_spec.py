@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 import yaml
 
 from tfdata_operator.api import coretypes, spec
+from tfdata_operator.render import builders
+from tfdata_operator.render.builders import BuildSettings
+from tfdata_operator.wire import serverconfig
 
 from cases import BAD_SPECS, CRD_PATH, HOST_PATH, IMAGE, REQUESTS_ABOVE_LIMITS, BadSpec, body, manifest, parse
 
@@ -413,3 +417,103 @@ def test_a_snapshots_directory_of_1025_characters_is_refused_and_1024_accepted()
     assert parse(snapshots={"directory": "/" + "d" * 1023}).snapshots is not None
     with pytest.raises(spec.SpecError, match=r"spec\.snapshots\.directory must be 1 to 1024 characters long, got 1025"):
         parse(snapshots={"directory": "/" + "d" * 1024})
+
+
+# --- spec.workers.crossTrainerCacheSize: within the workers' memory, into each worker's TensorFlow config --
+
+
+def cached(size: Any, **resources: Any) -> dict[str, Any]:
+    return {"workers": {"crossTrainerCacheSize": size, "resources": resources}}
+
+
+def cache_refusal(fields: dict[str, Any]) -> str:
+    with pytest.raises(spec.SpecError) as err:
+        parse(**fields)
+    (problem,) = err.value.problems
+    return problem
+
+
+def test_unset_cross_trainer_cache_leaves_tensorflows_default_and_writes_nothing_to_the_workers() -> None:
+    svc = parse()
+    assert svc.workers.cross_trainer_cache_size_bytes is None
+    config = builders.worker_config(svc, BuildSettings())
+    assert config.cross_trainer_cache_size_bytes is None
+    assert "cross_trainer_cache" not in serverconfig.to_json(config)
+
+
+@pytest.mark.parametrize(
+    ("size", "resources", "expected"),
+    [
+        ("4Gi", {"limits": {"memory": "8Gi"}}, 4 * 2**30),
+        ("1.5Gi", {"limits": {"memory": "2Gi"}}, 3 * 2**29),  # exactly the limit minus 512Mi
+        (2**30, {"requests": {"memory": "2Gi"}}, 2**30),  # bytes; a request when there is no limit
+        ("1Mi", {"limits": {"memory": "1Gi"}}, 2**20),
+        ("2G", {"requests": {"memory": "1Gi"}, "limits": {"memory": "4Gi"}}, 2 * 10**9),  # the limit counts
+    ],
+)
+def test_the_cross_trainer_cache_goes_to_every_worker_in_bytes(size: Any, resources: Any, expected: int) -> None:
+    svc = parse(**cached(size, **resources))
+    assert svc.workers.cross_trainer_cache_size_bytes == expected
+    config = builders.worker_config(svc, BuildSettings())
+    assert config.cross_trainer_cache_size_bytes == expected
+    worker = serverconfig.from_json(serverconfig.to_json(config), "worker")
+    assert isinstance(worker, serverconfig.WorkerServerConfig)
+    assert worker.cross_trainer_cache_size_bytes == expected
+    assert f'"cross_trainer_cache_size_bytes":{expected}' in serverconfig.to_json(config)
+
+
+def test_a_cross_trainer_cache_without_worker_memory_is_refused_saying_what_to_set() -> None:
+    assert cache_refusal(cached("2Gi")) == (
+        "spec.workers.crossTrainerCacheSize (2Gi) needs a memory limit for the workers, to check that the cache "
+        "fits: each worker keeps up to 2Gi in memory for each job read through the cross-trainer cache, beside the "
+        "512Mi a TensorFlow worker holds itself. Set spec.workers.resources.limits.memory to at least 2560Mi "
+        "(or requests.memory)"
+    )
+    # A CPU limit is no memory bound.
+    assert "needs a memory limit" in cache_refusal(cached("2Gi", limits={"cpu": "2"}))
+
+
+def test_a_cross_trainer_cache_that_does_not_fit_is_refused_with_both_ways_out() -> None:
+    assert cache_refusal(cached("2Gi", limits={"memory": "2Gi"})) == (
+        "spec.workers.crossTrainerCacheSize (2Gi) does not fit in the workers' memory: "
+        "spec.workers.resources.limits.memory is 2Gi, and a worker needs the cache plus about 512Mi for TensorFlow "
+        "itself. Set crossTrainerCacheSize to at most 1536Mi, or spec.workers.resources.limits.memory to at least "
+        "2560Mi"
+    )
+    # One byte over the limit minus the margin; a request is the bound when there is no limit.
+    one_over = 3 * 2**29 + 1
+    assert "does not fit" in cache_refusal(cached(one_over, limits={"memory": "2Gi"}))
+    assert "resources.requests.memory is 1Gi" in cache_refusal(cached("600Mi", requests={"memory": "1Gi"}))
+    # The limit is the bound when both are set.
+    assert "resources.limits.memory is 1Gi" in cache_refusal(
+        cached("1Gi", requests={"memory": "512Mi"}, limits={"memory": "1Gi"})
+    )
+
+
+@pytest.mark.parametrize(
+    ("size", "said"),
+    [
+        ("1023Ki", "must be between 1Mi and 1Ti, got 1023Ki"),
+        (2**40 + 1, f"must be between 1Mi and 1Ti, got {2**40 + 1}"),
+        ("0", "must be between 1Mi and 1Ti, got 0"),
+        ("lots", "must be a quantity such as 1Gi or 500m, got 'lots'"),
+        (1.5, "must be a quantity such as 1Gi or 500m"),
+    ],
+)
+def test_a_cross_trainer_cache_out_of_range_is_refused(size: Any, said: str) -> None:
+    problem = cache_refusal(cached(size, limits={"memory": "2Ti"}))
+    assert problem.startswith("spec.workers.crossTrainerCacheSize ") and said in problem, problem
+
+
+def test_the_crd_states_the_operators_cache_bounds_and_margin() -> None:
+    schema = yaml.safe_load(CRD_PATH.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    workers = schema["properties"]["spec"]["properties"]["workers"]
+    field = workers["properties"]["crossTrainerCacheSize"]
+    (rule,) = field["x-kubernetes-validations"]
+    assert f"quantity('{spec.MIN_CROSS_TRAINER_CACHE}')" in rule["rule"]
+    assert f"quantity('{spec.MAX_CROSS_TRAINER_CACHE}')" in rule["rule"]
+    fits = [r for r in workers["x-kubernetes-validations"] if "crossTrainerCacheSize" in r["rule"]]
+    assert len(fits) == 2
+    assert all(f"quantity('{spec.CACHE_MEMORY_MARGIN}')" in r["rule"] for r in fits[1:])
+    assert spec.TENSORFLOW_DEFAULT_CROSS_TRAINER_CACHE in field["description"]
+    assert spec.CACHE_MEMORY_MARGIN in field["description"]

@@ -9,6 +9,7 @@ here equal the CRD's (a unit test compares them).
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -83,6 +84,14 @@ RESERVED_ENV = (serverconfig.CONFIG_ENV, serverconfig.POD_NAME_ENV, serverconfig
 # pipeline may spill or cache.
 DEFAULT_TMP_SIZE_LIMIT = {"dispatcher": "1Gi", "worker": "2Gi"}
 MIN_TMP_SIZE_LIMIT, MAX_TMP_SIZE_LIMIT = "64Mi", "1Ti"
+# spec.workers.crossTrainerCacheSize: the most each worker keeps per cached job (TensorFlow's
+# WorkerConfig.cross_trainer_cache_size_bytes; unset, TensorFlow's 10 GiB). It must fit in the
+# workers' memory (their limit, else their request) with CACHE_MEMORY_MARGIN to spare: an idle
+# TensorFlow worker process holds about 500 MB before any pipeline runs (520 MiB measured for a
+# dispatcher, a worker and a client in one TensorFlow 2.21 process; DEFAULT_REQUESTS says the same).
+MIN_CROSS_TRAINER_CACHE, MAX_CROSS_TRAINER_CACHE = "1Mi", "1Ti"
+CACHE_MEMORY_MARGIN = "512Mi"
+TENSORFLOW_DEFAULT_CROSS_TRAINER_CACHE = "10Gi"
 EPHEMERAL_STORAGE = "ephemeral-storage"
 # Volume sources that reach the node itself rather than storage of the namespace: a hostPath mounts
 # a directory of the node into pods that run as uid 1000 (on many nodes a user who may sudo). Refused
@@ -185,6 +194,8 @@ class WorkersSpec:
     rescale_max_wait_seconds: int | None = None
     # How long drains wait on a signal or snapshots the operator cannot read (plan/drain.py).
     drain_unreadable_max_wait_seconds: int = 3600
+    # spec.workers.crossTrainerCacheSize, in bytes; None: TensorFlow's default (10 GiB).
+    cross_trainer_cache_size_bytes: int | None = None
     pod: PodSettings = PodSettings()
 
 
@@ -853,6 +864,7 @@ def _workers(r: _Reader, snapshots: SnapshotsSpec | None = None) -> WorkersSpec:
     max_wait = r.integer("rescaleMaxWaitSeconds", None, 1, 604_800)
     unreadable_wait = r.integer("drainUnreadableMaxWaitSeconds", d.drain_unreadable_max_wait_seconds, 60, 604_800)
     pod = _pod_settings(r, operator_volumes(journal=False, snapshots=snapshots), "worker")
+    cache = _cross_trainer_cache(r, pod)
     r.finish()
     if port == health_port:
         r.problems.append(_same_ports(r, port))
@@ -883,8 +895,69 @@ def _workers(r: _Reader, snapshots: SnapshotsSpec | None = None) -> WorkersSpec:
         rescale_policy=rescale_policy,
         rescale_max_wait_seconds=max_wait,
         drain_unreadable_max_wait_seconds=unreadable_wait,
+        cross_trainer_cache_size_bytes=cache,
         pod=pod,
     )
+
+
+def _cross_trainer_cache(r: _Reader, pod: PodSettings) -> int | None:
+    """spec.workers.crossTrainerCacheSize in bytes, refused when it cannot fit in a worker's memory."""
+    key = "crossTrainerCacheSize"
+    if not r.has(key):
+        r.raw(key)  # seen: an explicit null is unset
+        return None
+    value = r.quantity(key, "")
+    if not value:
+        return None  # refused by quantity() already
+    size = quantity_bytes(value)
+    low, high = quantity_bytes(MIN_CROSS_TRAINER_CACHE), quantity_bytes(MAX_CROSS_TRAINER_CACHE)
+    if not low <= size <= high:
+        r._fail(
+            key,
+            f"must be between {MIN_CROSS_TRAINER_CACHE} and {MAX_CROSS_TRAINER_CACHE}, got {value}: it is the most "
+            "each worker keeps in memory for each job read through the cross-trainer cache",
+        )
+        return None
+    where, memory = _memory_bound(pod)
+    margin = quantity_bytes(CACHE_MEMORY_MARGIN)
+    if memory is None:
+        r._fail(
+            key,
+            f"({value}) needs a memory limit for the workers, to check that the cache fits: each worker keeps up "
+            f"to {value} in memory for each job read through the cross-trainer cache, beside the {CACHE_MEMORY_MARGIN} "
+            f"a TensorFlow worker holds itself. Set {r.path}.resources.limits.memory to at least "
+            f"{_bytes_text(size + margin)} (or requests.memory)",
+        )
+        return None
+    if size + margin > memory:
+        r._fail(
+            key,
+            f"({value}) does not fit in the workers' memory: {r.path}.resources.{where}.memory is "
+            f"{_bytes_text(memory)}, and a worker needs the cache plus about {CACHE_MEMORY_MARGIN} for TensorFlow "
+            f"itself. Set crossTrainerCacheSize to at most {_bytes_text(memory - margin)}, or "
+            f"{r.path}.resources.{where}.memory to at least {_bytes_text(size + margin)}",
+        )
+        return None
+    return size
+
+
+def _memory_bound(pod: PodSettings) -> tuple[str, int | None]:
+    """The memory a worker container may count on: its limit, else its request (None: neither set)."""
+    for where in ("limits", "requests"):
+        amount = pod.resources.get(where, {}).get("memory")
+        if amount is not None:
+            return where, quantity_bytes(amount)
+    return "limits", None
+
+
+def quantity_bytes(value: str | int) -> int:
+    """A quantity of bytes as a whole number, rounded up (``1.5Gi`` is 1610612736, ``1k`` 1000)."""
+    return math.ceil(parse_quantity(str(value)))
+
+
+def _bytes_text(size: int) -> str:
+    """``size`` as the quantity people write: ``1536Mi``, ``2Gi`` (rounded up to a whole Mi)."""
+    return canonical_quantity(f"{-(-size // 2**20)}Mi")
 
 
 def _same_ports(r: _Reader, port: int | None) -> str:

@@ -18,6 +18,9 @@ What it adds to ``tf.data.experimental.service.distribute``:
 - many trainers of one synchronous job (``TF_CONFIG`` with more than one chief or worker task, or
   ``consumer_index``/``num_consumers``) read in lockstep, with TensorFlow's coordinated reads, and a
   setup that would fail, hang or give them unequal batches is refused (``lockstep``);
+- the trials of a sweep (``trial=k``) read one shared job through TensorFlow's cross-trainer
+  cache, so the workers compute each element once for all of them; a setup TensorFlow would refuse,
+  or that would read wrongly, is refused before anything is sent (``sweep``);
 - the element spec the trainer expects, checked before training starts;
 - the servers' TensorFlow and ops, read from the dispatcher pod (``servercheck``): a pipeline
   the servers cannot run is refused before any element is requested, naming the missing op and
@@ -45,7 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tfdata_operator.client import fingerprint as fp
-from tfdata_operator.client import fit, servercheck
+from tfdata_operator.client import fit, servercheck, sweep
 from tfdata_operator.client import lockstep as lockstep_
 from tfdata_operator.client.lockstep import LockstepError
 from tfdata_operator.client.servercheck import (
@@ -56,6 +59,7 @@ from tfdata_operator.client.servercheck import (
     TensorFlowVersionWarning,
 )
 from tfdata_operator.client.stall import INTERVAL_SECONDS, StallMeter
+from tfdata_operator.client.sweep import SweepError
 from tfdata_operator.wire import discovery
 from tfdata_operator.wire.discovery import ClientSettings, DiscoveryError
 
@@ -303,6 +307,7 @@ def distribute(
     lockstep: bool | None = None,
     consumer_index: int | None = None,
     num_consumers: int | None = None,
+    trial: int | str | None = None,
     **distribute_kwargs: Any,
 ) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
     """``dataset.apply(distribute("imagenet", job_name="train"))``: read ``dataset`` through a TFDataService.
@@ -325,6 +330,13 @@ def distribute(
     with ``steps_per_epoch``). A setup that would fail or give the trainers unequal work raises
     ``LockstepError`` saying what to change. ``lockstep=False`` reads first-come-first-served
     instead; ``lockstep=True`` requires a place. See ``lockstep``.
+
+    Trials of a sweep that share one preprocessing (``trial``): with ``trial=k`` (a number or a
+    name) and the same ``job_name`` in every trial, each trial reads the whole stream of the shared
+    job through TensorFlow's cross-trainer cache (``CrossTrainerCache(trainer_id="trial-<k>")``),
+    and the workers compute each element once for all trials. The dataset must be infinite
+    (``.repeat()``); a setup TensorFlow would refuse raises ``SweepError`` saying what to change.
+    See ``sweep``.
     """
     if on_mismatch not in ON_MISMATCH:
         raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, got {on_mismatch!r}")
@@ -339,14 +351,22 @@ def distribute(
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         import tensorflow as tf
 
+        cardinality = _cardinality(dataset)
+        cache = distribute_kwargs.get("cross_trainer_cache") is not None
+        trainer_id = sweep.plan(
+            trial, job_name=job_name, cardinality=cardinality, where=where, lockstep=lockstep, cross_trainer_cache=cache
+        )
         read_plan = lockstep_.plan(
             where,
             lockstep=lockstep,
             job_name=job_name,
-            cardinality=_cardinality(dataset),
+            cardinality=cardinality,
             target_workers=target_workers,
-            cross_trainer_cache=distribute_kwargs.get("cross_trainer_cache") is not None,
+            cross_trainer_cache=cache or trainer_id is not None,
         )
+        tf_kwargs = dict(distribute_kwargs)
+        if trainer_id is not None:
+            tf_kwargs["cross_trainer_cache"] = tf.data.experimental.service.CrossTrainerCache(trainer_id)
         warn_local_reads(settings, target_workers)
         graph = _graph_def(dataset)
         if check_servers:
@@ -366,7 +386,7 @@ def distribute(
                 data_transfer_protocol=protocol,
                 target_workers=target_workers,
                 **read_plan.kwargs(),
-                **distribute_kwargs,
+                **tf_kwargs,
             )
         )
         return fit.stamp_waits(read)  # what StallCallback measures a Keras fit with
@@ -509,6 +529,7 @@ __all__ = [
     "ProcessingModeError",
     "ServerCheckError",
     "ServerCheckSkippedWarning",
+    "SweepError",
     "TensorFlowVersionWarning",
     "dataset_fingerprint",
     "distribute",

@@ -269,6 +269,7 @@ def worker_config(svc: ServiceSpec, settings: BuildSettings) -> serverconfig.Wor
         cpu_given_millicores=cpu_given_millicores(w.pod, WORKER),
         preload_modules=svc.preload.modules,
         preload_op_libraries=svc.preload.op_libraries,
+        cross_trainer_cache_size_bytes=w.cross_trainer_cache_size_bytes,
     )
 
 

@@ -125,6 +125,9 @@ def worker_config_proto(config: WorkerServerConfig, pod_name: str) -> Any:
     transfer_address = config.data_transfer_address(pod_name)
     if transfer_address is not None:
         values["data_transfer_address"] = transfer_address
+    if config.cross_trainer_cache_size_bytes is not None:
+        # Only in the proto: TensorFlow's WorkerConfig namedtuple (2.16 to 2.21) has no such field.
+        values["cross_trainer_cache_size_bytes"] = config.cross_trainer_cache_size_bytes
     return _config_proto(service_config_pb2.WorkerConfig, values)
 
 

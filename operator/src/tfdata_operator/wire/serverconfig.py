@@ -195,6 +195,9 @@ class WorkerServerConfig:
     # TensorFlow process before its server starts: ops the trainers' pipelines use.
     preload_modules: tuple[str, ...] = ()
     preload_op_libraries: tuple[str, ...] = ()
+    # TensorFlow's WorkerConfig.cross_trainer_cache_size_bytes: the most this worker keeps for each
+    # job read through the cross-trainer cache. None: TensorFlow's default (10 GiB).
+    cross_trainer_cache_size_bytes: int | None = None
 
     def validate(self) -> None:
         _check_port("port", self.port)
@@ -209,7 +212,8 @@ class WorkerServerConfig:
             )
         if self.data_transfer_port is not None:
             _check_port("data_transfer_port", self.data_transfer_port)
-        _check_positive(self, ("heartbeat_interval_ms", "dispatcher_timeout_ms", "cpu_given_millicores"))
+        positive = ("heartbeat_interval_ms", "dispatcher_timeout_ms", "cpu_given_millicores")
+        _check_positive(self, (*positive, "cross_trainer_cache_size_bytes"))
         _check_preload(self)
 
     def worker_address(self, pod_name: str) -> str:
