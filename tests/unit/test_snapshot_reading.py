@@ -439,6 +439,46 @@ def test_deletion_keeps_what_tensorflows_resume_reads_for_a_journaled_snapshot_a
             assert refused.remove == () and not refused.remove_all and not refused.write_marker
 
 
+@pytest.mark.parametrize("journaled", [True, False])
+def test_deletion_refuses_a_path_that_holds_more_than_a_snapshots_own_files(journaled: bool) -> None:
+    # What TensorFlow writes there, an atomic write cut short included, is deleted.
+    written = [*COMPLETED_NAMES, "ERROR", "DELETED", "DONE__host-1a-7-5f3e.tmp", "snapshot.metadata__h-2-3-4.tmp"]
+    assert snapshots.plan_deletion(written, journaled).refused is None
+    assert set(snapshots.LAYOUT_NAMES) >= {n.rstrip("/") for n in COMPLETED_NAMES}
+    # A dispatcher's work directory inside the snapshot directory, snapshot.metadata and DONE planted in it.
+    planted = ["snapshot.metadata", "DONE", "tf_data_dispatcher_journal/", "tfdata-owner"]
+    refused = snapshots.plan_deletion(planted, journaled)
+    assert refused.state_before == snapshots.COMPLETED and refused.remove == () and not refused.remove_all
+    assert not refused.write_marker and not refused.write_error, refused
+    said = refused.refused or ""
+    assert "no tf.data snapshot writes there: tf_data_dispatcher_journal, tfdata-owner" in said, said
+    assert "nothing is deleted" in said and "a dispatcher.workDir lies inside the snapshot directory" in said
+    for extra in ("3-workers-g2/", "home", ".bashrc", "notes.tmp", "journal__x.tmp", "DONE__x", "DONE.tmp"):
+        refused = snapshots.plan_deletion([*COMPLETED_NAMES, extra], journaled)
+        assert f"writes there: {extra.rstrip('/')}." in (refused.refused or ""), (extra, refused)
+        assert "workDir" not in (refused.refused or "") and refused.remove == (), refused
+    many = snapshots.plan_deletion([*COMPLETED_NAMES, *(f"x{i}" for i in range(20))], journaled)
+    assert "x15 and 12 more." in (many.refused or ""), many
+
+
+def test_a_journal_inside_the_snapshot_directory_is_never_deleted(tmp_path: Path) -> None:
+    """The audit's case: the dispatcher's workDir is ``<snapshot directory>/<name>``, and whoever can
+    write there plants a finished snapshot's files beside the journal."""
+    data = tmp_path / "snaps"
+    work = data / "journal"
+    (work / JOURNAL_DIR).mkdir(parents=True)
+    (work / JOURNAL_DIR / "journal_0").write_bytes(b"")
+    (work / "tfdata-owner").write_text("ml/b\n")
+    (work / "snapshot.metadata").write_text('element_spec: "x"\n')
+    (work / "DONE").write_bytes(b"")
+    before = tree(work)
+    reader = SnapshotReader(LocalFileSystem(), str(work), str(data))
+    route = reader.delete_route(urllib.parse.urlencode({"path": str(work)}))
+    answer = snapshots.SnapshotDeletion.from_json(route.body)
+    assert route.status == 409 and answer.removed == () and "a dispatcher's journal" in answer.detail, route
+    assert tree(work) == before, "nothing is touched, no tombstone written"
+
+
 def test_a_tombstones_files_read_back() -> None:
     error = snapshots.tombstone_error('/data/we"ird\\path')
     assert error.startswith(b"code: NOT_FOUND\nmessage: "), error
