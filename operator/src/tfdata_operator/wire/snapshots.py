@@ -439,7 +439,9 @@ class SnapshotDeletion:
 
     ``removed`` and ``kept`` are names directly under the path (when the journal does not name
     it, the path itself went too). ``detail`` says why the rest is kept, or why nothing was
-    touched (409).
+    touched (409). ``under_way`` (with 409): a DELETE of the path asked earlier is still removing
+    its files, so this one started nothing; asked again later, it answers 200 once they are gone.
+    Not a 2xx: an operator older than this field takes every 2xx as "deleted".
     """
 
     path: str
@@ -448,6 +450,7 @@ class SnapshotDeletion:
     removed: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()
     detail: str = ""
+    under_way: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -457,6 +460,7 @@ class SnapshotDeletion:
         data = json_object(text, "a snapshot deletion", SnapshotsError)
         path, state, journaled = data.get("path"), data.get("state_before"), data.get("journaled")
         removed, kept, detail = data.get("removed", []), data.get("kept", []), data.get("detail", "")
+        under_way = data.get("under_way", False)
         if not isinstance(path, str) or not path:
             raise SnapshotsError(f"path must be a non-empty string, got {path!r}")
         if state not in STATES:
@@ -468,7 +472,9 @@ class SnapshotDeletion:
                 raise SnapshotsError(f"{name} must be a list of strings, got {value!r}")
         if not isinstance(detail, str):
             raise SnapshotsError(f"detail must be a string, got {detail!r}")
-        return cls(path, state, journaled, tuple(removed), tuple(kept), detail)
+        if not isinstance(under_way, bool):
+            raise SnapshotsError(f"under_way must be true or false, got {under_way!r}")
+        return cls(path, state, journaled, tuple(removed), tuple(kept), detail, under_way)
 
 
 def deletion_path(query: dict[str, list[str]]) -> str:
