@@ -209,6 +209,25 @@ def test_a_delete_through_a_planted_chunks_link_is_refused_and_the_journal_stays
     service.dispatcher.wait_probe("/readyz", 200)  # the dispatcher still serves
 
 
+def test_a_journal_planted_with_a_snapshots_files_in_the_directory_is_refused_and_stays(service: Service) -> None:
+    # A dispatcher's workDir inside the snapshot directory (its journal and owner marker), with what a
+    # trainer who can write there plants beside them: a finished snapshot's files.
+    work = service.snapshot_dir / "work"
+    shutil.copytree(
+        Path(service.dispatcher.config.work_dir or "") / "tf_data_dispatcher_journal",
+        work / "tf_data_dispatcher_journal",
+    )
+    (work / serverconfig.OWNER_MARKER_NAME).write_text("ml/other\n")
+    (work / "snapshot.metadata").write_bytes((service.snapshot_dir / "running" / "snapshot.metadata").read_bytes())
+    (work / "DONE").write_bytes(b"")
+    before = files(work)
+
+    status, refused = service.delete(str(work))
+    assert (status, refused.removed, refused.under_way) == (409, (), False), refused
+    assert "no tf.data snapshot writes there: tf_data_dispatcher_journal, tfdata-owner" in refused.detail, refused
+    assert files(work) == before, "nothing is touched, no tombstone written"
+
+
 SECRET = "TFDATA_TOKEN=kept-from-trainers-4f1c"
 
 

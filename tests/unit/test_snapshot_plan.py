@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from tfdata_operator.api import snapshot as snapshotapi
 from tfdata_operator.api.identity import SNAPSHOT_FINALIZER
 from tfdata_operator.api.spec import SpecError
-from tfdata_operator.controller import cache, handlers
+from tfdata_operator.controller import cache, handlers, probes
 from tfdata_operator.controller import snapshots as controller
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.readers import SnapshotReaders
@@ -25,6 +27,9 @@ from tfdata_operator.controller.workqueue import WorkQueue
 from tfdata_operator.plan import children
 from tfdata_operator.plan import snapshot as plansnap
 from tfdata_operator.plan.desired import Children
+from tfdata_operator.server import health
+from tfdata_operator.server.journal import LocalFileSystem
+from tfdata_operator.server.snapshots import SnapshotReader
 from tfdata_operator.wire import snapshots as wire
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
@@ -511,6 +516,87 @@ def test_a_refused_deletion_keeps_the_finalizer_and_says_why() -> None:
     api = run(deleting(plansnap.COMPLETED), dispatcher)
     assert api.patches == []
     assert api.statuses[-1]["reason"] == plansnap.DELETE_FAILED and "409" in api.statuses[-1]["message"]
+
+
+class Bucket(LocalFileSystem):
+    """``gs://bucket`` as a directory on this machine (the dispatcher's TensorFlow reads the store);
+    a removal of ``held`` waits for ``release`` (``entered`` is set then)."""
+
+    def __init__(self, root: Path, held: str, entered: threading.Event, release: threading.Event) -> None:
+        self.root, self.held, self.entered, self.release = root, held, entered, release
+
+    def local(self, path: str) -> str:
+        return path.replace("gs://bucket", str(self.root), 1)
+
+    def listdir(self, path: str) -> list[str]:
+        return super().listdir(self.local(path))
+
+    def size_and_mtime(self, path: str) -> tuple[int, float]:
+        return super().size_and_mtime(self.local(path))
+
+    def read(self, path: str, offset: int = 0) -> bytes:
+        return super().read(self.local(path), offset)
+
+    def write(self, path: str, data: bytes) -> None:
+        super().write(self.local(path), data)
+
+    def remove_tree(self, path: str) -> None:
+        if path == self.held:
+            self.entered.set()
+            assert self.release.wait(30), "the test never let the store go on"
+        super().remove_tree(self.local(path))
+
+    def symlinks(self, path: str) -> list[str]:
+        return super().symlinks(self.local(path))
+
+
+def test_a_deletion_the_dispatcher_still_carries_out_is_waited_for_not_failed(tmp_path: Path) -> None:
+    """The operator gave up waiting for a DELETE (120 s) and asks again while the dispatcher still
+    removes the files: the dispatcher's reader answers over HTTP that it is under way, and the
+    operator keeps the finalizer, says the data is being deleted (no failure, no Event) and asks
+    again in 15 s; once the files are gone, the next try lets the resource go."""
+    for name in ("imagenet-v3", "running"):
+        (tmp_path / "snaps" / name / "chunks").mkdir(parents=True)
+        (tmp_path / "snaps" / name / "snapshot.metadata").write_text('element_spec: "x"\n')
+    (tmp_path / "snaps" / "imagenet-v3" / "DONE").write_bytes(b"")
+    entered, release = threading.Event(), threading.Event()
+    reader = SnapshotReader(Bucket(tmp_path, PATH, entered, release), None, DIRECTORY)
+    server = health.HealthServer(
+        health.ProbeState("snapshots"), 0, host="127.0.0.1", delete_routes={wire.SNAPSHOTS_PATH: reader.delete_route}
+    )
+    server.start()
+
+    def delete(url: str) -> str | None:  # the dispatcher's address, here on 127.0.0.1
+        return probes.delete_snapshot(urllib.parse.urlsplit(url)._replace(netloc=f"127.0.0.1:{server.port}").geturl())
+
+    readers = SnapshotReaders(lambda url: "not read", delete, lambda: NOW)
+    first_answers: list[Any] = []
+    first = threading.Thread(target=lambda: first_answers.append(reader.delete(PATH)), daemon=True)
+    try:
+        first.start()
+        assert entered.wait(10), "the first DELETE never reached the removal"
+        api = FakeApi()
+        outcome = controller.reconcile_snapshot(api, OperatorConfig(), deleting(plansnap.COMPLETED), service(), readers)
+        assert api.patches == [] and api.events == [], "the finalizer stays, and nothing failed"
+        (status,) = api.statuses
+        assert status["reason"] == plansnap.DATA_BEING_DELETED, status
+        assert f"the data at {PATH} is being deleted by the dispatcher" in status["message"], status
+        assert "is still removing its files" in status["message"] and "could not" not in status["message"]
+        assert outcome.requeue_after == plansnap.POLL_SECONDS
+        # A refusal is not mistaken for a removal under way.
+        refused = delete(f"http://x{wire.SNAPSHOTS_PATH}?path={DIRECTORY}/running")
+        assert not isinstance(refused, probes.UnderWay) and refused is not None and "409" in refused, refused
+    finally:
+        release.set()
+        first.join(10)
+    try:
+        assert first_answers[0][0] == 200 and not (tmp_path / "snaps" / "imagenet-v3").exists()
+        api = FakeApi()
+        controller.reconcile_snapshot(api, OperatorConfig(), deleting(plansnap.COMPLETED), service(), readers)
+        assert api.patches == [{"metadata": {"finalizers": [], "resourceVersion": "7"}}]
+        assert api.events == [("Normal", plansnap.DATA_DELETED)]
+    finally:
+        server.stop()
 
 
 def test_deleting_a_snapshot_being_written_waits_without_deleting() -> None:

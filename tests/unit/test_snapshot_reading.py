@@ -9,6 +9,7 @@ import re
 import shutil
 import struct
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -439,6 +440,46 @@ def test_deletion_keeps_what_tensorflows_resume_reads_for_a_journaled_snapshot_a
             assert refused.remove == () and not refused.remove_all and not refused.write_marker
 
 
+@pytest.mark.parametrize("journaled", [True, False])
+def test_deletion_refuses_a_path_that_holds_more_than_a_snapshots_own_files(journaled: bool) -> None:
+    # What TensorFlow writes there, an atomic write cut short included, is deleted.
+    written = [*COMPLETED_NAMES, "ERROR", "DELETED", "DONE__host-1a-7-5f3e.tmp", "snapshot.metadata__h-2-3-4.tmp"]
+    assert snapshots.plan_deletion(written, journaled).refused is None
+    assert set(snapshots.LAYOUT_NAMES) >= {n.rstrip("/") for n in COMPLETED_NAMES}
+    # A dispatcher's work directory inside the snapshot directory, snapshot.metadata and DONE planted in it.
+    planted = ["snapshot.metadata", "DONE", "tf_data_dispatcher_journal/", "tfdata-owner"]
+    refused = snapshots.plan_deletion(planted, journaled)
+    assert refused.state_before == snapshots.COMPLETED and refused.remove == () and not refused.remove_all
+    assert not refused.write_marker and not refused.write_error, refused
+    said = refused.refused or ""
+    assert "no tf.data snapshot writes there: tf_data_dispatcher_journal, tfdata-owner" in said, said
+    assert "nothing is deleted" in said and "a dispatcher.workDir lies inside the snapshot directory" in said
+    for extra in ("3-workers-g2/", "home", ".bashrc", "notes.tmp", "journal__x.tmp", "DONE__x", "DONE.tmp"):
+        refused = snapshots.plan_deletion([*COMPLETED_NAMES, extra], journaled)
+        assert f"writes there: {extra.rstrip('/')}." in (refused.refused or ""), (extra, refused)
+        assert "workDir" not in (refused.refused or "") and refused.remove == (), refused
+    many = snapshots.plan_deletion([*COMPLETED_NAMES, *(f"x{i}" for i in range(20))], journaled)
+    assert "x15 and 12 more." in (many.refused or ""), many
+
+
+def test_a_journal_inside_the_snapshot_directory_is_never_deleted(tmp_path: Path) -> None:
+    """The audit's case: the dispatcher's workDir is ``<snapshot directory>/<name>``, and whoever can
+    write there plants a finished snapshot's files beside the journal."""
+    data = tmp_path / "snaps"
+    work = data / "journal"
+    (work / JOURNAL_DIR).mkdir(parents=True)
+    (work / JOURNAL_DIR / "journal_0").write_bytes(b"")
+    (work / "tfdata-owner").write_text("ml/b\n")
+    (work / "snapshot.metadata").write_text('element_spec: "x"\n')
+    (work / "DONE").write_bytes(b"")
+    before = tree(work)
+    reader = SnapshotReader(LocalFileSystem(), str(work), str(data))
+    route = reader.delete_route(urllib.parse.urlencode({"path": str(work)}))
+    answer = snapshots.SnapshotDeletion.from_json(route.body)
+    assert route.status == 409 and answer.removed == () and "a dispatcher's journal" in answer.detail, route
+    assert tree(work) == before, "nothing is touched, no tombstone written"
+
+
 def test_a_tombstones_files_read_back() -> None:
     error = snapshots.tombstone_error('/data/we"ird\\path')
     assert error.startswith(b"code: NOT_FOUND\nmessage: "), error
@@ -758,3 +799,103 @@ def test_a_removal_takes_a_link_planted_after_the_check_as_a_link(tmp_path: Path
     assert not top.exists() and (tmp_path / "precious" / "journal_0").read_text() == "keep me"
     with pytest.raises(ValueError, match="is not below"):
         files.listdir(f"{top}/../precious")
+
+
+class HeldFileSystem(NoFollowFileSystem):
+    """A store whose listing of ``held`` (a reading) or removal below it (a DELETE) waits for
+    ``release``; ``entered`` is set once one waits. Every listing of ``held`` and every removal is
+    counted in ``calls``."""
+
+    def __init__(self, top: str, held: str, entered: threading.Event, release: threading.Event, calls: list[str]):
+        super().__init__(top)
+        self.held, self.entered, self.release, self.calls = held, entered, release, calls
+
+    def _wait(self, what: str) -> None:
+        self.calls.append(what)
+        self.entered.set()
+        assert self.release.wait(30), "the test never let the store go on"
+
+    def listdir(self, path: str) -> list[str]:
+        if path == self.held and self.held.endswith("/slow"):
+            self._wait(f"listdir {path}")
+        return super().listdir(path)
+
+    def remove_tree(self, path: str) -> None:
+        if path.startswith(self.held) and self.held.endswith("/removed"):
+            self._wait(f"remove {path}")
+        super().remove_tree(path)
+
+
+def in_thread(call: Any) -> tuple[threading.Thread, list[Any]]:
+    answers: list[Any] = []
+    thread = threading.Thread(target=lambda: answers.append(call()), daemon=True)
+    thread.start()
+    return thread, answers
+
+
+def test_a_slow_store_for_one_path_delays_no_other_path_and_missing_names_cost_one_write_check(
+    tmp_path: Path,
+) -> None:
+    """A trainer that asks for a path on a store that hangs, and 64 new names a request, holds up
+    neither the operator's read of another path nor the store (one write check, not 64)."""
+    data = tmp_path / "data"
+    slow = write_snapshot(data / "slow", {"chunk_0_0_10": 5}, {"stream_0": True}, "DONE")
+    other = write_snapshot(data / "other", {"chunk_0_0_10": 5}, {"stream_0": True}, "DONE")
+    entered, release, calls = threading.Event(), threading.Event(), list[str]()
+    fs = RecordingFileSystem()
+    reader = SnapshotReader(
+        fs, None, str(data), local_files=lambda top: HeldFileSystem(top, str(slow), entered, release, calls)
+    )
+    try:
+        held, held_answers = in_thread(lambda: reader.report([str(slow)]))
+        assert entered.wait(10), "the reading of the slow path never reached the store"
+        shared, shared_answers = in_thread(lambda: reader.report([str(slow)]))  # waits for the same reading
+        started = time.monotonic()
+        quick, quick_answers = in_thread(lambda: reader.report([str(other)]))
+        quick.join(2.0)
+        took = time.monotonic() - started
+        assert not quick.is_alive(), f"the other path waited on the slow one ({took:.2f}s and counting)"
+        assert quick_answers[0].snapshots[0].state == snapshots.COMPLETED and took < 2.0, took
+        new = [str(data / f"new-{i}") for i in range(snapshots.MAX_PATHS)]
+        route = reader.route(urllib.parse.urlencode({"path": new}, doseq=True))
+        readings = SnapshotsReport.from_json(route.body).snapshots
+        assert route.status == 200 and {(s.state, s.writable) for s in readings} == {(snapshots.MISSING, True)}
+        assert len(fs.writes) == 1, f"one write check for {len(new)} missing names, not {len(fs.writes)}"
+        assert held.is_alive() and shared.is_alive(), "the slow path's readers wait for the store"
+    finally:
+        release.set()
+    for thread in (held, shared):
+        thread.join(10)
+    assert [a.snapshots[0].state for a in held_answers + shared_answers] == [snapshots.COMPLETED] * 2
+    assert calls == [f"listdir {slow}"], "two requests for one path in a burst share one reading"
+
+
+def test_a_second_delete_while_the_first_still_removes_starts_nothing_and_says_so(tmp_path: Path) -> None:
+    """The operator gives up waiting (120 s) and asks again 15 s later while the first removal goes
+    on: the second is told so (409, ``under_way``), and only one removal runs."""
+    reader, data, _ = journaled_reader(tmp_path, "removed")
+    removed = write_snapshot(data / "removed", {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
+    entered, release, calls = threading.Event(), threading.Event(), list[str]()
+    reader._local_files = lambda top: HeldFileSystem(top, str(removed), entered, release, calls)
+    try:
+        first, first_answers = in_thread(lambda: reader.delete(str(removed)))
+        assert entered.wait(10), "the first DELETE never reached the removal"
+        route = reader.delete_route(urllib.parse.urlencode({"path": str(removed)}))
+        again = snapshots.SnapshotDeletion.from_json(route.body)
+        assert route.status == 409 and again.under_way and again.removed == (), route
+        assert (again.state_before, again.journaled) == (snapshots.COMPLETED, True), again
+        assert "is still removing its files" in again.detail and "ask again later" in again.detail, again
+        assert len(calls) == 1 and first.is_alive(), calls
+        # Reading goes on meanwhile.
+        assert reader.report([str(removed)]).snapshots[0].state == snapshots.DELETED
+    finally:
+        release.set()
+    first.join(10)
+    assert first_answers[0][0] == 200 and first_answers[0][1].removed == ("chunks", "streams", "DONE")
+    status, after = reader.delete(str(removed))
+    assert (status, after.under_way, after.removed) == (200, False, ()), after
+    assert snapshots.SnapshotDeletion.from_json(again.to_json()) == again
+    with pytest.raises(SnapshotsError, match="under_way must be true or false"):
+        snapshots.SnapshotDeletion.from_json(
+            '{"path": "/a", "state_before": "MISSING", "journaled": false, "under_way": 1}'
+        )

@@ -28,7 +28,7 @@ from tfdata_operator.controller import metrics
 from tfdata_operator.wire import serverinfo
 from tfdata_operator.wire.serverinfo import ServerInfo
 from tfdata_operator.wire.signals import ServiceSignals
-from tfdata_operator.wire.snapshots import SnapshotsReport
+from tfdata_operator.wire.snapshots import SnapshotDeletion, SnapshotsError, SnapshotsReport
 
 # The dispatcher answers from memory (its poll of the workers runs apart): anything slower is a
 # dispatcher in trouble, and the reconcile thread must not wait on it.
@@ -186,14 +186,26 @@ MAX_DELETION_BYTES = 4 * 1024 * 1024
 DELETION_TIMEOUT_SECONDS = 120.0
 
 
+class UnderWay(str):
+    """Why a snapshot's data is not deleted yet, when that is not a failure: the dispatcher is still
+    removing it for an earlier DELETE (one this operator gave up waiting for). Asked again later,
+    it answers 200 once the files are gone."""
+
+
 def delete_snapshot(url: str, timeout: float = DELETION_TIMEOUT_SECONDS) -> str | None:
     """``DELETE`` of one snapshot's data on the dispatcher (``url`` names the path): None once it is
-    deleted, else why not (a refusal's own words: a snapshot being written is refused)."""
+    deleted, else why not (a refusal's own words: a snapshot being written is refused), an
+    ``UnderWay`` while an earlier DELETE of the path still removes its files."""
     answer = request(url, timeout, MAX_DELETION_BYTES, method="DELETE")
     if isinstance(answer, str):
         return answer
     if 200 <= answer.status < 300:
         return None
+    if answer.status == 409 and not answer.missing:
+        with contextlib.suppress(SnapshotsError):
+            deletion = SnapshotDeletion.from_json(answer.body)
+            if deletion.under_way:
+                return UnderWay(_words(deletion.detail, 1000))
     said = answer.body[:MAX_READINESS_BYTES].decode("utf-8", "replace").strip()
     # The dispatcher's refusal is a sentence (JSON or text); an older server's is an HTML page.
     said = "" if said.startswith("<") else _words(said, 1000)

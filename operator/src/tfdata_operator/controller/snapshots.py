@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from tfdata_operator.api import limits, spec
 from tfdata_operator.api import snapshot as snapshotapi
 from tfdata_operator.api.identity import API_VERSION, SNAPSHOT_FINALIZER, SNAPSHOT_KIND
+from tfdata_operator.controller import probes
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.readers import SnapshotReaders, Unasked, dispatcher_url
 from tfdata_operator.controller.reconcile import Outcome
@@ -136,6 +137,13 @@ def _finalize(
         decision = plansnap.unseen_rivals(snap, listed, seen) or decision
     if decision.delete_data and target.path is not None:
         failed = readers.remove(snap.namespace, _url(service, config, target.path))
+        if isinstance(failed, probes.UnderWay):  # not a failure: the finalizer stays until they are gone
+            outcome.requeue_after = plansnap.POLL_SECONDS
+            message = (
+                f"the data at {target.path} is being deleted by the dispatcher ({failed}); the operator asks again "
+                f"in {plansnap.POLL_SECONDS:.0f}s and lets the resource go once it is gone"
+            )
+            return {**status, "reason": plansnap.DATA_BEING_DELETED, "message": message}, None
         if failed is not None:
             again = max(plansnap.POLL_SECONDS, _retry_after(failed))
             message = (

@@ -80,6 +80,7 @@ DELETION_WAITS = "DeletionWaits"
 DATA_DELETED = "DataDeleted"
 DATA_KEPT = "DataKept"
 DELETE_FAILED = "DataDeletionFailed"
+DATA_BEING_DELETED = "DataBeingDeleted"
 PATH_TAKEN = "PathTaken"
 
 

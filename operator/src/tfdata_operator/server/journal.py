@@ -28,7 +28,9 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-JOURNAL_DIR = "tf_data_dispatcher_journal"
+from tfdata_operator.wire import serverconfig
+
+JOURNAL_DIR = serverconfig.JOURNAL_DIR_NAME
 _JOURNAL_FILE = re.compile(r"journal_([0-9]+)")
 _HEADER = 12  # uint64 length, uint32 masked CRC of it
 _FOOTER = 4  # uint32 masked CRC of the record

@@ -236,9 +236,31 @@ def write_check(fs: WritableFileSystem, snapshot_dir: str) -> str | None:
 # --- the reader the endpoint asks ---------------------------------------------------------------
 
 
+@dataclass
+class _Flight:
+    """A reading of one path under way: the requests for the same path wait for it (``done``)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    stale: bool = False  # a DELETE of the path ended meanwhile: what it read is not kept
+
+
+@dataclass
+class _Removal:
+    """A DELETE under way, as a second one of the same path says it."""
+
+    started: float
+    state_before: str = snapshots.UNKNOWN
+    journaled: bool = False
+
+
 class SnapshotReader:
-    """Answers ``SNAPSHOTS_PATH`` from readings at most ``REREAD_SECONDS`` old; thread-safe (one
-    reading at a time: requests in a burst share it)."""
+    """Answers ``SNAPSHOTS_PATH`` from readings at most ``REREAD_SECONDS`` old; thread-safe.
+
+    No lock is held while the store is asked: a path whose store is slow delays only the requests
+    for that path. Requests for one path in a burst share one reading, the journal is read by one
+    request at a time, and the snapshot directory is checked for writing at most once every
+    ``REREAD_SECONDS`` whatever the number of missing paths asked (a trainer may ask 64 a request).
+    """
 
     def __init__(
         self,
@@ -257,54 +279,112 @@ class SnapshotReader:
         self._clock_wall = wall_clock
         self._journal = Journal(fs, work_dir)
         self._clock = clock
+        # Guards the dictionaries below; never held while the store is asked.
         self._lock = threading.Lock()
         self._readings: dict[str, _Reading] = {}
+        self._flights: dict[str, _Flight] = {}
+        self._removals: dict[str, _Removal] = {}
+        # One journal read at a time (its tail keeps where it read); the others use the last one.
+        self._journal_lock = threading.Lock()
         self._journaled: list[str] = []
         self._journal_read_at: float | None = None
         self._journal_error: str | None = None
+        # The last write check of the snapshot directory: (when, why not or None).
+        self._check_lock = threading.Lock()
+        self._checked: tuple[float, str | None] | None = None
 
     def report(self, paths: Iterable[str] = ()) -> SnapshotsReport:
         """The named paths, or, with none, every path the journal names. Raises PathRefused for a
         named path that is neither journaled nor in the snapshot directory."""
         asked = tuple(paths)
+        journaled_paths, journal_error = self._read_journal()
+        journaled = set(journaled_paths)
+        for path in asked:
+            if path not in journaled:
+                snapshots.confined(path, self._snapshot_dir)
+        progress = [self._progress(p, p in journaled) for p in (asked or journaled_paths)]
         with self._lock:
-            now = self._clock()
-            self._read_journal(now)
-            journaled = set(self._journaled)
-            for path in asked:
-                if path not in journaled:
-                    snapshots.confined(path, self._snapshot_dir)
-            progress = [self._progress(p, p in journaled, now) for p in (asked or self._journaled)]
             self._forget(set(asked) | journaled)
         journal = self._journal.describe()
-        if self._journal_error:
-            journal += f" (cannot read it now: {self._journal_error})"
+        if journal_error:
+            journal += f" (cannot read it now: {journal_error})"
         return SnapshotsReport(tuple(progress), journal)
 
-    def _read_journal(self, now: float) -> None:
-        if self._journal_read_at is not None and now - self._journal_read_at < REREAD_SECONDS:
-            return
-        self._journal_read_at = now
+    def _read_journal(self, fresh: bool = False) -> tuple[list[str], str | None]:
+        """The journaled paths, and why the journal cannot be read now (None: it can); read again
+        once ``REREAD_SECONDS`` old, or now when ``fresh``. While another request reads it, the last
+        paths read are used (unless ``fresh``, or none were read yet)."""
+        if not self._journal_lock.acquire(blocking=fresh or self._journal_read_at is None):
+            return self._journaled, self._journal_error
         try:
-            self._journaled = self._journal.paths()
-            self._journal_error = None
-        except Exception as exc:  # keep the last paths read: a store failing for a moment
-            self._journal_error = _error_detail(exc)
+            now = self._clock()
+            if fresh or self._journal_read_at is None or now - self._journal_read_at >= REREAD_SECONDS:
+                self._journal_read_at = now
+                try:
+                    self._journaled = self._journal.paths()
+                    self._journal_error = None
+                except Exception as exc:  # keep the last paths read: a store failing for a moment
+                    self._journal_error = _error_detail(exc)
+            return self._journaled, self._journal_error
+        finally:
+            self._journal_lock.release()
 
-    def _progress(self, path: str, journaled: bool, now: float) -> SnapshotProgress:
-        known = self._readings.get(path)
-        if known is not None:
-            reread = FINAL_REREAD_SECONDS if known.progress.final else REREAD_SECONDS
-            if now - known.read_at < reread:
-                return replace(known.progress, journaled=journaled, age_seconds=round(now - known.read_at, 3))
-        reading = read_progress(self._files(path), path, journaled, known)
-        if reading.progress.state == snapshots.MISSING and not journaled and self._snapshot_dir is not None:
-            why = write_check(self._fs, self._snapshot_dir)
-            reading.progress = replace(reading.progress, writable=why is None, detail=why)
-        reading.read_at = now
-        self._readings.pop(path, None)
-        self._readings[path] = reading  # last: the most recently read are forgotten last
-        return reading.progress
+    def _progress(self, path: str, journaled: bool) -> SnapshotProgress:
+        while True:
+            with self._lock:
+                now = self._clock()
+                known = self._readings.get(path)
+                if known is not None:
+                    reread = FINAL_REREAD_SECONDS if known.progress.final else REREAD_SECONDS
+                    if now - known.read_at < reread:
+                        age = round(max(0.0, now - known.read_at), 3)
+                        return replace(known.progress, journaled=journaled, age_seconds=age)
+                flight = self._flights.get(path)
+                if flight is None:
+                    flight = self._flights[path] = _Flight()
+                    break
+            # Another request reads this path: its reading is this one's too.
+            if not flight.done.wait(PROXY_TIMEOUT_SECONDS):
+                return SnapshotProgress(
+                    path,
+                    snapshots.UNKNOWN,
+                    journaled,
+                    detail=f"a reading of its files has not finished in {PROXY_TIMEOUT_SECONDS:.0f}s: the store "
+                    "is slow or does not answer",
+                )
+        try:
+            reading = read_progress(self._files(path), path, journaled, known)
+            if reading.progress.state == snapshots.MISSING and not journaled and self._snapshot_dir is not None:
+                why = self._write_check(self._snapshot_dir)
+                reading.progress = replace(reading.progress, writable=why is None, detail=why)
+            reading.read_at = now
+            with self._lock:
+                if not flight.stale:
+                    self._readings.pop(path, None)
+                    self._readings[path] = reading  # last: the most recently read are forgotten last
+            return reading.progress
+        finally:
+            with self._lock:
+                del self._flights[path]
+            flight.done.set()
+
+    def _write_check(self, snapshot_dir: str) -> str | None:
+        """``write_check`` of the snapshot directory, shared by every path asked within
+        ``REREAD_SECONDS`` of it; while one is under way, the last one's answer."""
+        if not self._check_lock.acquire(blocking=self._checked is None):
+            checked = self._checked
+            if checked is not None:
+                return checked[1]
+            self._check_lock.acquire()
+        try:
+            now = self._clock()
+            if self._checked is not None and now - self._checked[0] < REREAD_SECONDS:
+                return self._checked[1]
+            why = write_check(self._fs, snapshot_dir)
+            self._checked = (now, why)
+            return why
+        finally:
+            self._check_lock.release()
 
     def _files(self, path: str) -> WritableFileSystem:
         return self._fs if local_path(path) is None else self._local_files(path)
@@ -322,13 +402,37 @@ class SnapshotReader:
         Each step can be done again: a DELETE cut short (a store failing, the process stopped) is
         finished by the next one, and one after a success removes nothing more. The removal runs
         outside the lock (on a remote store it takes as long as the store takes): readings go on.
+        One removal of a path at a time: a DELETE while one of the same path is under way (its
+        caller gave up waiting and asks again) starts nothing and answers 409 with ``under_way``.
         Raises PathRefused for a path outside the snapshot directory, journaled or not.
         """
         snapshots.confined(path, self._snapshot_dir)
         with self._lock:
-            self._journal_read_at = None  # a fresh read: the journal may name it since the last one
-            self._read_journal(self._clock())
-            journal_error, journaled = self._journal_error, path in self._journaled
+            removal = self._removals.get(path)
+            if removal is None:
+                self._removals[path] = _Removal(self._clock())
+        if removal is not None:
+            took = max(0.0, self._clock() - removal.started)
+            return 409, SnapshotDeletion(
+                path,
+                removal.state_before,
+                removal.journaled,
+                detail=f"a DELETE of this path started {took:.0f}s ago is still removing its files (its caller may "
+                "have given up waiting): nothing more was started; ask again later, it answers 200 once they are gone",
+                under_way=True,
+            )
+        try:
+            return self._delete(path)
+        finally:
+            with self._lock:
+                del self._removals[path]
+                self._readings.pop(path, None)  # the next reading says what this left
+                if (flight := self._flights.get(path)) is not None:
+                    flight.stale = True
+
+    def _delete(self, path: str) -> tuple[int, SnapshotDeletion]:
+        journaled_paths, journal_error = self._read_journal(fresh=True)  # it may name the path since the last read
+        journaled = path in journaled_paths
         if journal_error:
             return 503, SnapshotDeletion(
                 path, snapshots.UNKNOWN, False, detail=f"cannot read the journal: {journal_error}"
@@ -341,6 +445,8 @@ class SnapshotReader:
         except SymlinkError as exc:
             return 409, SnapshotDeletion(path, snapshots.UNKNOWN, journaled, detail=_through_link(exc.filename))
         plan = snapshots.plan_deletion(names, journaled)
+        with self._lock:
+            self._removals[path] = replace(self._removals[path], state_before=plan.state_before, journaled=journaled)
         if plan.refused:
             return 409, SnapshotDeletion(
                 path, plan.state_before, journaled, kept=tuple(names or ()), detail=plan.refused
@@ -356,11 +462,7 @@ class SnapshotReader:
         if links := files.symlinks(path):
             detail = _through_link(links[0]) + (f" ({len(links)} symbolic links in all)" if len(links) > 1 else "")
             return 409, SnapshotDeletion(path, plan.state_before, journaled, kept=tuple(names or ()), detail=detail)
-        try:
-            return 200, _carry_out(files, path, plan, self._clock_wall())
-        finally:
-            with self._lock:
-                self._readings.pop(path, None)  # the next reading says what this left
+        return 200, _carry_out(files, path, plan, self._clock_wall())
 
     def delete_route(self, query: str) -> Reply:
         """``DELETE SNAPSHOTS_PATH?path=P`` in the TensorFlow process."""

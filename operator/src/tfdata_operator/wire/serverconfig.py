@@ -33,6 +33,8 @@ SNAPSHOT_DIR = re.compile(r"(/|[a-z][a-z0-9+.-]*://)\S*")
 # The file in a user's workDir (the journal base: a static journal's parent) naming the service
 # that journals there, as ``<namespace>/<name>``: a dispatcher refuses a workDir another service owns.
 OWNER_MARKER_NAME = "tfdata-owner"
+# The directory in a work_dir where TensorFlow's fault-tolerant dispatcher keeps its journal.
+JOURNAL_DIR_NAME = "tf_data_dispatcher_journal"
 # DispatcherServerConfig.owner: a namespace and a TFDataService name (DNS labels and subdomains).
 OWNER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
@@ -371,6 +373,7 @@ def _check_port(name: str, value: object) -> None:
 __all__ = [
     "CONFIG_ENV",
     "DEFAULTS",
+    "JOURNAL_DIR_NAME",
     "OWNER_MARKER_NAME",
     "POD_NAMESPACE_ENV",
     "POD_NAME_ENV",

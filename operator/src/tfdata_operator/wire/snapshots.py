@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from tfdata_operator.wire.serverconfig import JOURNAL_DIR_NAME, OWNER_MARKER_NAME
 from tfdata_operator.wire.signals import json_object
 
 # GET, optionally ?path=P&path=Q: one SnapshotsReport as JSON. DELETE ?path=P: one SnapshotDeletion.
@@ -62,11 +63,27 @@ DATASET_SPEC_FILE = "dataset_spec.pb"
 CHUNKS_DIR = "chunks"
 STREAMS_DIR = "streams"
 STREAM_PREFIX = "stream_"
+PREFETCHED_SPLITS_DIR = "prefetched_splits"  # snapshot/snapshot_split_provider and the dispatcher's prefetch
 # Ours, not TensorFlow's: the tombstone of a deleted snapshot, JSON {"state_before": ..., "deleted_at": ...}.
 DELETED_FILE = "DELETED"
+# Every name written directly at a snapshot's path: TensorFlow's (2.16 to 2.21; the rest of its layout
+# is below streams/) and ours. An atomic write's temporary file is one of these, then
+# ``__<unique>.tmp`` (``snapshot/file_utils.cc``). A DELETE refuses a path that holds anything else.
+LAYOUT_NAMES = (
+    METADATA_FILE,
+    DATASET_DEF_FILE,
+    DATASET_SPEC_FILE,
+    DONE_FILE,
+    ERROR_FILE,
+    CHUNKS_DIR,
+    STREAMS_DIR,
+    PREFETCHED_SPLITS_DIR,
+    DELETED_FILE,
+)
+TEMPORARY_SUFFIX = ".tmp"
 # What a journaled snapshot's tombstone keeps: the files Resume reads (ERROR; it stops there) and the
-# few small ones that say what the snapshot was. Everything else (chunks/, streams/,
-# prefetched_splits/, DONE once ERROR replaces it) is the data.
+# few small ones that say what the snapshot was. The rest of LAYOUT_NAMES (chunks/, streams/,
+# prefetched_splits/, DONE once ERROR replaces it) and the temporary files is the data.
 TOMBSTONE_FILES = (METADATA_FILE, DATASET_DEF_FILE, DATASET_SPEC_FILE, ERROR_FILE, DELETED_FILE)
 # ERROR's text is kept to this many characters (a condition's message must stay readable).
 MAX_ERROR_CHARACTERS = 4000
@@ -327,10 +344,12 @@ def plan_deletion(names: Iterable[str] | None, journaled: bool) -> DeletionPlan:
     """What deleting the snapshot whose path lists ``names`` does (None: nothing at the path).
 
     A snapshot still written is refused (TensorFlow cannot cancel one: its workers would go on
-    writing), and so is a path that holds no snapshot (no ``snapshot.metadata``): this deletes
-    snapshots, never a directory that merely looks like one. A finished one (COMPLETED, FAILED,
-    or DELETED: a DELETE again finishes one that was cut short) goes entirely when the journal
-    does not name it, else down to its tombstone (``TOMBSTONE_FILES``).
+    writing), and so is a path that holds no snapshot (no ``snapshot.metadata``) or anything
+    besides a snapshot's own files (``LAYOUT_NAMES``): this deletes snapshots, never a directory
+    that merely looks like one (a dispatcher's work directory inside the snapshot directory, with
+    ``snapshot.metadata`` and ``DONE`` planted beside its journal). A finished one (COMPLETED,
+    FAILED, or DELETED: a DELETE again finishes one that was cut short) goes entirely when the
+    journal does not name it, else down to its tombstone (``TOMBSTONE_FILES``).
     """
     if names is None:
         return DeletionPlan(MISSING, journaled)
@@ -346,6 +365,8 @@ def plan_deletion(names: Iterable[str] | None, journaled: bool) -> DeletionPlan:
             refused="the snapshot is being written and TensorFlow cannot cancel one (its workers would go on "
             "writing): wait until it is COMPLETED or FAILED, then delete it",
         )
+    if foreign := foreign_names(present):
+        return DeletionPlan(state, journaled, refused=_foreign(foreign))
     if not journaled:
         return DeletionPlan(state, journaled, remove=tuple(present), remove_all=True)
     remove = [n for n in present if n not in TOMBSTONE_FILES and n != DONE_FILE]
@@ -360,6 +381,30 @@ def plan_deletion(names: Iterable[str] | None, journaled: bool) -> DeletionPlan:
         write_marker=DELETED_FILE not in present,
         write_error=ERROR_FILE not in present,
     )
+
+
+def foreign_names(names: Iterable[str]) -> list[str]:
+    """The names of ``names`` (directly at a snapshot's path) that no snapshot writes there."""
+    return [name for name in names if name not in LAYOUT_NAMES and not _temporary(name)]
+
+
+def _temporary(name: str) -> bool:
+    written, underscores, unique = name.partition("__")
+    return bool(underscores) and written in LAYOUT_NAMES and unique.endswith(TEMPORARY_SUFFIX)
+
+
+def _foreign(names: list[str]) -> str:
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    text = (
+        f"the path holds what no tf.data snapshot writes there: {shown}. A snapshot is deleted only when it "
+        "holds nothing but its own files, so nothing is deleted"
+    )
+    if JOURNAL_DIR_NAME in names or OWNER_MARKER_NAME in names:
+        text += (
+            f" ({JOURNAL_DIR_NAME} and {OWNER_MARKER_NAME} are a dispatcher's journal and its owner marker: "
+            "a dispatcher.workDir lies inside the snapshot directory; give it a directory of its own)"
+        )
+    return text + ". Move what is not the snapshot's elsewhere, or delete the path by hand"
 
 
 def tombstone_error(path: str) -> bytes:
@@ -394,7 +439,9 @@ class SnapshotDeletion:
 
     ``removed`` and ``kept`` are names directly under the path (when the journal does not name
     it, the path itself went too). ``detail`` says why the rest is kept, or why nothing was
-    touched (409).
+    touched (409). ``under_way`` (with 409): a DELETE of the path asked earlier is still removing
+    its files, so this one started nothing; asked again later, it answers 200 once they are gone.
+    Not a 2xx: an operator older than this field takes every 2xx as "deleted".
     """
 
     path: str
@@ -403,6 +450,7 @@ class SnapshotDeletion:
     removed: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()
     detail: str = ""
+    under_way: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -412,6 +460,7 @@ class SnapshotDeletion:
         data = json_object(text, "a snapshot deletion", SnapshotsError)
         path, state, journaled = data.get("path"), data.get("state_before"), data.get("journaled")
         removed, kept, detail = data.get("removed", []), data.get("kept", []), data.get("detail", "")
+        under_way = data.get("under_way", False)
         if not isinstance(path, str) or not path:
             raise SnapshotsError(f"path must be a non-empty string, got {path!r}")
         if state not in STATES:
@@ -423,7 +472,9 @@ class SnapshotDeletion:
                 raise SnapshotsError(f"{name} must be a list of strings, got {value!r}")
         if not isinstance(detail, str):
             raise SnapshotsError(f"detail must be a string, got {detail!r}")
-        return cls(path, state, journaled, tuple(removed), tuple(kept), detail)
+        if not isinstance(under_way, bool):
+            raise SnapshotsError(f"under_way must be true or false, got {under_way!r}")
+        return cls(path, state, journaled, tuple(removed), tuple(kept), detail, under_way)
 
 
 def deletion_path(query: dict[str, list[str]]) -> str:
