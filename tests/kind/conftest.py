@@ -20,7 +20,7 @@ import pytest
 from podhealth import PodHealth
 from support import Kubectl
 
-from fixtures.cluster import create_namespace
+from fixtures.cluster import DELETED_NAMESPACES, create_namespace
 
 HERE = Path(__file__).resolve().parent
 LAST = HERE / "test_pods_stayed_healthy.py"
@@ -64,4 +64,6 @@ def namespace(request: pytest.FixtureRequest, kubectl: Kubectl, pod_health: PodH
     kubectl.run(
         "delete", "tfdataservices", "--all", "-n", name, "--wait=true", "--timeout=120s", check=False, timeout=130
     )
+    # Not waited for here (the next module starts at once); the tier's last module fails on one stuck.
     kubectl.run("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+    request.config.stash.setdefault(DELETED_NAMESPACES, []).append(name)

@@ -11,10 +11,30 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from podhealth import OPERATOR_NAMESPACE, PodHealth
-from support import Kubectl
+from support import Kubectl, wait_for
+
+from fixtures.cluster import DELETED_NAMESPACES, what_holds
 
 SETTLE_SECONDS = 120
+# Every module's namespace, deleted without waiting when the module ended, must be gone by now
+# (tests review N4): a namespace stuck terminating is a bug a user meets (an operator's finalizer
+# left behind, a claim that cannot be let go).
+NAMESPACES_GONE_SECONDS = 180
+
+
+def test_every_namespace_the_tier_deleted_is_gone(request: pytest.FixtureRequest, kubectl: Kubectl) -> None:
+    deleted = request.config.stash.get(DELETED_NAMESPACES, [])
+
+    def there() -> list[str]:
+        return [n for n in deleted if kubectl.get("namespace", n) is not None]
+
+    def show() -> str:
+        return "\n".join(f"namespace {n} still there:\n{what_holds(kubectl, n)}" for n in there())
+
+    wait_for(there, NAMESPACES_GONE_SECONDS, f"the {len(deleted)} namespaces gone", 2, show, until=lambda t: not t)
+    print(f"\n{len(deleted)} namespaces deleted by the tier's modules, all gone")
 
 
 def test_no_unexpected_restart_or_error_in_the_operator_and_server_pods(
