@@ -40,18 +40,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "operator" / "src" / "tfdata_operator"
 # The pure modules (spec in, manifests and decisions out, no I/O), by the name `--module` takes:
-# their path under the package.
+# their paths under the package ("builders": every module of render/, one per child kind and the
+# parts they share, which render/builders.py gathers).
 MODULES = {
-    "spec": "api/spec",
-    "diff": "api/diff",
-    "builders": "render/builders",
-    "scaling": "plan/scaling",
-    "status": "plan/status",
-    "plan": "plan/desired",
-    "serverconfig": "wire/serverconfig",
+    "spec": ("api/spec",),
+    "diff": ("api/diff",),
+    "builders": tuple(f"render/{p.stem}" for p in sorted((PACKAGE / "render").glob("*.py")) if p.stem != "__init__"),
+    "scaling": ("plan/scaling",),
+    "status": ("plan/status",),
+    "plan": ("plan/desired",),
+    "serverconfig": ("wire/serverconfig",),
 }
-# A mutant's name is the module's dotted path, then the function: module name -> that prefix.
-PREFIXES = {m: "tfdata_operator." + path.replace("/", ".") + "." for m, path in MODULES.items()}
+# A mutant's name is the module's dotted path, then the function: module name -> those prefixes.
+PREFIXES = {
+    m: tuple("tfdata_operator." + path.replace("/", ".") + "." for path in paths) for m, paths in MODULES.items()
+}
 WORKSPACE = ROOT / ".local" / "mutation"
 EQUIVALENT = ROOT / "hack" / "mutation-equivalent.txt"
 # module -> mutant name -> mutmut's status ("killed", "survived", ...)
@@ -95,7 +98,7 @@ def prepare(modules: list[str]) -> None:
 
 def write_config(modules: list[str], selection: tuple[str, ...]) -> None:
     """mutmut's setup.cfg: the unit tier, narrowed by ``selection`` (pytest arguments)."""
-    only = "\n    ".join(f"src/tfdata_operator/{MODULES[m]}.py" for m in modules)
+    only = "\n    ".join(f"src/tfdata_operator/{path}.py" for m in modules for path in MODULES[m])
     also = "\n    ".join(n for n in LINKED if n != "tests")
     select = "".join(f"\n    {arg}" for arg in ("tests/unit", *selection))
     (WORKSPACE / "setup.cfg").write_text(
@@ -138,9 +141,11 @@ def collect(modules: list[str]) -> Statuses:
 
     result: dict[str, dict[str, str]] = {}
     for module in modules:
-        meta = WORKSPACE / "mutants" / "src" / "tfdata_operator" / f"{MODULES[module]}.py.meta"
-        codes = json.loads(meta.read_text())["exit_code_by_key"]
-        result[module] = {name: status_by_exit_code[code] for name, code in codes.items()}
+        result[module] = {}
+        for path in MODULES[module]:
+            meta = WORKSPACE / "mutants" / "src" / "tfdata_operator" / f"{path}.py.meta"
+            codes = json.loads(meta.read_text())["exit_code_by_key"]
+            result[module].update({name: status_by_exit_code[code] for name, code in codes.items()})
     return result
 
 

@@ -15,7 +15,7 @@ import pytest
 from tfdata_operator.server import health
 
 # What a probe must answer within, whatever other clients do: the kubelet's timeout, as rendered
-# (render/builders.py `_probe`). A 2-core machine running other tiers beside this one took over 1 s once.
+# (render/pod.py `_probe`). A 2-core machine running other tiers beside this one took over 1 s once.
 PROBE_SECONDS = 2.0
 
 
@@ -161,7 +161,7 @@ def test_dripping_connections_cost_no_thread_and_the_probes_answer_within_their_
             for sock in [*drippers, *held]:
                 sock.close()
     # What the kubelet needs: no run of failed probes long enough to act on (readiness: 3 in a row,
-    # render/builders.py). One probe of 15 may come late on a loaded machine: the drippers' thread
+    # render/pod.py). One probe of 15 may come late on a loaded machine: the drippers' thread
     # and this server share a process (and its GIL) here, which a pod's clients do not.
     failed = [status != 200 or seconds >= PROBE_SECONDS for status, _, seconds in seen]
     assert len(seen) == 15 and sum(failed) <= 1, seen

@@ -114,7 +114,7 @@ class DispatcherServerConfig:
     # The CPU this pod is given, in millicores (see WorkerServerConfig.cpu_given_millicores).
     cpu_given_millicores: int | None = None
     # Once started, delete the directories beside work_dir named like static journals: the
-    # operator never sends a dispatcher back to one (see builders.static_journal).
+    # operator never sends a dispatcher back to one (see render.journal.static_journal).
     prune_old_journals: bool = False
     # Imported (modules) and loaded with tf.load_op_library (paths), in this order, in the
     # TensorFlow process before its server starts: ops the trainers' pipelines use.
