@@ -32,6 +32,8 @@ from tfdata_operator.client import snapshots as client_snapshots
 from tfdata_operator.wire import discovery, serverconfig, snapshots
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
 
+from fixtures.deletion import until_ended
+
 POD_NAME = "127.0.0.1"
 WAIT_TIMEOUT = 60.0
 
@@ -76,6 +78,10 @@ class Service:
                 return response.status, snapshots.SnapshotDeletion.from_json(response.read())
         except urllib.error.HTTPError as exc:
             return exc.code, snapshots.SnapshotDeletion.from_json(exc.read())
+
+    def deleted(self, path: str) -> tuple[int, snapshots.SnapshotDeletion]:
+        """How the removal a DELETE started ended (``until_ended``)."""
+        return until_ended(lambda: self.delete(path), seconds=60.0, pause=0.05)
 
     def state(self, path: str) -> snapshots.SnapshotProgress:
         return client_snapshots.read_report(self.url(path).partition("?")[0], (path,)).snapshots[0]
@@ -145,7 +151,9 @@ def test_delete_keeps_a_tombstone_of_a_journaled_snapshot_and_removes_an_unjourn
     client_snapshots.wait("kept", "del", timeout=WAIT_TIMEOUT, poll_seconds=0.3, environ=env)
     assert client_snapshots.progress("kept", "del", environ=env).state == snapshots.COMPLETED  # a reading to forget
 
-    status, answer = service.delete(path)
+    status, started = service.delete(path)  # answered at once: the files go in the background
+    assert (status, started.under_way, started.state_before) == (409, True, snapshots.COMPLETED), started
+    status, answer = service.deleted(path)
     assert status == 200 and answer.journaled and answer.state_before == snapshots.COMPLETED, answer
     assert {"chunks", "streams", "DONE"} <= set(answer.removed), answer
     assert answer.kept == ("DELETED", "ERROR", "dataset_def.proto", "dataset_spec.pb", "snapshot.metadata"), answer
@@ -163,7 +171,7 @@ def test_delete_keeps_a_tombstone_of_a_journaled_snapshot_and_removes_an_unjourn
     # A snapshot this dispatcher's journal does not name (a copy of one) goes entirely.
     copy = service.snapshot_dir / "copy"
     shutil.copytree(service.snapshot_dir / "running", copy)
-    status, answer = service.delete(str(copy))
+    status, answer = service.deleted(str(copy))
     assert (status, answer.journaled, answer.state_before) == (200, False, snapshots.COMPLETED), answer
     assert not copy.exists() and service.state(str(copy)).state == snapshots.MISSING
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -28,6 +29,7 @@ from tfdata_operator.plan import children
 from tfdata_operator.plan import snapshot as plansnap
 from tfdata_operator.plan.desired import Children
 from tfdata_operator.server import health
+from tfdata_operator.server import snapshots as snapshot_server
 from tfdata_operator.server.journal import LocalFileSystem
 from tfdata_operator.server.snapshots import SnapshotReader
 from tfdata_operator.wire import snapshots as wire
@@ -550,15 +552,20 @@ class Bucket(LocalFileSystem):
         return super().symlinks(self.local(path))
 
 
-def test_a_deletion_the_dispatcher_still_carries_out_is_waited_for_not_failed(tmp_path: Path) -> None:
-    """The operator gave up waiting for a DELETE (120 s) and asks again while the dispatcher still
-    removes the files: the dispatcher's reader answers over HTTP that it is under way, and the
-    operator keeps the finalizer, says the data is being deleted (no failure, no Event) and asks
-    again in 15 s; once the files are gone, the next try lets the resource go."""
-    for name in ("imagenet-v3", "running"):
+def test_a_deletion_the_dispatcher_carries_out_in_the_background_holds_no_worker_and_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dispatcher's reader over HTTP: the operator's DELETE answers at once while the removal
+    waits on the store; the operator keeps the finalizer, says the data is being deleted (no
+    failure, no Event) and asks again in 15 s; a second try is told it is still under way, and a
+    dispatcher removing as many snapshots as it does at once (503) is waited for the same way; once
+    the files are gone, the next try lets the resource go."""
+    monkeypatch.setattr(snapshot_server, "MAX_REMOVALS", 1)
+    for name in ("imagenet-v3", "running", "other"):
         (tmp_path / "snaps" / name / "chunks").mkdir(parents=True)
         (tmp_path / "snaps" / name / "snapshot.metadata").write_text('element_spec: "x"\n')
     (tmp_path / "snaps" / "imagenet-v3" / "DONE").write_bytes(b"")
+    (tmp_path / "snaps" / "other" / "DONE").write_bytes(b"")
     entered, release = threading.Event(), threading.Event()
     reader = SnapshotReader(Bucket(tmp_path, PATH, entered, release), None, DIRECTORY)
     server = health.HealthServer(
@@ -570,29 +577,40 @@ def test_a_deletion_the_dispatcher_still_carries_out_is_waited_for_not_failed(tm
         return probes.delete_snapshot(urllib.parse.urlsplit(url)._replace(netloc=f"127.0.0.1:{server.port}").geturl())
 
     readers = SnapshotReaders(lambda url: "not read", delete, lambda: NOW)
-    first_answers: list[Any] = []
-    first = threading.Thread(target=lambda: first_answers.append(reader.delete(PATH)), daemon=True)
     try:
-        first.start()
-        assert entered.wait(10), "the first DELETE never reached the removal"
-        api = FakeApi()
-        outcome = controller.reconcile_snapshot(api, OperatorConfig(), deleting(plansnap.COMPLETED), service(), readers)
-        assert api.patches == [] and api.events == [], "the finalizer stays, and nothing failed"
-        (status,) = api.statuses
-        assert status["reason"] == plansnap.DATA_BEING_DELETED, status
-        assert f"the data at {PATH} is being deleted by the dispatcher" in status["message"], status
-        assert "is still removing its files" in status["message"] and "could not" not in status["message"]
-        assert outcome.requeue_after == plansnap.POLL_SECONDS
-        # A refusal is not mistaken for a removal under way.
+        for said in ("in the background", "is still removing its files"):
+            api = FakeApi()
+            started = time.monotonic()
+            outcome = controller.reconcile_snapshot(
+                api, OperatorConfig(), deleting(plansnap.COMPLETED), service(), readers
+            )
+            assert time.monotonic() - started < 5.0, "the operator waited for the removal"
+            assert entered.wait(10), "the removal never reached the store"
+            assert api.patches == [] and api.events == [], "the finalizer stays, and nothing failed"
+            (status,) = api.statuses
+            assert status["reason"] == plansnap.DATA_BEING_DELETED, status
+            assert f"the data at {PATH} is being deleted by the dispatcher" in status["message"], status
+            assert said in status["message"] and "could not" not in status["message"], status
+            assert outcome.requeue_after == plansnap.POLL_SECONDS
+        # A refusal is not mistaken for a removal under way; a dispatcher busy removing is.
         refused = delete(f"http://x{wire.SNAPSHOTS_PATH}?path={DIRECTORY}/running")
         assert not isinstance(refused, probes.UnderWay) and refused is not None and "409" in refused, refused
+        busy = delete(f"http://x{wire.SNAPSHOTS_PATH}?path={DIRECTORY}/other")
+        assert isinstance(busy, probes.UnderWay) and "nothing was started" in busy, busy
+        assert (tmp_path / "snaps" / "other" / "DONE").exists()
     finally:
         release.set()
-        first.join(10)
     try:
-        assert first_answers[0][0] == 200 and not (tmp_path / "snaps" / "imagenet-v3").exists()
+        deadline = time.monotonic() + 10
+        while (tmp_path / "snaps" / "imagenet-v3").exists():
+            assert time.monotonic() < deadline, "the removal did not end"
+            time.sleep(0.01)
         api = FakeApi()
-        controller.reconcile_snapshot(api, OperatorConfig(), deleting(plansnap.COMPLETED), service(), readers)
+        for _ in range(100):  # the removal's thread says it has ended just after the files are gone
+            controller.reconcile_snapshot(api, OperatorConfig(), deleting(plansnap.COMPLETED), service(), readers)
+            if api.patches:
+                break
+            time.sleep(0.01)
         assert api.patches == [{"metadata": {"finalizers": [], "resourceVersion": "7"}}]
         assert api.events == [("Normal", plansnap.DATA_DELETED)]
     finally:

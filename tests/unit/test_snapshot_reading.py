@@ -35,6 +35,7 @@ from tfdata_operator.wire import discovery, snapshots
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsError, SnapshotsReport
 
 from cases import ROOT
+from fixtures.deletion import until_ended
 from fixtures.fakes import Clock
 
 # What TensorFlow 2.21 wrote to ERROR for a map function whose assertion failed.
@@ -516,13 +517,21 @@ def tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
+def deleted(reader: SnapshotReader, path: str) -> tuple[int, snapshots.SnapshotDeletion]:
+    return until_ended(lambda: reader.delete(path))
+
+
 def test_the_reader_deletes_a_journaled_snapshots_data_and_says_deleted_after(tmp_path: Path) -> None:
     reader, data, clock = journaled_reader(tmp_path, "done", "failed", "running")
     done = write_snapshot(data / "done", {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
     (done / "dataset_def.proto").write_bytes(b"def")
     assert reader.report([str(done)]).snapshots[0].state == snapshots.COMPLETED  # a reading to forget
 
-    status, answer = reader.delete(str(done))
+    # Answered at once, the tombstone's markers written first; the files go in the background.
+    status, started = reader.delete(str(done))
+    assert (status, started.under_way, started.removed) == (409, True, ()), started
+    assert "in the background" in started.detail and (done / "DELETED").exists() and (done / "ERROR").exists()
+    status, answer = deleted(reader, str(done))
     assert status == 200 and answer.journaled and answer.state_before == snapshots.COMPLETED, answer
     assert answer.removed == ("chunks", "streams", "DONE") and "journal names the path" in answer.detail, answer
     assert tree(done) == ["DELETED", "ERROR", "dataset_def.proto", "snapshot.metadata"]
@@ -540,7 +549,7 @@ def test_the_reader_deletes_a_journaled_snapshots_data_and_says_deleted_after(tm
     assert tree(done) == ["DELETED", "ERROR", "dataset_def.proto", "snapshot.metadata"]
 
     failed = write_snapshot(data / "failed", {}, {"stream_0": False}, "ERROR")
-    status, answer = reader.delete(str(failed))
+    status, answer = deleted(reader, str(failed))
     assert status == 200 and answer.state_before == snapshots.FAILED, answer
     assert tree(failed) == ["DELETED", "ERROR", "snapshot.metadata"] and (failed / "ERROR").read_bytes() == ERROR_FILE
 
@@ -558,7 +567,7 @@ def test_the_reader_removes_a_snapshot_its_journal_does_not_name_and_refuses_wha
 ) -> None:
     reader, data, _ = journaled_reader(tmp_path, "journaled-gone")
     other = write_snapshot(data / "other", {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
-    status, answer = reader.delete(str(other))
+    status, answer = deleted(reader, str(other))
     assert (status, answer.journaled, answer.state_before) == (200, False, snapshots.COMPLETED), answer
     assert answer.removed == ("DONE", "chunks", "snapshot.metadata", "streams") and not other.exists()
     assert reader.report([str(other)]).snapshots[0].state == snapshots.MISSING
@@ -596,8 +605,19 @@ def test_delete_is_forwarded_to_the_tensorflow_process(tmp_path: Path) -> None:
     try:
         state.apply(health.status_line(health.RUNNING, True, "serving", snapshots_port=inner.port))
         url = f"http://127.0.0.1:{outer.port}{snapshots.SNAPSHOTS_PATH}?path={done}"
-        with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10) as response:
-            answer = snapshots.SnapshotDeletion.from_json(response.read())
+        with pytest.raises(urllib.error.HTTPError) as started:  # 409 under_way: the files go in the background
+            urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10)
+        assert started.value.code == 409 and snapshots.SnapshotDeletion.from_json(started.value.read()).under_way
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10) as response:
+                    answer = snapshots.SnapshotDeletion.from_json(response.read())
+                break
+            except urllib.error.HTTPError as exc:
+                said = exc.read()
+                assert exc.code == 409 and time.monotonic() < deadline, (exc.code, said)
+                time.sleep(0.01)
         assert answer.state_before == snapshots.COMPLETED and "DONE" in answer.removed, answer
         assert client_snapshots.read_report(url.partition("?")[0], (str(done),)).snapshots[0].state == "DELETED"
         with pytest.raises(urllib.error.HTTPError) as elsewhere:
@@ -870,32 +890,124 @@ def test_a_slow_store_for_one_path_delays_no_other_path_and_missing_names_cost_o
     assert calls == [f"listdir {slow}"], "two requests for one path in a burst share one reading"
 
 
-def test_a_second_delete_while_the_first_still_removes_starts_nothing_and_says_so(tmp_path: Path) -> None:
-    """The operator gives up waiting (120 s) and asks again 15 s later while the first removal goes
-    on: the second is told so (409, ``under_way``), and only one removal runs."""
+def test_a_delete_answers_at_once_and_a_second_while_the_files_go_starts_nothing(tmp_path: Path) -> None:
+    """The removal waits on the store: the DELETE answers at once (409, ``under_way``; no operator
+    worker waits for a removal), the operator's next try 15 s later is told it is still under way
+    and starts nothing, and once the files are gone, the next answers 200 with what went."""
     reader, data, _ = journaled_reader(tmp_path, "removed")
     removed = write_snapshot(data / "removed", {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
     entered, release, calls = threading.Event(), threading.Event(), list[str]()
     reader._local_files = lambda top: HeldFileSystem(top, str(removed), entered, release, calls)
     try:
-        first, first_answers = in_thread(lambda: reader.delete(str(removed)))
-        assert entered.wait(10), "the first DELETE never reached the removal"
+        started = time.monotonic()
+        status, first = reader.delete(str(removed))
+        took = time.monotonic() - started
+        assert (status, first.under_way, first.state_before) == (409, True, snapshots.COMPLETED), first
+        assert took < 2.0 and "ask again later" in first.detail, (took, first)
+        assert entered.wait(10), "the removal never reached the store"
         route = reader.delete_route(urllib.parse.urlencode({"path": str(removed)}))
         again = snapshots.SnapshotDeletion.from_json(route.body)
         assert route.status == 409 and again.under_way and again.removed == (), route
         assert (again.state_before, again.journaled) == (snapshots.COMPLETED, True), again
         assert "is still removing its files" in again.detail and "ask again later" in again.detail, again
-        assert len(calls) == 1 and first.is_alive(), calls
+        assert len(calls) == 1, calls
         # Reading goes on meanwhile.
         assert reader.report([str(removed)]).snapshots[0].state == snapshots.DELETED
     finally:
         release.set()
-    first.join(10)
-    assert first_answers[0][0] == 200 and first_answers[0][1].removed == ("chunks", "streams", "DONE")
-    status, after = reader.delete(str(removed))
-    assert (status, after.under_way, after.removed) == (200, False, ()), after
+    status, after = deleted(reader, str(removed))
+    assert (status, after.under_way, after.removed) == (200, False, ("chunks", "streams", "DONE")), after
+    assert tree(removed) == ["DELETED", "ERROR", "snapshot.metadata"]
+    status, twice = reader.delete(str(removed))  # deleting twice succeeds, removing nothing more
+    assert (status, twice.under_way, twice.removed) == (200, False, ()), twice
     assert snapshots.SnapshotDeletion.from_json(again.to_json()) == again
     with pytest.raises(SnapshotsError, match="under_way must be true or false"):
         snapshots.SnapshotDeletion.from_json(
             '{"path": "/a", "state_before": "MISSING", "journaled": false, "under_way": 1}'
         )
+
+
+class BlockedFileSystem(NoFollowFileSystem):
+    """A store every removal of which waits for ``release``, each counted in ``removing``."""
+
+    def __init__(self, top: str, release: threading.Event, removing: list[str]) -> None:
+        super().__init__(top)
+        self.release, self.removing = release, removing
+
+    def remove_tree(self, path: str) -> None:
+        self.removing.append(path)
+        assert self.release.wait(30), "the test never let the store go on"
+        super().remove_tree(path)
+
+
+def test_a_dispatcher_removes_at_most_two_snapshots_at_once_and_asks_the_third_to_wait(tmp_path: Path) -> None:
+    reader, data, _ = journaled_reader(tmp_path)
+    paths = [write_snapshot(data / n, {"chunk_0_0_10": 5}, {"stream_0": True}, "DONE") for n in ("a", "b", "c")]
+    release, removing, third = threading.Event(), list[str](), tree(paths[2])
+    reader._local_files = lambda top: BlockedFileSystem(top, release, removing)
+    try:
+        for path in paths[:2]:
+            status, answer = reader.delete(str(path))
+            assert (status, answer.under_way) == (409, True), answer
+        route = reader.delete_route(urllib.parse.urlencode({"path": str(paths[2])}))
+        busy = snapshots.SnapshotDeletion.from_json(route.body)
+        assert route.status == 503 and busy.under_way and "nothing was started" in busy.detail, route
+        assert "removing the files of 2 other snapshots" in busy.detail, busy
+        assert tree(paths[2]) == third, "nothing of the third is touched"
+        deadline = time.monotonic() + 10
+        while len(removing) < 2:
+            assert time.monotonic() < deadline, removing
+            time.sleep(0.01)
+        assert sorted(removing) == [str(paths[0]), str(paths[1])], removing
+    finally:
+        release.set()
+    for path in paths:  # the third once the others are done
+        status, answer = deleted(reader, str(path))
+        assert (status, answer.removed) == (200, ("DONE", "chunks", "snapshot.metadata", "streams")), answer
+        assert not path.exists()
+
+
+class FailingFileSystem(NoFollowFileSystem):
+    """A store that records each write and removal, and fails the first removal of ``fails``."""
+
+    def __init__(self, top: str, fails: str, done: list[str]) -> None:
+        super().__init__(top)
+        self.fails, self.done = fails, done
+
+    def write(self, path: str, data: bytes) -> None:
+        self.done.append(f"write {path.rsplit('/', 1)[1]}")
+        super().write(path, data)
+
+    def remove_tree(self, path: str) -> None:
+        self.done.append(f"remove {path.rsplit('/', 1)[1]}")
+        if path.endswith(self.fails) and self.done.count(self.done[-1]) == 1:
+            raise PermissionError(13, "Permission denied", path)
+        super().remove_tree(path)
+
+
+def test_a_failed_removal_is_said_by_the_next_delete_and_the_one_after_finishes_it(tmp_path: Path) -> None:
+    """The order keeps a removal cut short safe: DELETED, then ERROR, before the DELETE answers,
+    then the data, DONE last. A store that fails part-way is said by the next DELETE (500, its
+    error, as a DELETE that removed before it answered said it); the one after finishes the rest."""
+    reader, data, _ = journaled_reader(tmp_path, "done")
+    done = write_snapshot(data / "done", {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
+    steps: list[str] = []
+    reader._local_files = lambda top: FailingFileSystem(top, "/streams", steps)
+    status, first = reader.delete(str(done))
+    assert (status, first.under_way) == (409, True) and steps[:2] == ["write DELETED", "write ERROR"], (first, steps)
+    deadline = time.monotonic() + 10
+    route = reader.delete_route(urllib.parse.urlencode({"path": str(done)}))
+    while route.status == 409:
+        assert time.monotonic() < deadline, route
+        time.sleep(0.01)
+        route = reader.delete_route(urllib.parse.urlencode({"path": str(done)}))
+    failed = snapshots.SnapshotDeletion.from_json(route.body)
+    assert route.status == 500 and not failed.under_way, route
+    assert "removing its files failed: PermissionError: [Errno 13] Permission denied" in failed.detail, failed
+    assert steps == ["write DELETED", "write ERROR", "remove chunks", "remove streams"], steps
+    assert tree(done)[:3] == ["DELETED", "DONE", "ERROR"] and "streams" in tree(done), "cut short: DONE is kept"
+    assert reader.report([str(done)]).snapshots[0].state == snapshots.DELETED
+    status, answer = deleted(reader, str(done))  # the next starts it again, and finishes it
+    assert (status, answer.removed) == (200, ("streams", "DONE")), answer
+    assert steps[4:] == ["remove streams", "remove DONE"], steps
+    assert tree(done) == ["DELETED", "ERROR", "snapshot.metadata"]

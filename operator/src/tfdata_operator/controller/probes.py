@@ -182,26 +182,29 @@ def read_server_info(url: str, timeout: float = TIMEOUT_SECONDS) -> ServerInfo |
 
 # A deletion lists what it removed: one line per stream and chunk at most.
 MAX_DELETION_BYTES = 4 * 1024 * 1024
-# Deleting a snapshot's chunks from object storage can take a while.
+# A dispatcher answers a DELETE once it has checked the path and written the tombstone's markers, and
+# removes the files in the background; one of an earlier version removes them before it answers
+# (minutes on object storage), and this bounds that wait.
 DELETION_TIMEOUT_SECONDS = 120.0
 
 
 class UnderWay(str):
-    """Why a snapshot's data is not deleted yet, when that is not a failure: the dispatcher is still
-    removing it for an earlier DELETE (one this operator gave up waiting for). Asked again later,
-    it answers 200 once the files are gone."""
+    """Why a snapshot's data is not deleted yet, when that is not a failure: the dispatcher removes
+    its files in the background (started by this DELETE or an earlier one), or will once it removes
+    fewer snapshots at once. Asked again later, it answers 200 once the files are gone."""
 
 
 def delete_snapshot(url: str, timeout: float = DELETION_TIMEOUT_SECONDS) -> str | None:
     """``DELETE`` of one snapshot's data on the dispatcher (``url`` names the path): None once it is
-    deleted, else why not (a refusal's own words: a snapshot being written is refused), an
-    ``UnderWay`` while an earlier DELETE of the path still removes its files."""
+    deleted (200; any 2xx from a dispatcher of an earlier version, which answers once the files are
+    gone), else why not (a refusal's own words: a snapshot being written is refused), an
+    ``UnderWay`` (409 or 503 with ``under_way``) while the files are still to be removed."""
     answer = request(url, timeout, MAX_DELETION_BYTES, method="DELETE")
     if isinstance(answer, str):
         return answer
     if 200 <= answer.status < 300:
         return None
-    if answer.status == 409 and not answer.missing:
+    if answer.status in (409, 503) and not answer.missing:
         with contextlib.suppress(SnapshotsError):
             deletion = SnapshotDeletion.from_json(answer.body)
             if deletion.under_way:

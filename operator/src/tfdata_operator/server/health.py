@@ -78,7 +78,7 @@ REPLY_SECONDS = 10.0
 # the cap a new one closes the oldest that closing loses no answer to (still sending its request, or
 # answered); when every connection waits on a route or takes its reply, the new one gets 503.
 MAX_CONNECTIONS = 512
-# Threads that run routes (a DELETE /v1/snapshots may wait minutes); a route asked beyond gets 503
+# Threads that run routes (a DELETE /v1/snapshots waits on its store's listing); a route asked beyond gets 503
 # at once. The probes never wait for one.
 ROUTE_WORKERS = 32
 # The request line and headers at most (431 beyond), as http.server's 64 KiB line and 100 headers.

@@ -18,7 +18,9 @@ chunk's size is read once (committed chunks never change).
 ``DELETE SNAPSHOTS_PATH?path=P`` deletes a finished snapshot's data, here too, through the same
 file system (``SnapshotReader.delete``): ``wire.snapshots.plan_deletion`` decides what goes, from
 a listing of the path and a fresh read of the journal (a path journaled a moment ago must keep its
-tombstone, or the dispatcher's next start fails).
+tombstone, or the dispatcher's next start fails). The checks and the tombstone's markers are
+written before it answers; the files are removed in the background (at most ``MAX_REMOVALS`` at
+once), and a DELETE again answers 200 once they are gone.
 
 Whoever reaches the health port can ask, so what is asked is confined: a DELETE, and a GET of a
 path the journal does not name, must name ``<snapshot_dir>/<name>`` (``wire.snapshots.confined``,
@@ -57,8 +59,11 @@ FINAL_REREAD_SECONDS = 60.0
 # The supervisor waits this long for the TensorFlow process to answer (a first read of a large
 # snapshot on a remote file system stats every chunk).
 PROXY_TIMEOUT_SECONDS = 30.0
-# A DELETE may take as long as the store takes to remove every file (a split file per split).
-DELETE_TIMEOUT_SECONDS = 600.0
+# A DELETE answers once it has checked the path and written the tombstone's markers (a read of the
+# journal, a listing, two small files); the files are removed in the background.
+DELETE_TIMEOUT_SECONDS = 120.0
+# Removals in the background at once; a DELETE beyond them starts nothing (503, ``under_way``).
+MAX_REMOVALS = 2
 # Readings of paths neither journaled nor asked for lately are forgotten beyond this many.
 MAX_REMEMBERED = 512
 
@@ -246,11 +251,13 @@ class _Flight:
 
 @dataclass
 class _Removal:
-    """A DELETE under way, as a second one of the same path says it."""
+    """A DELETE under way, as a second one of the same path says it: its checks, or (``background``)
+    the removal of the files it started."""
 
     started: float
     state_before: str = snapshots.UNKNOWN
     journaled: bool = False
+    background: bool = False
 
 
 class SnapshotReader:
@@ -284,6 +291,9 @@ class SnapshotReader:
         self._readings: dict[str, _Reading] = {}
         self._flights: dict[str, _Flight] = {}
         self._removals: dict[str, _Removal] = {}
+        # How each removal in the background ended, until the next DELETE of its path says it.
+        self._ended: dict[str, tuple[int, SnapshotDeletion]] = {}
+        self._background = 0
         # One journal read at a time (its tail keeps where it read); the others use the last one.
         self._journal_lock = threading.Lock()
         self._journaled: list[str] = []
@@ -399,38 +409,52 @@ class SnapshotReader:
     def delete(self, path: str) -> tuple[int, SnapshotDeletion]:
         """Deletes the data of the snapshot at ``path`` (``plan_deletion``); (HTTP status, answer).
 
-        Each step can be done again: a DELETE cut short (a store failing, the process stopped) is
-        finished by the next one, and one after a success removes nothing more. The removal runs
-        outside the lock (on a remote store it takes as long as the store takes): readings go on.
-        One removal of a path at a time: a DELETE while one of the same path is under way (its
-        caller gave up waiting and asks again) starts nothing and answers 409 with ``under_way``.
-        Raises PathRefused for a path outside the snapshot directory, journaled or not.
+        What is refused is refused before it answers (409, 503), and so is a tombstone's marker
+        written (``DELETED``, then ``ERROR``); the files are then removed in the background, and it
+        answers at once: 409 with ``under_way`` (not a 2xx: an operator that knows no ``under_way``
+        takes every 2xx as "deleted", and would let the resource go with the files still there).
+        A DELETE while that removal is under way starts nothing and says so (409, ``under_way``);
+        with ``MAX_REMOVALS`` under way for other paths, nothing is started (503, ``under_way``);
+        once it has ended, the next DELETE says how (200, with what it removed, or 500 with the
+        store's error, after which a DELETE again starts it again).
+
+        Each step can be done again: a removal cut short (a store failing, the process stopped) is
+        finished by the next DELETE, and one after a success removes nothing more. Readings go on
+        meanwhile. Raises PathRefused for a path outside the snapshot directory, journaled or not.
         """
         snapshots.confined(path, self._snapshot_dir)
         with self._lock:
             removal = self._removals.get(path)
-            if removal is None:
-                self._removals[path] = _Removal(self._clock())
+            ended = None if removal is not None else self._ended.pop(path, None)
+            mine = _Removal(self._clock())
+            if removal is None and (ended is None or ended[0] == 200):
+                self._removals[path] = mine
         if removal is not None:
             took = max(0.0, self._clock() - removal.started)
             return 409, SnapshotDeletion(
                 path,
                 removal.state_before,
                 removal.journaled,
-                detail=f"a DELETE of this path started {took:.0f}s ago is still removing its files (its caller may "
-                "have given up waiting): nothing more was started; ask again later, it answers 200 once they are gone",
+                detail=f"a DELETE of this path started {took:.0f}s ago is still removing its files: nothing more was "
+                "started; ask again later, it answers 200 once they are gone",
                 under_way=True,
             )
+        if ended is not None and ended[0] != 200:
+            return ended  # once: the next DELETE tries again
         try:
-            return self._delete(path)
+            status, answer = self._delete(path, mine)
+            if status == 200 and ended is not None and not answer.removed:
+                return ended  # nothing more to do: what the removal in the background did
+            return status, answer
         finally:
             with self._lock:
-                del self._removals[path]
+                if not mine.background:  # else its thread lets the path go once the files are gone
+                    del self._removals[path]
                 self._readings.pop(path, None)  # the next reading says what this left
                 if (flight := self._flights.get(path)) is not None:
                     flight.stale = True
 
-    def _delete(self, path: str) -> tuple[int, SnapshotDeletion]:
+    def _delete(self, path: str, removal: _Removal) -> tuple[int, SnapshotDeletion]:
         journaled_paths, journal_error = self._read_journal(fresh=True)  # it may name the path since the last read
         journaled = path in journaled_paths
         if journal_error:
@@ -446,7 +470,7 @@ class SnapshotReader:
             return 409, SnapshotDeletion(path, snapshots.UNKNOWN, journaled, detail=_through_link(exc.filename))
         plan = snapshots.plan_deletion(names, journaled)
         with self._lock:
-            self._removals[path] = replace(self._removals[path], state_before=plan.state_before, journaled=journaled)
+            removal.state_before, removal.journaled = plan.state_before, journaled
         if plan.refused:
             return 409, SnapshotDeletion(
                 path, plan.state_before, journaled, kept=tuple(names or ()), detail=plan.refused
@@ -462,7 +486,74 @@ class SnapshotReader:
         if links := files.symlinks(path):
             detail = _through_link(links[0]) + (f" ({len(links)} symbolic links in all)" if len(links) > 1 else "")
             return 409, SnapshotDeletion(path, plan.state_before, journaled, kept=tuple(names or ()), detail=detail)
-        return 200, _carry_out(files, path, plan, self._clock_wall())
+        if not plan.remove and not plan.remove_all:  # a tombstone already: nothing to wait for
+            return 200, _carry_out(files, path, plan, self._clock_wall())
+        with self._lock:
+            busy = self._background >= MAX_REMOVALS
+            if not busy:
+                self._background += 1
+        if busy:
+            return 503, SnapshotDeletion(
+                path,
+                plan.state_before,
+                journaled,
+                detail=f"this dispatcher is removing the files of {MAX_REMOVALS} other snapshots, as many as it "
+                "removes at once: nothing was started for this one; ask again later",
+                under_way=True,
+            )
+        try:
+            marked = _mark(files, path, plan, self._clock_wall())  # first, before any file goes
+        except BaseException:
+            with self._lock:
+                self._background -= 1
+            raise
+        with self._lock:
+            removal.background = True
+        try:
+            threading.Thread(
+                target=self._remove, args=(files, path, marked), name=f"delete {path}", daemon=True
+            ).start()
+        except BaseException:  # no thread to start: nothing was started, as with a store failing
+            with self._lock:
+                removal.background = False
+                self._background -= 1
+            raise
+        names_removed = len(plan.remove)
+        return 409, SnapshotDeletion(
+            path,
+            plan.state_before,
+            journaled,
+            kept=plan.keep,
+            detail=f"removing its files ({names_removed} names under the path"
+            + (", and the path itself" if plan.remove_all else "")
+            + ") in the background: ask again later, it answers 200 once they are gone",
+            under_way=True,
+        )
+
+    def _remove(self, files: WritableFileSystem, path: str, plan: DeletionPlan) -> None:
+        """The removal a DELETE started, on its own thread; the next DELETE of the path says how it ended."""
+        try:
+            ended = 200, _carry_out(files, path, plan, self._clock_wall())
+        except Exception as exc:  # the store's own errors: said to the next DELETE, as a DELETE's own would be
+            ended = (
+                500,
+                SnapshotDeletion(
+                    path,
+                    plan.state_before,
+                    plan.journaled,
+                    detail=f"removing its files failed: {_error_detail(exc)}; a DELETE again removes what is left",
+                ),
+            )
+        with self._lock:
+            self._background -= 1
+            del self._removals[path]
+            self._ended.pop(path, None)
+            self._ended[path] = ended
+            while len(self._ended) > MAX_REMEMBERED:  # the oldest first: paths nobody asks again
+                del self._ended[next(iter(self._ended))]
+            self._readings.pop(path, None)
+            if (flight := self._flights.get(path)) is not None:
+                flight.stale = True
 
     def delete_route(self, query: str) -> Reply:
         """``DELETE SNAPSHOTS_PATH?path=P`` in the TensorFlow process."""
@@ -489,6 +580,15 @@ def _through_link(link: str) -> str:
     return f"{link} is a symbolic link: a snapshot is never deleted through one, so nothing was deleted"
 
 
+def _mark(fs: WritableFileSystem, path: str, plan: DeletionPlan, now: float) -> DeletionPlan:
+    """Writes the tombstone's markers ``plan`` says (``DELETED``, then ``ERROR``): the plan left."""
+    if plan.write_marker:
+        fs.write(join(path, snapshots.DELETED_FILE), snapshots.deleted_marker(plan.state_before, now))
+    if plan.write_error:
+        fs.write(join(path, snapshots.ERROR_FILE), snapshots.tombstone_error(path))
+    return replace(plan, write_marker=False, write_error=False)
+
+
 def _carry_out(fs: WritableFileSystem, path: str, plan: DeletionPlan, now: float) -> SnapshotDeletion:
     """Does what ``plan`` says, in its order; raises the file system's error where it stops."""
     if plan.remove_all:
@@ -501,10 +601,7 @@ def _carry_out(fs: WritableFileSystem, path: str, plan: DeletionPlan, now: float
             removed=plan.remove,
             detail="this dispatcher's journal does not name the path: it was removed entirely",
         )
-    if plan.write_marker:
-        fs.write(join(path, snapshots.DELETED_FILE), snapshots.deleted_marker(plan.state_before, now))
-    if plan.write_error:
-        fs.write(join(path, snapshots.ERROR_FILE), snapshots.tombstone_error(path))
+    _mark(fs, path, plan, now)
     for name in plan.remove:
         with contextlib.suppress(FileNotFoundError):  # another DELETE got there first
             fs.remove_tree(join(path, name))

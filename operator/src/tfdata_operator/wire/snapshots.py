@@ -439,9 +439,11 @@ class SnapshotDeletion:
 
     ``removed`` and ``kept`` are names directly under the path (when the journal does not name
     it, the path itself went too). ``detail`` says why the rest is kept, or why nothing was
-    touched (409). ``under_way`` (with 409): a DELETE of the path asked earlier is still removing
-    its files, so this one started nothing; asked again later, it answers 200 once they are gone.
-    Not a 2xx: an operator older than this field takes every 2xx as "deleted".
+    touched (409). ``under_way``: the files are not gone yet and nothing failed; asked again later,
+    it answers 200 once they are. With 409, their removal runs in the background (started by this
+    DELETE, or by an earlier one, and then this one started nothing); with 503, the dispatcher
+    removes as many snapshots as it does at once, and nothing was started. Never with a 2xx: an
+    operator older than this field takes every 2xx as "deleted".
     """
 
     path: str
