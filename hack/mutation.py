@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "operator" / "src" / "tfdata_operator"
 # The pure modules (spec in, manifests and decisions out, no I/O), by the name `--module` takes:
-# their path under the package.
+# their path under the package (a package's path: its every module, e.g. api/spec).
 MODULES = {
     "spec": "api/spec",
     "diff": "api/diff",
@@ -93,9 +93,16 @@ def prepare(modules: list[str]) -> None:
     write_config(modules, WITHOUT_GOLDEN)
 
 
+def sources(module: str) -> list[str]:
+    """The files of ``module`` under the package: its one .py, or each .py of a package."""
+    path = PACKAGE / MODULES[module]
+    found = sorted(path.glob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
+    return [str(f.relative_to(PACKAGE)) for f in found]
+
+
 def write_config(modules: list[str], selection: tuple[str, ...]) -> None:
     """mutmut's setup.cfg: the unit tier, narrowed by ``selection`` (pytest arguments)."""
-    only = "\n    ".join(f"src/tfdata_operator/{MODULES[m]}.py" for m in modules)
+    only = "\n    ".join(f"src/tfdata_operator/{f}" for m in modules for f in sources(m))
     also = "\n    ".join(n for n in LINKED if n != "tests")
     select = "".join(f"\n    {arg}" for arg in ("tests/unit", *selection))
     (WORKSPACE / "setup.cfg").write_text(
@@ -138,9 +145,13 @@ def collect(modules: list[str]) -> Statuses:
 
     result: dict[str, dict[str, str]] = {}
     for module in modules:
-        meta = WORKSPACE / "mutants" / "src" / "tfdata_operator" / f"{MODULES[module]}.py.meta"
-        codes = json.loads(meta.read_text())["exit_code_by_key"]
-        result[module] = {name: status_by_exit_code[code] for name, code in codes.items()}
+        result[module] = {}
+        for source in sources(module):
+            meta = WORKSPACE / "mutants" / "src" / "tfdata_operator" / f"{source}.meta"
+            if not meta.exists():
+                continue  # a file with nothing to mutate (a package's __init__ of imports)
+            codes = json.loads(meta.read_text())["exit_code_by_key"]
+            result[module].update({name: status_by_exit_code[code] for name, code in codes.items()})
     return result
 
 
