@@ -16,17 +16,9 @@ imports the typed spec and its named values from. The package holds one module p
 
 from __future__ import annotations
 
-from tfdata_operator.api.quantity import (
-    parse_quantity,
-    quantity_bytes,
-)
-from tfdata_operator.api.spec.pods import (
-    default_requests,
-    invalid_labels,
-)
-from tfdata_operator.api.spec.service import (
-    parse,
-)
+from tfdata_operator.api.quantity import parse_quantity, quantity_bytes
+from tfdata_operator.api.spec.pods import default_requests, invalid_labels
+from tfdata_operator.api.spec.service import parse
 from tfdata_operator.api.spec.types import (
     ALLOW_HOST_PATH_FLAG,
     AUTOSCALING_METRICS,
@@ -99,10 +91,7 @@ from tfdata_operator.api.spec.types import (
     WorkloadRef,
     operator_volumes,
 )
-from tfdata_operator.wire.sharding import (
-    SHARDING_POLICIES,
-    STATIC_POLICIES,
-)
+from tfdata_operator.wire.sharding import SHARDING_POLICIES, STATIC_POLICIES
 
 __all__ = [
     "ALLOW_HOST_PATH_FLAG",
