@@ -41,9 +41,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "operator" / "src" / "tfdata_operator"
 # The pure modules (spec in, manifests and decisions out, no I/O), by the name `--module` takes:
 # their paths under the package ("builders": every module of render/, one per child kind and the
-# parts they share, which render/builders.py gathers).
+# parts they share, which render/builders.py gathers; "spec": every module of the api/spec package).
 MODULES = {
-    "spec": ("api/spec",),
+    "spec": tuple(
+        f"api/spec/{p.stem}" for p in sorted((PACKAGE / "api" / "spec").glob("*.py")) if p.stem != "__init__"
+    ),
     "diff": ("api/diff",),
     "builders": tuple(f"render/{p.stem}" for p in sorted((PACKAGE / "render").glob("*.py")) if p.stem != "__init__"),
     "scaling": ("plan/scaling",),
@@ -144,6 +146,8 @@ def collect(modules: list[str]) -> Statuses:
         result[module] = {}
         for path in MODULES[module]:
             meta = WORKSPACE / "mutants" / "src" / "tfdata_operator" / f"{path}.py.meta"
+            if not meta.exists():
+                continue  # a file with nothing to mutate (only names, or only imports)
             codes = json.loads(meta.read_text())["exit_code_by_key"]
             result[module].update({name: status_by_exit_code[code] for name, code in codes.items()})
     return result

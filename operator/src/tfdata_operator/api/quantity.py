@@ -1,4 +1,4 @@
-"""Kubernetes quantities (``500m``, ``1Gi``, ``1e9``) as the API server stores them.
+"""Kubernetes quantities (``500m``, ``1Gi``, ``1e9``) as the API server stores them, and their values.
 
 The API server keeps no quantity as written: ``1024Mi`` comes back as ``1Gi``, ``0.5`` as ``500m``,
 ``1000m`` as ``1``. The operator compares what it would write with what is stored, so it writes
@@ -11,6 +11,7 @@ journal claim's size, which a StatefulSet cannot change, would have it recreated
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -100,3 +101,23 @@ def _canonical_form(amount: Fraction, form: str) -> str:
     if form == DECIMAL_SI and exponent in _DECIMAL_SUFFIX:
         return f"{mantissa}{_DECIMAL_SUFFIX[exponent]}"
     return f"{mantissa}e{exponent}" if exponent else str(mantissa)
+
+
+_SUFFIXES = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "n": 10**-9, "u": 10**-6, "m": 10**-3, "": 1,
+    "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}  # fmt: skip
+
+
+def parse_quantity(value: str) -> float:
+    """The numeric value of a Kubernetes quantity (only to compare requests with limits)."""
+    match = re.fullmatch(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)", value)
+    if not match or match.group(2) not in _SUFFIXES:
+        raise ValueError(f"not a quantity: {value!r}")
+    return float(match.group(1)) * _SUFFIXES[match.group(2)]
+
+
+def quantity_bytes(value: str | int) -> int:
+    """A quantity of bytes as a whole number, rounded up (``1.5Gi`` is 1610612736, ``1k`` 1000)."""
+    return math.ceil(parse_quantity(str(value)))

@@ -28,7 +28,7 @@ POD_NAME_PLACEHOLDER = "{pod_name}"
 # The names of a static dispatcher's journal directories under the service's workDir:
 # ``<N>-workers-g<generation>`` (``<N>-workers`` from earlier operator versions).
 STATIC_JOURNAL_NAME = re.compile(r"[0-9]+-workers(-g[0-9]+)?")
-# DispatcherServerConfig.snapshot_dir: what spec.snapshots.directory takes (api.spec).
+# DispatcherServerConfig.snapshot_dir: what spec.snapshots.directory takes (api/spec/snapshots.py).
 SNAPSHOT_DIR = re.compile(r"(/|[a-z][a-z0-9+.-]*://)\S*")
 # The file in a user's workDir (the journal base: a static journal's parent) naming the service
 # that journals there, as ``<namespace>/<name>``: a dispatcher refuses a workDir another service owns.
