@@ -10,7 +10,9 @@ client helper (`tfdata_operator.client.distribute("x")`: no address, the mode is
 
 Prints "iterating" just before its first next(), one line per element as it arrives ("element
 <value>"), one when a read of the whole dataset ends ("read <n>"; --until-file reads it again, each
-time as a new job, until that file exists), then a JSON summary line ("summary {...}"), or
+time as a new job, until that file exists), then a JSON summary line ("summary {...}": the elements,
+the reads, the seconds from "iterating" to the end and, when any came, to the first and the last
+element), or
 "error <type>: <message>" (exit code 2).
 With --discover it first prints the TFDATA_* variables it was given ("settings {...}") and its pipeline's fingerprint
 ("fingerprint <digest>"), then "ready" once it has joined the job. A watchdog ends the process
@@ -108,6 +110,7 @@ def main() -> int:
         )
     start = time.monotonic()
     count = reads = 0
+    first = last = None  # seconds from start to the first and to the last element
     try:
         if args.discover:
             elements = through_client(args, dataset)
@@ -133,13 +136,18 @@ def main() -> int:
             value = element.numpy()
             print(f"element {value.decode() if isinstance(value, bytes) else value}", flush=True)
             count += 1
+            last = time.monotonic() - start
+            first = last if first is None else first
             if args.delay:
                 time.sleep(args.delay)
     except Exception as exc:  # the test asserts on this message
         print(f"error {type(exc).__name__}: {exc}".replace("\n", " "), flush=True)
         return 2
     seconds = time.monotonic() - start
-    print("summary " + json.dumps({"elements": count, "reads": reads, "seconds": round(seconds, 3)}), flush=True)
+    figures = {"elements": count, "reads": reads, "seconds": round(seconds, 3)}
+    if first is not None and last is not None:
+        figures.update(first_element=round(first, 3), last_element=round(last, 3))
+    print("summary " + json.dumps(figures), flush=True)
     return 0
 
 
