@@ -6,6 +6,7 @@ test file written for the purpose, and read its exit code and output.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -76,6 +77,23 @@ def test_no_test_module_imports_a_conftest() -> None:
         and re.search(r"^\s*(from conftest import|import conftest)|integration_conftest", path.read_text(), re.M)
     ]
     assert not offenders, f"import shared helpers from tests/support.py or tests/fixtures instead: {offenders}"
+
+
+def test_the_hostile_cases_run_alone_in_a_pod_on_the_standard_library() -> None:
+    """tests/kind/test_kind_hostile.py runs tests/fixtures/hostile.py's text in a trainer's pod, where
+    neither the tests' helpers nor any other package is there: every import outside a
+    TYPE_CHECKING block must be of the standard library."""
+    tree = ast.parse((TESTS / "fixtures" / "hostile.py").read_text())
+    checked = [n for n in tree.body if not (isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test))]
+    imported = {
+        (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
+        for statement in checked
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported, "no import found: the check reads the wrong file"
+    assert not imported - set(sys.stdlib_module_names) - {"__future__"}, sorted(imported)
 
 
 # --- No silent skips ---------------------------------------------------------------------------
