@@ -7,18 +7,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tfdata_operator.api.spec import JOURNAL_MOUNT, JOURNAL_VOLUME, ServiceSpec
+from tfdata_operator.api.spec import DEFAULT_WORK_DIR, JOURNAL_MOUNT, JOURNAL_VOLUME, ServiceSpec
 from tfdata_operator.render.names import DISPATCHER, labels, worker_addresses
 from tfdata_operator.render.settings import BuildSettings, Manifest
 from tfdata_operator.wire import serverconfig
 
-DEFAULT_WORK_DIR = f"{JOURNAL_MOUNT}/journal"
+__all__ = ["DEFAULT_WORK_DIR", "add_journal_claim", "journal_base", "journal_mounts", "static_journal"]
 
 
 def journal_base(svc: ServiceSpec) -> str | None:
-    """Where the dispatcher journals: the user's workDir, or the journal volume, or nowhere."""
-    d = svc.dispatcher
-    return d.work_dir or (DEFAULT_WORK_DIR if d.storage.enabled else None)
+    """Where the dispatcher journals (``DispatcherSpec.journal_base``)."""
+    return svc.dispatcher.journal_base
 
 
 def static_journal(

@@ -14,7 +14,6 @@ from tfdata_operator.api import paths
 from tfdata_operator.api.spec.types import (
     AUTOSCALING_POLICIES,
     CPU_METRIC,
-    JOURNAL_MOUNT,
     MAX_NAME_LENGTH,
     ServiceSpec,
 )
@@ -93,7 +92,7 @@ def _journal_and_snapshots(service: ServiceSpec) -> list[str]:
     if snapshots is None:
         return []
     problems = []
-    journal = dispatcher.work_dir or (f"{JOURNAL_MOUNT}/journal" if dispatcher.storage.enabled else None)
+    journal = dispatcher.journal_base
     where = paths.relation(journal, snapshots.directory) if journal is not None else None
     if dispatcher.fault_tolerant_mode and where in ("the same as", "inside"):
         named = "spec.dispatcher.workDir" if dispatcher.work_dir else "its default"

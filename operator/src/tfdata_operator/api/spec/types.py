@@ -53,6 +53,7 @@ MAX_MS = 604_800_000
 # another configuration, pod name or namespace than its own).
 TMP_VOLUME, TMP_MOUNT = "tmp", "/tmp"  # readOnlyRootFilesystem: TensorFlow still needs a /tmp
 JOURNAL_VOLUME, JOURNAL_MOUNT = "journal", "/var/lib/tfdata"  # the dispatcher's, with spec.dispatcher.storage
+DEFAULT_WORK_DIR = f"{JOURNAL_MOUNT}/journal"  # where it journals on that volume
 SNAPSHOTS_VOLUME = "snapshots"  # spec.snapshots.volume, mounted at spec.snapshots.directory
 RESERVED_ENV = (serverconfig.CONFIG_ENV, serverconfig.POD_NAME_ENV, serverconfig.POD_NAMESPACE_ENV)
 # spec.<component>.tmpSizeLimit: the sizeLimit of the /tmp emptyDir, and (unless resources sets one) the
@@ -150,6 +151,11 @@ class DispatcherSpec:
     worker_timeout_ms: int | None = None
     worker_max_concurrent_snapshots: int | None = None
     pod: PodSettings = PodSettings()
+
+    @property
+    def journal_base(self) -> str | None:
+        """Where the dispatcher journals: the user's workDir, or the journal volume, or nowhere."""
+        return self.work_dir or (DEFAULT_WORK_DIR if self.storage.enabled else None)
 
 
 @dataclass(frozen=True)
