@@ -33,7 +33,7 @@ from tfdata_operator.wire.signals import SIGNALS_PATH
 import devcluster
 
 # Longer than the operator takes to see that the Job finished (it reads a running Job again every
-# lifecycle.WORKLOAD_RECHECK_SECONDS, each read kept reconcile.NODE_READ_SECONDS), so that the
+# lifecycle.WORKLOAD_RECHECK_SECONDS, each read kept run.NODE_READ_SECONDS), so that the
 # planned suspend is seen before it is due.
 AFTER_SECONDS = 18
 IDLE_SECONDS = 6

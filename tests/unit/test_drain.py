@@ -11,6 +11,7 @@ from support import service_signals
 from tfdata_operator.api import reasons, spec
 from tfdata_operator.controller import reconcile
 from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.interface import Observed
 from tfdata_operator.controller.readers import Readers
 from tfdata_operator.plan import drain, hold
 from tfdata_operator.render import builders
@@ -325,7 +326,7 @@ def test_the_status_keeps_since_when_drains_are_held_by_what_cannot_be_read() ->
             "status": {"phase": "Running", "podIP": "10.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]},
         })  # fmt: skip
     readers = Readers(fetch=lambda url: "timed out", read_server_info=lambda url: None)
-    observed = reconcile.Observed(api.observed().objects, pods)
+    observed = Observed(api.observed().objects, pods)
     reconcile.reconcile(api, config, {**body, "status": api.status}, observed, readers)
     drains = (api.status or {}).get("drains")
     assert drains is not None and drains["maxUnavailable"] == 0 and drains["unreadableSince"] == drains["since"], drains

@@ -1,6 +1,6 @@
 """spec.lifecycle: when a service suspends or deletes itself after its workload finishes, goes with
 it, or sleeps when nobody reads (plan/lifecycle.py), and what the reconcile sends for it
-(controller/reconcile.py's follow_lifecycle)."""
+(controller/lifecycle.py's follow_lifecycle)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from support import service_signals
 from tfdata_operator.api import reasons, spec
 from tfdata_operator.controller import reconcile
 from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.interface import Outcome
 from tfdata_operator.plan import children, lifecycle
 
 from cases import parse
@@ -185,7 +186,7 @@ def test_workload_paths(kind: str, plural: str) -> None:
 # --- the reconcile step ----------------------------------------------------------------------------
 
 
-def run(api: FakeApi, body: Manifest) -> reconcile.Outcome:
+def run(api: FakeApi, body: Manifest) -> Outcome:
     return reconcile.reconcile(api, CONFIG, body, api.observed())
 
 

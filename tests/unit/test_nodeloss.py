@@ -1,5 +1,5 @@
 """spec.nodeLoss: which pods on a lost node are replaced, when, how, and what the status says meanwhile
-(plan/nodeloss.py), and what the reconcile sends for it (controller/reconcile.py's replace_lost_pods)."""
+(plan/nodeloss.py), and what the reconcile sends for it (controller/repair.py's replace_lost_pods)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from kubernetes.client.exceptions import ApiException
 
 from tfdata_operator.controller import reconcile
 from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.interface import Observed, Outcome
 from tfdata_operator.controller.readers import Readers
+from tfdata_operator.controller.run import NODE_READ_SECONDS
 from tfdata_operator.plan import nodeloss
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
@@ -357,10 +359,10 @@ def test_the_spec_defaults_a_minute_for_workers_five_for_the_dispatcher_and_no_l
 # --- The reconcile: what it reads and sends ---------------------------------------------------------
 
 
-def reconcile_with(api: FakeApi, body: Manifest, pods: list[Manifest]) -> reconcile.Outcome:
+def reconcile_with(api: FakeApi, body: Manifest, pods: list[Manifest]) -> Outcome:
     for p in pods:
         p["metadata"]["ownerReferences"] = []
-    observed = reconcile.Observed(api.observed().objects, pods)
+    observed = Observed(api.observed().objects, pods)
     return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed)
 
 
@@ -485,10 +487,10 @@ def test_out_of_service_replaces_at_once_and_a_snapshot_being_written_holds_a_gu
     api.objects[("Pod", "demo-worker-0")] = lost
     with_node(api, 600)
 
-    def run() -> reconcile.Outcome:
+    def run() -> Outcome:
         for p in (disp, lost):
             p["metadata"]["ownerReferences"] = []
-        observed = reconcile.Observed(api.observed().objects, [disp, lost])
+        observed = Observed(api.observed().objects, [disp, lost])
         return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
 
     def node_loss_calls() -> list[tuple[str, str]]:
@@ -500,12 +502,12 @@ def test_out_of_service_replaces_at_once_and_a_snapshot_being_written_holds_a_gu
     workers = next(c for c in api.status["conditions"] if c["type"] == "WorkersReady")  # type: ignore[index]
     assert workers["reason"] == "KeptForSnapshot" and "snapshot gs://b/snaps/a is being written" in workers["message"]
     assert api.events[-1][0] == "Warning" and "snapshot gs://b/snaps/a is being written" in api.events[-1][2]
-    readers.clock.now += reconcile.NODE_READ_SECONDS  # type: ignore[attr-defined]
+    readers.clock.now += NODE_READ_SECONDS  # type: ignore[attr-defined]
     run()
     assert not node_loss_calls(), "kept, and warned only once"
 
     with_node(api, 1, taint=nodeloss.OUT_OF_SERVICE_TAINT)
-    readers.clock.now += reconcile.NODE_READ_SECONDS  # type: ignore[attr-defined]
+    readers.clock.now += NODE_READ_SECONDS  # type: ignore[attr-defined]
     run()
     assert [c for c in api.take_calls() if c[0] in ("force-delete", "event")] == [
         ("force-delete", "Pod/demo-worker-0"),
@@ -523,7 +525,7 @@ def test_the_pods_of_one_lost_node_cost_one_read_of_it_per_five_seconds() -> Non
     clock = Clock()
     readers = Readers(clock=clock)
     lost = [pod("demo-worker-0"), pod("demo-worker-1"), pod("demo-dispatcher-0")]
-    observed = reconcile.Observed(api.observed().objects, lost)
+    observed = Observed(api.observed().objects, lost)
 
     def reads() -> int:
         return sum(1 for call in api.take_calls() if call == ("get", "Node/node-a"))
@@ -531,7 +533,7 @@ def test_the_pods_of_one_lost_node_cost_one_read_of_it_per_five_seconds() -> Non
     for _ in range(3):
         reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
     assert reads() == 1
-    clock.now += reconcile.NODE_READ_SECONDS
+    clock.now += NODE_READ_SECONDS
     reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
     assert reads() == 1
 

@@ -21,6 +21,7 @@ from support import service_signals
 from tfdata_operator.controller import kube as kubemodule
 from tfdata_operator.controller import reconcile
 from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.interface import Observed, Outcome
 from tfdata_operator.controller.readers import BUSY_RETRY_SECONDS, SERVER_INFO_RETRY_SECONDS, Readers
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.plan import drain, hold
@@ -37,7 +38,7 @@ CONFIG = OperatorConfig(server_image="tfdata-server:test")
 Manifest = dict[str, Any]
 
 
-def run(api: FakeApi, body: Manifest) -> reconcile.Outcome:
+def run(api: FakeApi, body: Manifest) -> Outcome:
     return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, api.observed())
 
 
@@ -327,9 +328,9 @@ def test_a_foreign_object_whose_merge_with_the_child_is_refused_is_a_name_confli
     assert outcome.result == "conflict" and "Service demo-worker already exist" in api.events[-1][2]
 
 
-def run_without_cache(api: FakeApi, body: Manifest) -> reconcile.Outcome:
+def run_without_cache(api: FakeApi, body: Manifest) -> Outcome:
     """As `run`, but the cache holds nothing: the objects exist only in the API server."""
-    return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, reconcile.Observed())
+    return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, Observed())
 
 
 def test_a_transient_api_error_is_raised_for_a_retry() -> None:
@@ -481,7 +482,7 @@ def test_unschedulable_and_crashing_pods_are_explained_from_the_cache_alone() ->
         pod_of(api, "demo-worker", 1),
     ]  # fmt: skip
     api.take_calls()
-    reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, reconcile.Observed(api.objects, pods))
+    reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, Observed(api.objects, pods))
     assert api.take_calls() == [("status", "demo")]
     by_type = {c["type"]: c for c in api.status["conditions"]}  # type: ignore[index]
     assert by_type["DispatcherReady"]["reason"] == "Unschedulable"
@@ -507,7 +508,7 @@ def test_a_running_but_unready_dispatcher_is_asked_why_and_a_ready_one_is_not() 
                         conditions=[{"type": "Ready", "status": "False"}],
                         containerStatuses=[{"name": "dispatcher", "state": {"running": {}}}])  # fmt: skip
     api.take_calls()
-    reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, reconcile.Observed(api.objects, [dispatcher]),
+    reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, Observed(api.objects, [dispatcher]),
                         readers)  # fmt: skip
     assert asked == ["http://10.1.2.3:8080/readyz"]
     assert api.take_calls() == [("status", "demo")]  # no request to the API server for it
@@ -515,7 +516,7 @@ def test_a_running_but_unready_dispatcher_is_asked_why_and_a_ready_one_is_not() 
     assert ready["reason"] == "ServerNotReady" and ready["message"].endswith("2 of 3 workers registered: "
                                                                              "waiting for every listed")  # fmt: skip
     settle(api, "demo-dispatcher")
-    reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, reconcile.Observed(api.objects, [dispatcher]),
+    reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, Observed(api.objects, [dispatcher]),
                         readers)  # fmt: skip
     assert len(asked) == 1, "a ready dispatcher is not asked"
 
@@ -614,8 +615,8 @@ class FakeSignals:
         return service_signals(self.reading, self.idle)
 
 
-def run_with(api: FakeApi, body: Manifest, signals: FakeSignals, phase: str = "Running") -> reconcile.Outcome:
-    observed = reconcile.Observed(api.observed().objects, [dispatcher_pod(phase)])
+def run_with(api: FakeApi, body: Manifest, signals: FakeSignals, phase: str = "Running") -> Outcome:
+    observed = Observed(api.observed().objects, [dispatcher_pod(phase)])
     return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, Readers(fetch=signals))
 
 
@@ -694,9 +695,9 @@ NO_SNAPSHOTS = SnapshotsReport((), "journal")
 TIMED_OUT = "GET http://10.0.0.9:8080/v1/signals failed: no whole answer within 2s (timed out)"
 
 
-def run_read(api: FakeApi, body: Manifest, pods: Readers) -> reconcile.Outcome:
+def run_read(api: FakeApi, body: Manifest, pods: Readers) -> Outcome:
     """A reconcile of a service whose dispatcher runs, with ``pods`` kept between reconciles."""
-    observed = reconcile.Observed(api.observed().objects, [dispatcher_pod()])
+    observed = Observed(api.observed().objects, [dispatcher_pod()])
     return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, pods)
 
 
@@ -835,10 +836,10 @@ def test_a_change_held_past_rescale_max_wait_goes_ahead_with_a_warning() -> None
 # --- The workers' disruption budget: drains wait while a client reads a static service ---------
 
 
-def run_drains(api: FakeApi, body: Manifest, readers: Readers) -> reconcile.Outcome:
+def run_drains(api: FakeApi, body: Manifest, readers: Readers) -> Outcome:
     """A reconcile of a service whose dispatcher and two workers run, with readers kept between reconciles."""
     pods = [dispatcher_pod(), *(pod_of(api, "demo-worker", i, phase="Running") for i in range(2))]
-    observed = reconcile.Observed(api.observed().objects, pods)
+    observed = Observed(api.observed().objects, pods)
     return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
 
 
@@ -1034,7 +1035,7 @@ def test_workers_of_an_earlier_journal_less_dispatcher_pod_are_replaced_and_only
     ]
     for pod in pods:
         api.objects[("Pod", pod["metadata"]["name"])] = pod
-    observed = reconcile.Observed(api.observed().objects, pods)
+    observed = Observed(api.observed().objects, pods)
     outcome = reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed)
     assert api.take_calls() == [("delete", "Pod/demo-worker-0"), ("event", "RestartedStaleWorker")]
     assert outcome.result == "changed"
@@ -1108,7 +1109,7 @@ def test_a_settled_bench_service_costs_nothing_and_an_unready_one_one_read_of_ea
 
     def reconcile_both() -> None:
         for api, pods in ((ready, ready_pods), (unready, unready_pods)):
-            observed = reconcile.Observed(api.observed().objects, pods)
+            observed = Observed(api.observed().objects, pods)
             reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
 
     ready.take_calls(), unready.take_calls()
@@ -1153,8 +1154,8 @@ def test_what_the_ready_dispatcher_runs_is_read_once_per_pod_into_the_status() -
     pods = [kwok_pod(api, "demo-dispatcher", 0)]
     pods[0]["metadata"]["uid"] = "uid-of-dispatcher-0"
 
-    def again() -> reconcile.Outcome:
-        observed = reconcile.Observed(api.observed().objects, pods)
+    def again() -> Outcome:
+        observed = Observed(api.observed().objects, pods)
         return reconcile.reconcile(api, CONFIG, {**service(), "status": api.status}, observed, readers)
 
     api.take_calls()
@@ -1206,8 +1207,8 @@ class FakeSnapshots:
 
 def run_saving(
     api: FakeApi, body: Manifest, saves: FakeSnapshots, signals: FakeSignals | None = None, clock: Clock | None = None
-) -> reconcile.Outcome:
-    observed = reconcile.Observed(api.observed().objects, [dispatcher_pod()])
+) -> Outcome:
+    observed = Observed(api.observed().objects, [dispatcher_pod()])
     readers = Readers(
         fetch=signals or FakeSignals(reading=False, idle=60), fetch_snapshots=saves, clock=clock or Clock()
     )
@@ -1279,13 +1280,13 @@ def test_the_autoscalers_scale_down_is_held_while_a_snapshot_is_written() -> Non
     signals = FakeSignals(reading=True)
     body = service(workers={"replicas": 3}, autoscaling={"minReplicas": 1, "maxReplicas": 4})
     readers = Readers(fetch=signals, fetch_snapshots=saves, clock=clock)
-    observed = reconcile.Observed(api.observed().objects, [dispatcher_pod()])
+    observed = Observed(api.observed().objects, [dispatcher_pod()])
     reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)  # 3 workers run
     assert replicas(api, "demo-worker") == 3
     signals.reading, signals.idle = False, 600.0  # the trainers are gone
     scaled: list[tuple[str, str]] = []
     for _ in range(120):  # a reading every 5 s for ten minutes
-        observed = reconcile.Observed(api.observed().objects, [dispatcher_pod()])
+        observed = Observed(api.observed().objects, [dispatcher_pod()])
         reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
         if scaled := [c for c in api.take_calls() if c[0] == "scale"]:
             break
@@ -1302,7 +1303,7 @@ def test_the_autoscalers_scale_down_is_held_while_a_snapshot_is_written() -> Non
     body["spec"]["workers"]["replicas"] = to  # what the Scale wrote
     saves.states["imagenet"] = "COMPLETED"
     clock.now += 1
-    observed = reconcile.Observed(api.observed().objects, [dispatcher_pod()])
+    observed = Observed(api.observed().objects, [dispatcher_pod()])
     reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed, readers)
     assert replicas(api, "demo-worker") == to
 
@@ -1341,7 +1342,7 @@ def with_directory(directory: str) -> Manifest:
 OLDER = DirectoryClaim("ml", "older", "gs://b/snaps", None, "2026-11-28T10:00:00Z")
 
 
-def run_beside(api: FakeApi, body: Manifest, *others: DirectoryClaim) -> reconcile.Outcome:
+def run_beside(api: FakeApi, body: Manifest, *others: DirectoryClaim) -> Outcome:
     observed = dataclasses.replace(api.observed(), directories=others)
     return reconcile.reconcile(api, CONFIG, {**body, "status": api.status}, observed)
 

@@ -28,6 +28,7 @@ from tfdata_operator.api import snapshot as snapshotapi
 from tfdata_operator.api.identity import API_GROUP, INSTANCE_LABEL, MANAGED_SELECTOR, PLURAL, SNAPSHOT_PLURAL, VERSION
 from tfdata_operator.controller import cache, election, kube, metrics, reconcile, snapshots
 from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.interface import Observed
 from tfdata_operator.controller.kube import Kube, load_client_config
 from tfdata_operator.controller.state import OperatorState
 from tfdata_operator.controller.workqueue import WorkQueue
@@ -229,7 +230,7 @@ async def _resync_forever(memo: OperatorState) -> None:
 # --- The queue's worker ------------------------------------------------------------------
 
 
-def snapshot(memo: OperatorState, key: cache.InstanceKey) -> tuple[dict[str, Any] | None, reconcile.Observed]:
+def snapshot(memo: OperatorState, key: cache.InstanceKey) -> tuple[dict[str, Any] | None, Observed]:
     """The service's body and objects as the cache has them (on the event loop: kopf updates the indexes there)."""
     indices = memo.indices
     objects: dict[cache.ObjectKey, dict[str, Any]] = {}
@@ -241,7 +242,7 @@ def snapshot(memo: OperatorState, key: cache.InstanceKey) -> tuple[dict[str, Any
     body = merged.get((children.TFDATASERVICE.kind, key[1]))
     pod_list = [v for (kind, _), v in merged.items() if kind == "Pod"]
     kinds = {k.kind for k in children.CHILDREN}
-    return body, reconcile.Observed({k: v for k, v in merged.items() if k[0] in kinds}, pod_list)
+    return body, Observed({k: v for k, v in merged.items() if k[0] in kinds}, pod_list)
 
 
 def _nested(

@@ -228,7 +228,7 @@ class Readers:
     # The /serverinfo reads of each namespace under way in that background pool.
     server_info_cap: NamespaceCap = field(default_factory=NamespaceCap)
     # The Nodes of unready pods, and a lost dispatcher's journal claim and volume, by (kind, name):
-    # each kept for a few seconds (``reconcile.NODE_READ_SECONDS``).
+    # each kept for a few seconds (``run.NODE_READ_SECONDS``).
     nodes: cache.Recent[Manifest | None] = field(default_factory=cache.Recent)
     # Pods that did not answer, and the reads of each namespace under way.
     backoff: Backoff = field(default_factory=Backoff)

@@ -22,8 +22,8 @@ from tfdata_operator.api import snapshot as snapshotapi
 from tfdata_operator.api.identity import API_VERSION, SNAPSHOT_FINALIZER, SNAPSHOT_KIND
 from tfdata_operator.controller import probes
 from tfdata_operator.controller.config import OperatorConfig
+from tfdata_operator.controller.interface import Outcome
 from tfdata_operator.controller.readers import SnapshotReaders, Unasked, dispatcher_url
-from tfdata_operator.controller.reconcile import Outcome
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.plan import snapshot as plansnap
 from tfdata_operator.wire import snapshots as wire

@@ -1,7 +1,7 @@
 """The pure part of a reconcile: what a TFDataService's children should be, given what they are.
 
 No I/O and no Kubernetes client: ``render`` and the unit tests call it directly, and the
-reconcile loop (``reconcile.py``) feeds it what the watches observed.
+reconcile loop (``controller/apply.py``) feeds it what the watches observed.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The ``DispatcherReady``/``WorkersReady`` conditions say "not ready"; this module
 with the reason Kubernetes itself gives (the StatefulSet controller's ``FailedCreate``, the
 scheduler's ``Unschedulable``, the kubelet's ``CrashLoopBackOff`` or ``ImagePullBackOff``, the
 volume controller's ``ProvisioningFailed``) and its message, so a user never has to go
-looking. Pure: the reconcile loop (``reconcile.py``) reads the few Events it needs, only for
+looking. Pure: the reconcile loop (``controller/report.py``) reads the few Events it needs, only for
 a StatefulSet that is not settled, and only where ``needs_events``/``claims_to_read`` ask; and,
 when nothing here explains it, what the server of a running but unready pod says on its
 ``/readyz`` (``unready_server``, ``from_readiness``: "2 of 3 workers registered: waiting for every

@@ -35,7 +35,7 @@ A service's own ``rescaleMaxWaitSeconds`` may only be shorter.
 Every budget lets an unready worker go (``unhealthyPodEvictionPolicy: AlwaysAllow``, in the
 builder): it serves nobody, so it never blocks a drain.
 
-Pure: the reconcile loop (``reconcile.py``) reads the signal only when ``needs_signal`` says the
+Pure: the reconcile loop (``controller/decide.py``) reads the signal only when ``needs_signal`` says the
 budget depends on it, and keeps a reading for ``valid_for`` seconds.
 """
 

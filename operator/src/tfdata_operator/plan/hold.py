@@ -16,7 +16,7 @@ one is ``IN_PROGRESS``. Where ``spec.snapshots`` is set, an answer that cannot b
 in progress (as an unknown reader signal counts as reading); elsewhere it does not (a service
 without it rarely snapshots, and an unreadable endpoint must not hold its scale-downs).
 
-Pure functions: the reconcile loop (``reconcile.py``) gives them the spec, what it
+Pure functions: the reconcile loop (``controller/decide.py``) gives them the spec, what it
 observed and the signal, and reads the signal only when ``needs_signal`` says a decision
 depends on it, never for a settled service.
 """

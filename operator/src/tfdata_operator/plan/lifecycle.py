@@ -14,7 +14,7 @@ are the model):
   unknown answer never suspends.
 
 A workload that cannot be found or read is said in the status and a Warning Event; nothing is
-suspended or deleted for it. Pure functions: the reconcile step (``controller/reconcile.py``,
+suspended or deleted for it. Pure functions: the reconcile step (``controller/lifecycle.py``,
 ``follow_lifecycle``) reads the workload and the signal and carries out the decision.
 """
 

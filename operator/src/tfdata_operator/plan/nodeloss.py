@@ -25,7 +25,7 @@ What is certain and what is guessed (Kubernetes' non-graceful node shutdown, KEP
 - Never acted on: ``node.kubernetes.io/not-ready`` (the kubelet is alive there and handles its pods),
   a Ready node (a taint left on a node that answers again), and no timeout below 30 s.
 
-Pure: the reconcile (``controller/reconcile.py``) reads the Nodes of unready pods only
+Pure: the reconcile (``controller/repair.py``) reads the Nodes of unready pods only
 (``node_to_read``), the journal's claim and volume only for a dispatcher that may be replaced now
 (``journal_to_read``), and the snapshots only for a worker due on a guess (``needs_snapshots``).
 docs/operations.md ("Node failure") gives the split-brain argument.
@@ -53,7 +53,7 @@ OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 # The label every kubelet sets to its node's name; local-path and local volumes pin themselves to it.
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # While a pod waits on a guess, its node is read again this often: an out-of-service taint or a
-# deleted Node is acted on within this (plus the read's cache, reconcile.NODE_READ_SECONDS).
+# deleted Node is acted on within this (plus the read's cache, run.NODE_READ_SECONDS).
 RECHECK_SECONDS = 10.0
 RETAIN = "Retain"
 # For sentences: what makes a node's loss certain.
