@@ -14,7 +14,7 @@ from tfdata_operator import __version__, cli
 from tfdata_operator.api import spec
 from tfdata_operator.api.identity import API_VERSION, KIND
 from tfdata_operator.render.builders import BuildSettings
-from tfdata_operator.wire.signals import ServiceSignals
+from tfdata_operator.wire.signals import JobReading, ServiceSignals
 
 import devcluster
 
@@ -41,6 +41,7 @@ STALLED_SIGNALS = ServiceSignals(
     client_stall_fraction_max=0.381,
     age_seconds=0.4,
     client_elements_per_second=61.234,
+    jobs=(JobReading("train", 1, 0.381, 0.381, 61.234),),
 )
 
 

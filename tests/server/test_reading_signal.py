@@ -49,6 +49,23 @@ CLIENT = textwrap.dedent(
 )
 
 
+# A trainer that reads one shared job through the client helper's iterate(), which reports its
+# data stalls to the dispatcher every second.
+REPORTING_CLIENT = textwrap.dedent(
+    """
+    import sys, time
+    import tensorflow as tf
+    from tfdata_operator import client
+    service, report_url, job = sys.argv[1], sys.argv[2], sys.argv[3]
+    dataset = tf.data.Dataset.range(10_000_000).apply(tf.data.experimental.service.distribute(
+        processing_mode="distributed_epoch", service=service, job_name=job))
+    for element in client.iterate(dataset, report_url=report_url, job_name=job, interval=1.0):
+        print("element", int(element), time.monotonic(), flush=True)
+        time.sleep(0.2)  # a training step
+    """
+)
+
+
 @dataclass
 class Service:
     dispatcher: subprocess.Popen[bytes]
@@ -125,6 +142,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         max_tracked_clients=3,
     )
     environ = {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "1", serverconfig.POD_NAME_ENV: "127.0.0.1"}
+    # The server program imports this package as the test process does (a worktree's PYTHONPATH).
+    if os.environ.get("PYTHONPATH"):
+        environ["PYTHONPATH"] = os.environ["PYTHONPATH"]
     processes, logs = [], []
     for kind, config in (("dispatcher", dispatcher), ("worker", worker)):
         logs.append(tmp / f"{kind}.log")
@@ -154,9 +174,14 @@ class Client:
     lines: list[tuple[float, str]] = field(default_factory=list)
 
     @classmethod
-    def start(cls, service: Service, delay: float, count: int) -> Client:
+    def start(cls, service: Service, delay: float, count: int, job: str | None = None) -> Client:
+        address = f"grpc://127.0.0.1:{service.config.port}"
+        if job is None:
+            args = [CLIENT, address, str(delay), str(count)]
+        else:
+            args = [REPORTING_CLIENT, address, service.url(signals.REPORT_PATH), job]
         popen = subprocess.Popen(
-            [sys.executable, "-c", CLIENT, f"grpc://127.0.0.1:{service.config.port}", str(delay), str(count)],
+            [sys.executable, "-c", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -276,6 +301,54 @@ def test_a_reporting_client_and_a_plain_client_are_both_detected(service: Servic
     client.popen.wait()
     assert service.signals().reading, "the reporting client still reads"
     service.report("trainer-r", done=True)
+    service.wait_idle(IDLE_BOUND_SECONDS, since=time.monotonic())
+
+
+def test_two_trainers_of_one_job_are_seen_and_one_that_leaves_is_forgotten_within_the_bound(
+    service: Service,
+) -> None:
+    """Two real tf.data trainers read one job (job_name "shared") and report through the helper's
+    iterate(): the document lists the job with 2 trainers, then 1 once one is killed (no cleanup,
+    no ``done``: its reports just stop), within client_report_timeout_ms plus a report interval."""
+
+    def job() -> signals.JobReading | None:
+        return next((j for j in service.signals().jobs or () if j.job_name == "shared"), None)
+
+    trainers = [Client.start(service, delay=0.2, count=0, job="shared") for _ in range(2)]
+    try:
+        for trainer in trainers:
+            trainer.wait_elements(3)
+        both = wait_for(
+            job,
+            30,
+            "the job to list 2 trainers",
+            0.25,
+            service.show,
+            until=lambda j: j is not None and j.reporting_clients == 2,
+        )
+        assert both is not None and both.client_stall_fraction_max is not None, both
+        trainers[0].popen.kill()  # no cleanup: no done report; its reports stop
+        trainers[0].popen.wait()
+        killed = time.monotonic()
+        bound = REPORT_TIMEOUT_MS / 1000 + 2.0  # the timeout, one report interval (1 s) and a poll
+        one = wait_for(
+            job,
+            bound + 5,
+            "the job to list 1 trainer",
+            0.25,
+            service.show,
+            until=lambda j: j is not None and j.reporting_clients == 1,
+        )
+        forgotten = time.monotonic() - killed
+        assert trainers[1].popen.poll() is None, "the other trainer still reads"
+        assert one is not None and one.reporting_clients == 1 and service.signals().reporting_clients == 1
+        print(f"\n2 trainers of one job listed; the killed one forgotten after {forgotten:.1f}s (bound {bound:.0f}s)")
+        assert forgotten <= bound
+    finally:
+        for trainer in trainers:
+            if trainer.popen.poll() is None:
+                trainer.popen.terminate()
+                trainer.popen.wait(30)
     service.wait_idle(IDLE_BOUND_SECONDS, since=time.monotonic())
 
 

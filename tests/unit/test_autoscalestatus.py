@@ -12,7 +12,7 @@ from tfdata_operator.api import diff
 from tfdata_operator.autoscaling import status as autoscalestatus
 from tfdata_operator.autoscaling.policy import History, LastScale, ScaleDecision
 from tfdata_operator.autoscaling.readings import ServiceWindow
-from tfdata_operator.wire.signals import ServiceSignals
+from tfdata_operator.wire.signals import JobReading, ServiceSignals
 
 from cases import CRD_PATH, STALLED_SIGNALS
 
@@ -44,6 +44,9 @@ def test_a_scale_is_an_event_and_the_status_says_why() -> None:
             "reportingClients": 1,
             "elementsPerSecond": 61.2,
             "workersAnswering": 2,
+            "jobs": [{"name": "train", "trainers": 1, "dataStallPercent": 38, "maxDataStallPercent": 38}],
+            "jobsNotListed": None,
+            "jobsNote": None,
             "error": None,
         },
         "lastScale": {"time": "2025-03-01T12:00:00Z", "fromReplicas": 2, "toReplicas": 4, "reason": REASON},
@@ -121,3 +124,33 @@ def test_the_crd_declares_every_field_the_block_writes() -> None:
     status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
     declared = _schema_fields(status["properties"]["autoscaling"])
     assert _block_fields(autoscalestatus.build(None, SCALE, window(), T0)) == declared
+
+
+def test_each_jobs_trainers_are_listed_bounded_and_their_names_fit_the_crd() -> None:
+    hostile = "\x1b[31mred\x1b[0m\njob\u202e" + "x" * 400  # names come from the trainers' reports
+    jobs = (
+        JobReading(hostile, 3, 0.5, 0.9, 30.0),
+        JobReading(None, 1, 0.1, 0.1, None),  # trainers that gave no job name
+    )
+    many = replace(SIGNALS, reporting_clients=4, jobs=jobs, jobs_not_listed=7)
+    block = autoscalestatus.build(None, HOLD, window(many), T0)
+    listed = block["signals"]["jobs"]
+    assert listed[1] == {"trainers": 1, "dataStallPercent": 10, "maxDataStallPercent": 10}  # no null in an item
+    name = listed[0]["name"]
+    assert len(name) == 256 and name.startswith("red job") and name.endswith("…"), name
+    assert not any(c in name for c in "\x1b\n\u202e")
+    assert listed[0]["trainers"] == 3 and listed[0]["maxDataStallPercent"] == 90
+    assert block["signals"]["jobsNotListed"] == 7 and block["signals"]["jobsNote"] is None
+    # A dispatcher older than the job list: nothing listed, and a note that says why.
+    older = autoscalestatus.build(None, HOLD, window(replace(SIGNALS, jobs=None)), T0)
+    assert older["signals"]["jobs"] is None and "older" in older["signals"]["jobsNote"]
+    assert len(older["signals"]["jobsNote"]) <= 256
+    # No reading at all: neither.
+    unknown = autoscalestatus.build(None, HOLD, window(None, "GET x timed out"), T0)
+    assert unknown["signals"]["jobs"] is None and unknown["signals"]["jobsNote"] is None
+    # What is written validates against the CRD's bounds (maxItems, maxLength).
+    schema = yaml.safe_load(CRD_PATH.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    signal_schema = schema["properties"]["status"]["properties"]["autoscaling"]["properties"]["signals"]
+    job_schema = signal_schema["properties"]["jobs"]
+    assert job_schema["maxItems"] >= len(listed) and job_schema["items"]["properties"]["name"]["maxLength"] == 256
+    assert set(listed[0]) <= set(job_schema["items"]["properties"])

@@ -116,6 +116,7 @@ def test_every_dispatcher_setting_reaches_the_pod(settings: BuildSettings) -> No
             "clientTimeoutMs": 3000,
             "workerTimeoutMs": 4000,
             "workerMaxConcurrentSnapshots": 2,
+            "gcDynamicShardingJobs": False,
             "resources": {"requests": {"cpu": "250m"}},
         },
         workers={"healthPort": 7201},
@@ -131,6 +132,7 @@ def test_every_dispatcher_setting_reaches_the_pod(settings: BuildSettings) -> No
         client_timeout_ms=3000,
         worker_timeout_ms=4000,
         worker_max_concurrent_snapshots=2,
+        gc_dynamic_sharding_jobs=False,  # DYNAMIC jobs kept (the server program collects them by default)
         worker_health_port=7201,  # it reads its workers' /metrics there
         cpu_given_millicores=250,
         owner="ml/demo",  # a user's workDir is claimed (review O7)
@@ -852,3 +854,13 @@ def test_preloads_reach_the_dispatcher_and_every_worker(
     for config in configs:
         assert config.preload_modules == ("tensorflow_text", "my.ops")
         assert config.preload_op_libraries == ("/opt/ops/lib.so",)
+
+
+def test_dynamic_jobs_are_collected_unless_the_spec_says_otherwise(settings: BuildSettings) -> None:
+    default = pod_config(builders.build_dispatcher_statefulset(parse(), settings, 2), "dispatcher", "x")
+    assert default.gc_dynamic_sharding_jobs is None  # left to the server program, whose default collects them
+    assert serverconfig.setting(default, "gc_dynamic_sharding_jobs") is True
+    kept = parse(dispatcher={"gcDynamicShardingJobs": False})
+    assert kept.dispatcher.gc_dynamic_sharding_jobs is False
+    with pytest.raises(spec.SpecError, match="gcDynamicShardingJobs must be true or false"):
+        parse(dispatcher={"gcDynamicShardingJobs": "no"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -174,3 +175,76 @@ def test_cpu_utilization_is_used_over_given_over_the_window() -> None:
         cpu["child"] += 0.25  # a quarter core: half of the half core given
     assert meter.utilization() == pytest.approx(0.5)
     assert meter.total() == pytest.approx(1.0 + 5.0)
+
+
+def job_report(client_id: str, job: str | None, stall: float, elements: int = 10) -> bytes:
+    return signals.ClientReport(client_id, stall, 5.0, elements, job_name=job).to_json().encode()
+
+
+def test_many_trainers_are_combined_and_one_that_stops_reporting_stops_counting() -> None:
+    """What docs/autoscaling.md says the autoscaler reads: the reporting trainers' mean stall and
+    their summed rate, over the trainers whose reports have not stopped (client_report_timeout_ms)."""
+    agg, clock = aggregator({"w0:1": WorkerReading("w0:1", 1)}, 1, client_report_timeout_ms=15_000)
+    agg.poll_once()
+    assert agg.clients.receive(job_report("t0", "train", 0.6, elements=50)).status == 204
+    assert agg.clients.receive(job_report("t1", "train", 0.2, elements=30)).status == 204
+    assert agg.clients.receive(job_report("e0", "eval", 0.1)).status == 204
+    both = agg.signals()
+    assert both.reporting_clients == 3
+    assert both.client_stall_fraction_mean == pytest.approx(0.3)
+    assert both.client_stall_fraction_max == pytest.approx(0.6)
+    assert both.client_elements_per_second == pytest.approx(18.0)  # (50 + 30 + 10) / 5 s
+    assert both.jobs == (
+        signals.JobReading("train", 2, pytest.approx(0.4), pytest.approx(0.6), pytest.approx(16.0)),
+        signals.JobReading("eval", 1, pytest.approx(0.1), pytest.approx(0.1), pytest.approx(2.0)),
+    )
+    # t1 and e0 keep reporting; t0 goes silent and, past the timeout, counts no more.
+    clock.now += 10
+    assert agg.clients.receive(job_report("t1", "train", 0.2, elements=30)).status == 204
+    assert agg.clients.receive(job_report("e0", "eval", 0.1)).status == 204
+    clock.now += 6
+    one = agg.signals()
+    assert one.reporting_clients == 2
+    assert one.client_stall_fraction_mean == pytest.approx(0.15)
+    assert one.client_stall_fraction_max == pytest.approx(0.2)
+    assert one.client_elements_per_second == pytest.approx(8.0)
+    assert [(j.job_name, j.reporting_clients) for j in one.jobs or ()] == [("train", 1), ("eval", 1)]
+
+
+def test_jobs_are_listed_busiest_first_and_bounded() -> None:
+    reports = [signals.ClientReport(f"c{i}", 0.1, 5.0, 1, job_name=f"job-{i:02}") for i in range(20)]
+    reports += [signals.ClientReport("x1", 0.9, 5.0, 1, job_name="job-19"), signals.ClientReport("n", 0.5, 5.0, 1)]
+    jobs, more = signals.job_readings(reports)
+    assert len(jobs) == signals.MAX_JOBS and more == 21 - signals.MAX_JOBS
+    assert (jobs[0].job_name, jobs[0].reporting_clients) == ("job-19", 2)
+    assert jobs[1].job_name is None  # trainers without a job name: one group; higher stall before the rest
+    assert [j.job_name for j in jobs[2:4]] == ["job-00", "job-01"]
+
+
+def test_signals_with_jobs_round_trip_and_an_older_dispatcher_lists_none() -> None:
+    clients = [signals.ClientReport("a", 0.5, 5.0, 10, job_name="train"), signals.ClientReport("b", 0.1, 5.0, 10)]
+    jobs, more = signals.job_readings(clients)
+    seen = signals.ServiceSignals(
+        reading=True, reasons=("x",), idle_seconds=0.0, registered_workers=1, workers_answering=1,
+        workers_unreachable=(), worker_tasks=1, worker_cpu_utilization_mean=0.5, worker_cpu_utilization_max=0.5,
+        reporting_clients=2, client_stall_fraction_mean=0.3, client_stall_fraction_max=0.5, age_seconds=1.0,
+        client_elements_per_second=4.0, jobs=jobs, jobs_not_listed=more,
+    )  # fmt: skip
+    assert signals.ServiceSignals.from_json(seen.to_json()) == seen
+    document = json.loads(seen.to_json())
+    older = {k: v for k, v in document.items() if k not in ("jobs", "jobs_not_listed")}
+    assert signals.ServiceSignals.from_json(json.dumps(older)).jobs is None  # cannot tell: not "no job"
+    # A document listing more than MAX_JOBS is cut, and what is cut is counted.
+    many = {**document, "jobs": [document["jobs"][0]] * (signals.MAX_JOBS + 3), "jobs_not_listed": 2}
+    read = signals.ServiceSignals.from_json(json.dumps(many))
+    assert len(read.jobs or ()) == signals.MAX_JOBS and read.jobs_not_listed == 5
+    for job, message in (
+        ({"job_name": "x" * 257, "reporting_clients": 1}, "job_name must be a string of at most 256"),
+        ({"job_name": "x", "reporting_clients": -1}, "reporting_clients must be an integer of at least 0"),
+        ({"job_name": "x", "reporting_clients": 1, "client_stall_fraction_mean": "high"}, "must be a number"),
+        ("train", "each of jobs must be a JSON object"),
+    ):
+        with pytest.raises(signals.SignalsError, match=message):
+            signals.ServiceSignals.from_json(json.dumps({**document, "jobs": [job]}))
+    with pytest.raises(signals.SignalsError, match="jobs must be a list"):
+        signals.ServiceSignals.from_json(json.dumps({**document, "jobs": {"train": 1}}))

@@ -20,6 +20,7 @@ from typing import Any
 from tfdata_operator.api import diff, limits
 from tfdata_operator.autoscaling.policy import History, LastScale, ScaleDecision
 from tfdata_operator.autoscaling.readings import ServiceWindow
+from tfdata_operator.wire.signals import JobReading
 
 # The Event's reason for every scale the autoscaler makes.
 REFRESH_SECONDS = 30.0
@@ -84,8 +85,30 @@ def _signals(window: ServiceWindow) -> dict[str, Any]:
         "reportingClients": None if s is None else s.reporting_clients,
         "elementsPerSecond": None if s is None or not s.reporting_clients else _rate(s.client_elements_per_second),
         "workersAnswering": None if s is None else s.workers_answering,
+        "jobs": None if s is None or s.jobs is None else [_job(j) for j in s.jobs],
+        "jobsNotListed": s.jobs_not_listed if s is not None and s.jobs_not_listed else None,
+        "jobsNote": OLD_DISPATCHER_JOBS if s is not None and s.jobs is None else None,
         "error": window.last_error,
     }
+
+
+# A dispatcher whose /v1/signals has no ``jobs`` (its server program is older than the field).
+OLD_DISPATCHER_JOBS = (
+    "the dispatcher does not list its jobs (its server program is older than this operator): "
+    "update spec.image to list them; the totals above still hold"
+)
+
+
+def _job(job: JobReading) -> dict[str, Any]:
+    """One job's trainers, without absent keys (a list's items are written whole, and null is
+    not a value their fields take). The name comes from the trainers' reports: ``fit`` clips it."""
+    item = {
+        "name": job.job_name,
+        "trainers": job.reporting_clients,
+        "dataStallPercent": _percent(job.client_stall_fraction_mean),
+        "maxDataStallPercent": _percent(job.client_stall_fraction_max),
+    }
+    return {key: value for key, value in item.items() if value is not None}
 
 
 def _rate(per_second: float | None) -> float | None:

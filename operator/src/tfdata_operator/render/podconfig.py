@@ -50,6 +50,7 @@ def dispatcher_config(
         client_timeout_ms=d.client_timeout_ms,
         worker_timeout_ms=d.worker_timeout_ms,
         worker_max_concurrent_snapshots=d.worker_max_concurrent_snapshots,
+        gc_dynamic_sharding_jobs=d.gc_dynamic_sharding_jobs,
         prune_old_journals=static_journal_dir,
         worker_health_port=svc.workers.health_port,
         cpu_given_millicores=cpu_given_millicores(d.pod, DISPATCHER),

@@ -322,6 +322,7 @@ class Aggregator:
         utilizations = [w.cpu_utilization for w in answering if w.cpu_utilization is not None]
         stalls = [c.stall_fraction for c in clients]
         timed = [c for c in clients if c.window_seconds > 0]
+        jobs, jobs_not_listed = signals.job_readings(clients)
         return signals.ServiceSignals(
             reading=bool(why),
             reasons=tuple(why) if why else (IDLE_REASON,),
@@ -337,6 +338,8 @@ class Aggregator:
             client_stall_fraction_max=max(stalls) if stalls else None,
             age_seconds=round(now - poll.at, 3) if poll is not None else 0.0,
             client_elements_per_second=sum(c.elements / c.window_seconds for c in timed) if timed else None,
+            jobs=jobs,
+            jobs_not_listed=jobs_not_listed,
         )
 
     def signals_route(self) -> Reply:

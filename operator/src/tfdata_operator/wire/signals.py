@@ -29,6 +29,11 @@ SIGNALS_PATH = "/v1/signals"
 # A client id is chosen by the trainer (host, pid and a random part) and only names it.
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
+# The most jobs a signals document lists (the busiest first); the rest are only counted.
+MAX_JOBS = 16
+# The longest job name a report may carry (ClientReport.validate) and a document may list.
+MAX_JOB_NAME = 256
+
 
 def json_object(text: str | bytes, what: str, error: type[Exception]) -> dict[str, Any]:
     """``text`` parsed as a JSON object; otherwise ``error`` saying that ``what`` must be one."""
@@ -71,8 +76,8 @@ class ClientReport:
             raise ReportError(f"window_seconds must be a number of at least 0, got {self.window_seconds!r}")
         if isinstance(self.elements, bool) or not isinstance(self.elements, int) or self.elements < 0:
             raise ReportError(f"elements must be an integer of at least 0, got {self.elements!r}")
-        if self.job_name is not None and (not isinstance(self.job_name, str) or len(self.job_name) > 256):
-            raise ReportError(f"job_name must be a string of at most 256 characters, got {self.job_name!r}")
+        if self.job_name is not None and (not isinstance(self.job_name, str) or len(self.job_name) > MAX_JOB_NAME):
+            raise ReportError(f"job_name must be a string of at most {MAX_JOB_NAME} characters, got {self.job_name!r}")
         if not isinstance(self.done, bool):
             raise ReportError(f"done must be true or false, got {self.done!r}")
 
@@ -101,6 +106,62 @@ class SignalsError(ValueError):
 
 
 @dataclass(frozen=True)
+class JobReading:
+    """The reporting clients of one job, as a dispatcher groups them by their reports' ``job_name``.
+
+    ``job_name`` is None for clients that read without one (each of those reads its own job:
+    they are grouped together here). The stall fractions are over these clients' last reports.
+    """
+
+    job_name: str | None
+    reporting_clients: int
+    client_stall_fraction_mean: float | None
+    client_stall_fraction_max: float | None
+    client_elements_per_second: float | None = None
+
+
+def job_readings(clients: list[ClientReport]) -> tuple[tuple[JobReading, ...], int]:
+    """``clients`` grouped by job, the busiest (most clients, then highest stall) first, at most
+    ``MAX_JOBS`` of them; and how many more jobs there are."""
+    by_job: dict[str | None, list[ClientReport]] = {}
+    for client in clients:
+        by_job.setdefault(client.job_name, []).append(client)
+    jobs = []
+    for name, reports in by_job.items():
+        stalls = [c.stall_fraction for c in reports]
+        timed = [c for c in reports if c.window_seconds > 0]
+        jobs.append(
+            JobReading(
+                job_name=name,
+                reporting_clients=len(reports),
+                client_stall_fraction_mean=sum(stalls) / len(stalls),
+                client_stall_fraction_max=max(stalls),
+                client_elements_per_second=sum(c.elements / c.window_seconds for c in timed) if timed else None,
+            )
+        )
+    jobs.sort(key=lambda j: (-j.reporting_clients, -(j.client_stall_fraction_max or 0.0), j.job_name or ""))
+    return tuple(jobs[:MAX_JOBS]), max(0, len(jobs) - MAX_JOBS)
+
+
+def _job_reading(value: Any) -> JobReading:
+    if not isinstance(value, dict):
+        raise SignalsError(f"each of jobs must be a JSON object, got {value!r}")
+    known = {f.name for f in fields(JobReading)}
+    values: dict[str, Any] = {name: value.get(name) for name in known}
+    name = values["job_name"]
+    if name is not None and (not isinstance(name, str) or len(name) > MAX_JOB_NAME):
+        raise SignalsError(f"a job's job_name must be a string of at most {MAX_JOB_NAME} characters, got {name!r}")
+    count = values["reporting_clients"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise SignalsError(f"a job's reporting_clients must be an integer of at least 0, got {count!r}")
+    for key in ("client_stall_fraction_mean", "client_stall_fraction_max", "client_elements_per_second"):
+        number = values[key]
+        if number is not None and (not _number(number) or number < 0):
+            raise SignalsError(f"a job's {key} must be a number of at least 0, got {number!r}")
+    return JobReading(**values)
+
+
+@dataclass(frozen=True)
 class ServiceSignals:
     """What a dispatcher pod says about its service at ``SIGNALS_PATH``: one read per decision.
 
@@ -119,6 +180,10 @@ class ServiceSignals:
     whether more workers made them faster when the stall alone cannot (an I/O-bound pipeline:
     the trainers wait all the time before and after a step, only faster). Fields with a default
     came later: a document from an older dispatcher, without them, reads as ``None``.
+
+    ``jobs`` groups the reporting clients by job (``JobReading``), at most ``MAX_JOBS``, the
+    busiest first; ``jobs_not_listed`` counts the other jobs. ``jobs`` is None in a document from
+    a dispatcher older than the field, which cannot tell: not the same as ``()``, no job reported.
     """
 
     reading: bool
@@ -136,6 +201,8 @@ class ServiceSignals:
     # Seconds since the dispatcher last read its workers (the signal is at most this old).
     age_seconds: float
     client_elements_per_second: float | None = None
+    jobs: tuple[JobReading, ...] | None = None
+    jobs_not_listed: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -160,6 +227,15 @@ class ServiceSignals:
             if not isinstance(values[name], list) or not all(isinstance(v, str) for v in values[name]):
                 raise SignalsError(f"{name} must be a list of strings, got {values[name]!r}")
             values[name] = tuple(values[name])
+        if values["jobs"] is not None:
+            if not isinstance(values["jobs"], list):
+                raise SignalsError(f"jobs must be a list, got {values['jobs']!r}")
+            listed = [_job_reading(job) for job in values["jobs"]]
+            if not isinstance(values["jobs_not_listed"], int) or isinstance(values["jobs_not_listed"], bool):
+                raise SignalsError(f"jobs_not_listed must be an integer, got {values['jobs_not_listed']!r}")
+            # Bounded here too: what the operator keeps and writes does not grow with the document.
+            values["jobs_not_listed"] = max(0, values["jobs_not_listed"]) + max(0, len(listed) - MAX_JOBS)
+            values["jobs"] = tuple(listed[:MAX_JOBS])
         for name in ("workers_answering", "worker_tasks", "reporting_clients", "registered_workers"):
             value = values[name]
             if value is None and name == "registered_workers":

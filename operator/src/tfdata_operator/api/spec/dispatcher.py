@@ -42,6 +42,7 @@ def parse_dispatcher(r: Reader, snapshots: SnapshotsSpec | None = None) -> Dispa
     if ms["jobGcTimeoutMs"] == 0:
         r.problems.append("spec.dispatcher.jobGcTimeoutMs must be -1 (keep jobs forever) or at least 1")
     concurrent_snapshots = r.integer("workerMaxConcurrentSnapshots", None, 0, 1000)
+    gc_dynamic = r.boolean("gcDynamicShardingJobs", True) if r.has("gcDynamicShardingJobs") else None
     pod = pod_settings(r, operator_volumes(journal=storage.enabled, snapshots=snapshots), "dispatcher")
     r.finish()
     if port == health_port:
@@ -65,6 +66,7 @@ def parse_dispatcher(r: Reader, snapshots: SnapshotsSpec | None = None) -> Dispa
         client_timeout_ms=ms["clientTimeoutMs"],
         worker_timeout_ms=ms["workerTimeoutMs"],
         worker_max_concurrent_snapshots=concurrent_snapshots,
+        gc_dynamic_sharding_jobs=gc_dynamic,
         pod=pod,
     )
 

@@ -150,6 +150,8 @@ class DispatcherSpec:
     client_timeout_ms: int | None = None
     worker_timeout_ms: int | None = None
     worker_max_concurrent_snapshots: int | None = None
+    # None: the server program's default (serverconfig.DEFAULTS: on).
+    gc_dynamic_sharding_jobs: bool | None = None
     pod: PodSettings = PodSettings()
 
     @property
