@@ -14,8 +14,8 @@ import pytest
 
 from tfdata_operator import client
 from tfdata_operator.client import fingerprint as fp
-from tfdata_operator.client.stall import StallMeter, StallReporter
-from tfdata_operator.wire import discovery, signals
+from tfdata_operator.client.stall import INTERVAL_SECONDS, StallMeter, StallReporter
+from tfdata_operator.wire import discovery, serverconfig, signals
 
 from fixtures.fakes import Clock
 
@@ -276,3 +276,11 @@ def test_stall_reports_go_where_iterate_sends_them(monkeypatch: pytest.MonkeyPat
     assert client.report_target("imagenet", None, "run-1", environ) == ("http://d:8080/v1/client-report", "run-1")
     assert client.report_target(None, "http://elsewhere/", None, environ) == ("http://elsewhere/", None)
     assert client.report_target("imagenet", None, None, {}, "/nonexistent") == (None, None)
+
+
+def test_a_live_trainer_is_forgotten_only_after_two_reports_in_a_row_are_lost() -> None:
+    """The reporter's cadence against the dispatcher's default for forgetting a silent trainer: a
+    report sent every 10 s against a 15 s timeout dropped a live trainer whenever one was late."""
+    forget = serverconfig.DEFAULTS["client_report_timeout_ms"] / 1000
+    assert INTERVAL_SECONDS == signals.REPORT_EVERY_SECONDS
+    assert forget >= INTERVAL_SECONDS * 3, (INTERVAL_SECONDS, forget)

@@ -28,8 +28,9 @@ from tfdata_operator.wire import signals
 T = TypeVar("T")
 log = logging.getLogger("tfdata_operator.client")
 REPORT_TIMEOUT_SECONDS = 2.0
-# How often a reporter sends (``iterate``'s documented 10 s); under the dispatcher's default 15 s for forgetting one.
-INTERVAL_SECONDS = 10.0
+# How often a reporter sends: the wire's 5 s, so that the dispatcher, which forgets a trainer after 15 s
+# without a report (``client_report_timeout_ms``), forgets a live one only after two reports in a row are lost.
+INTERVAL_SECONDS = signals.REPORT_EVERY_SECONDS
 
 
 def new_client_id() -> str:
