@@ -8,6 +8,10 @@ operator's StatefulSets. The service is scaled, and its dispatcher's pod templat
 edit (a change the policy alone would let through): the status and one Warning Event say
 ChildRefusedByAdmission with the policy's own message, the dispatcher StatefulSet stays as it was
 the whole time, and once the policy is deleted the operator's retries carry the edit out.
+
+A ResourceQuota without room for a child is the same kind of refusal (QuotaExceeded): no child is
+created while one cannot be, the quota is named with what it said, and once it is raised the retries
+create them.
 """
 
 from __future__ import annotations
@@ -97,6 +101,19 @@ def refusal_events(kubectl: Kubectl, namespace: str) -> list[dict[str, Any]]:
     return items
 
 
+def on_kwok(name: str, namespace: str, workers: int) -> dict[str, Any]:
+    """A DYNAMIC service whose pods the kwok node runs."""
+    service: dict[str, Any] = {
+        "apiVersion": "tfdata.dev/v1alpha1",
+        "kind": "TFDataService",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": workers}},
+    }
+    for part, fields in json.loads(on_kwok_nodes("dispatcher", "workers"))["spec"].items():
+        service["spec"][part] = {**service["spec"].get(part, {}), **fields}
+    return service
+
+
 def kept(sts: dict[str, Any]) -> tuple[Any, ...]:
     """What says a StatefulSet was not changed: its generation and spec (its status moves with its pods)."""
     return sts.get("metadata", {}).get("generation"), sts.get("spec")
@@ -106,15 +123,7 @@ def test_a_child_refused_by_a_policy_is_said_so_changes_nothing_else_and_goes_th
     kubectl: Kubectl, namespace: str, operator: OperatorProcess, policy: str
 ) -> None:
     dispatcher, workers = f"{NAME}-dispatcher", f"{NAME}-worker"
-    service = {
-        "apiVersion": "tfdata.dev/v1alpha1",
-        "kind": "TFDataService",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 2}},
-    }
-    for part, fields in json.loads(on_kwok_nodes("dispatcher", "workers"))["spec"].items():
-        service["spec"][part] = {**service["spec"].get(part, {}), **fields}
-    kubectl.apply(service)
+    kubectl.apply(on_kwok(NAME, namespace, workers=2))
     wait_for(lambda: service_status(kubectl, namespace), TIMEOUT, f"{NAME} reconciled with 2 workers",
              until=lambda s: (s.get("workers") or {}).get("current") == 2
              and s.get("observedGeneration") == 1 and statefulset(kubectl, namespace, dispatcher)
@@ -175,3 +184,58 @@ def test_a_child_refused_by_a_policy_is_said_so_changes_nothing_else_and_goes_th
     assert kept(after) != before, "the dispatcher's part of the edit was carried out too"
     assert after["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] == "Always"
     assert len(refusal_events(kubectl, namespace)) == 1
+
+
+QUOTA_NAME = "quota-bound"
+
+
+def test_a_child_a_quota_has_no_room_for_is_said_so_creates_nothing_and_goes_through_once_raised(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess
+) -> None:
+    quota = f"tfdata-test-services-{namespace}"[:63]
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": quota, "namespace": namespace},
+            "spec": {"hard": {"services": "0"}},
+        }
+    )
+    # The quota admission plugin refuses on the quota's status, which the controller-manager writes.
+    wait_for(lambda: kubectl.get("resourcequota", quota, "-n", namespace) or {}, TIMEOUT, f"{quota}'s status",
+             until=lambda q: "services" in ((q.get("status") or {}).get("hard") or {}))  # fmt: skip
+    kubectl.apply(on_kwok(QUOTA_NAME, namespace, workers=1))
+
+    def condition() -> dict[str, Any]:
+        got = (kubectl.get("tfdataservice", QUOTA_NAME, "-n", namespace) or {}).get("status") or {}
+        return next((c for c in got.get("conditions") or [] if c["type"] == "Ready"), {})
+
+    said = wait_for(
+        condition, TIMEOUT, "Ready to say QuotaExceeded", until=lambda c: c.get("reason") == "QuotaExceeded"
+    )
+    assert said["status"] == "False", said
+    assert f"The ResourceQuota {quota} of namespace {namespace} has no room for the Service" in said["message"], said
+    assert "limited: services=0" in said["message"] and "kubectl describe resourcequota" in said["message"], said
+
+    def children() -> list[str]:
+        listed = kubectl.json(
+            "get", "statefulsets,services", "-n", namespace, "-l", f"app.kubernetes.io/instance={QUOTA_NAME}"
+        )
+        return [f"{o['kind']}/{o['metadata']['name']}" for o in listed["items"]]
+
+    holds_for(lambda: (condition().get("reason"), children()), 5, "QuotaExceeded, no child created",
+              ok=lambda seen: seen == ("QuotaExceeded", []), interval=1)  # fmt: skip
+
+    kubectl.run(
+        "patch", "resourcequota", quota, "-n", namespace, "--type=merge", "-p", '{"spec": {"hard": {"services": "10"}}}'
+    )
+    wait_for(
+        lambda: (condition(), children()),
+        RECOVERY_TIMEOUT,
+        "the children created once the quota has room",
+        until=lambda seen: (
+            seen[0].get("reason") != "QuotaExceeded" and f"StatefulSet/{QUOTA_NAME}-dispatcher" in seen[1]
+        ),
+        show=lambda: operator.tail(10),
+    )
+    kubectl.run("delete", "resourcequota", quota, "-n", namespace, "--ignore-not-found")

@@ -272,26 +272,90 @@ def test_what_the_controller_said_is_cut_and_cleaned_and_the_advice_stays_within
 # --- The work queue's retry (controller/handlers.py) -----------------------------------------------
 
 
+async def reconciled(api: FakeApi, body: dict[str, Any]) -> bool:
+    """What ``handlers._reconcile`` tells the queue for service ml/demo: False, try again after the back-off."""
+    memo = handlers.new_memo(OperatorConfig(server_image="tfdata-server:test"))
+    memo.indices = {kind.index: {} for kind in children.OBSERVED}
+    memo.indices |= {handlers.SERVICES_INDEX: {("ml", "demo"): [cache.pack(body)]}, handlers.DIRECTORIES_INDEX: {}}
+    memo.kube, memo.queue, memo.pool = api, WorkQueue(), ThreadPoolExecutor(max_workers=1)  # type: ignore[assignment]
+    memo.indexed.set()
+    try:
+        return await handlers._reconcile(memo, ("ml", "demo"))
+    finally:
+        memo.pool.shutdown()
+
+
 def test_the_operator_retries_a_refusal_by_admission_with_back_off_and_not_a_spec_error() -> None:
     """``handlers._reconcile`` tells the queue to retry (after its back-off) a service whose child an admission
     controller refused; an invalid spec waits for the next edit."""
     api = FakeApi()
     denied = refusal({**POLICY_DENIED, "message": POLICY_DENIED["message"].replace("feed-worker", "demo-worker")})
 
-    async def reconciled(body: dict[str, Any]) -> bool:
-        memo = handlers.new_memo(OperatorConfig(server_image="tfdata-server:test"))
-        memo.indices = {kind.index: {} for kind in children.OBSERVED}
-        memo.indices |= {handlers.SERVICES_INDEX: {("ml", "demo"): [cache.pack(body)]}, handlers.DIRECTORIES_INDEX: {}}
-        memo.kube, memo.queue, memo.pool = api, WorkQueue(), ThreadPoolExecutor(max_workers=1)  # type: ignore[assignment]
-        memo.indexed.set()
-        try:
-            return await handlers._reconcile(memo, ("ml", "demo"))
-        finally:
-            memo.pool.shutdown()
-
     api.refuse[("StatefulSet", "demo-worker")] = denied
-    assert asyncio.run(reconciled(service())) is False
+    assert asyncio.run(reconciled(api, service())) is False
     assert [r for _, r, _ in api.events] == ["ChildRefusedByAdmission"]
     del api.refuse[("StatefulSet", "demo-worker")]
-    assert asyncio.run(reconciled(service(shardingPolicy="SIDEWAYS"))) is True
+    assert asyncio.run(reconciled(api, service(shardingPolicy="SIDEWAYS"))) is True
     assert [r for _, r, _ in api.events] == ["ChildRefusedByAdmission", "InvalidSpec"]
+
+
+# The quota admission plugin's answer (plugin/pkg/admission/resourcequota/controller.go: admission.NewForbidden
+# around "exceeded quota: %s, requested: %s, used: %s, limited: %s"), to a dry run and to a create alike.
+QUOTA_EXCEEDED: dict[str, Any] = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "metadata": {},
+    "status": "Failure",
+    "message": 'services "demo-dispatcher" is forbidden: exceeded quota: team-quota, requested: services=1, '
+    "used: services=4, limited: services=4",
+    "reason": "Forbidden",
+    "details": {"name": "demo-dispatcher", "kind": "services"},
+    "code": 403,
+}
+
+
+def test_a_quota_without_room_is_named_with_what_it_said_and_what_to_do() -> None:
+    refused = kube.quota_refusal(refusal(QUOTA_EXCEEDED))
+    assert refused is not None and refused.name == "team-quota"
+    assert kube.admission_denial(refusal(QUOTA_EXCEEDED)) is None
+    message = admission.explain_quota(
+        {"kind": "Service", "metadata": {"name": "demo-dispatcher", "namespace": "ml"}}, refused
+    )
+    assert message.startswith(
+        "The ResourceQuota team-quota of namespace ml has no room for the Service demo-dispatcher"
+    )
+    assert "requested: services=1, used: services=4, limited: services=4" in message
+    assert "kubectl describe resourcequota team-quota -n ml" in message and "stays as it was" in message
+    assert len(message) <= limits.EVENT_MESSAGE
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        {**QUOTA_EXCEEDED, "code": 422},  # only the plugin's 403
+        {**QUOTA_EXCEEDED, "message": 'services "x" is forbidden: status unknown for quota: team-quota'},
+        {**QUOTA_EXCEEDED, "message": 'services "x" is invalid: metadata.name: "exceeded quota: q, a"'},
+        {**QUOTA_EXCEEDED, "message": "exceeded quota"},
+        POLICY_DENIED,
+        {"code": 403},
+    ],
+)
+def test_other_refusals_are_not_a_quota(status: dict[str, Any]) -> None:
+    assert kube.quota_refusal(refusal(status)) is None
+
+
+def test_the_operator_retries_a_child_a_quota_has_no_room_for_and_says_quota_exceeded() -> None:
+    api = FakeApi()
+
+    api.refuse[("Service", "demo-dispatcher")] = refusal(QUOTA_EXCEEDED)
+    assert asyncio.run(reconciled(api, service())) is False
+    assert [r for _, r, _ in api.events] == ["QuotaExceeded"]
+    assert not api.objects, "nothing is created while one child cannot be"
+    del api.refuse[("Service", "demo-dispatcher")]
+    # Used up between the dry run and the change: the others are made, the one without room said the same way.
+    api.refuse_apply[("StatefulSet", "demo-worker")] = refusal(QUOTA_EXCEEDED)
+    assert asyncio.run(reconciled(api, service())) is False
+    assert [r for _, r, _ in api.events][-1] == "QuotaExceeded", api.events
+    assert ("StatefulSet", "demo-dispatcher") in api.objects and ("StatefulSet", "demo-worker") not in api.objects
+    del api.refuse_apply[("StatefulSet", "demo-worker")]
+    assert asyncio.run(reconciled(api, service())) is True

@@ -34,6 +34,9 @@ SNAPSHOT_DIRECTORY_TAKEN = "SnapshotDirectoryTaken"
 # Another admission controller of the cluster (a webhook, a ValidatingAdmissionPolicy) refused a child
 # (plan/admission.py): the same, and tried again with the work queue's back-off, as it is no spec error.
 CHILD_REFUSED_BY_ADMISSION = "ChildRefusedByAdmission"
+# A ResourceQuota of the namespace has no room for a child (plan/admission.py): the same, and tried again
+# with back-off too, as the quota may be raised or what else uses it deleted.
+QUOTA_EXCEEDED = "QuotaExceeded"
 # A rescale or a suspend waits for the readers (spec.workers.rescalePolicy WhenIdle).
 RESCALE_HELD = "RescaleHeld"
 SUSPEND_HELD = "SuspendHeld"

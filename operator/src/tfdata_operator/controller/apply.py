@@ -18,7 +18,7 @@ from tfdata_operator.api import reasons
 from tfdata_operator.api.identity import MANAGER
 from tfdata_operator.controller import faults, metrics
 from tfdata_operator.controller.interface import REFUSALS, Api, Manifest
-from tfdata_operator.controller.kube import admission_denial, describe_api_error, namespace_terminating
+from tfdata_operator.controller.kube import admission_denial, describe_api_error, namespace_terminating, quota_refusal
 from tfdata_operator.controller.run import Run
 from tfdata_operator.plan import admission, hold
 from tfdata_operator.plan import desired as plan
@@ -84,6 +84,9 @@ def dry_run(run: Run) -> bool:
                     run.svc, admission.explain(manifest, denied, live.get(plan.key(manifest)))
                 )
                 return False
+            if (no_room := quota_refusal(result)) is not None:
+                run.report.refused_by_quota(run.svc, admission.explain_quota(manifest, no_room))
+                return False
             if _is_immutable_statefulset_change(manifest, result):
                 _recreate(run, manifest)
                 return False
@@ -115,8 +118,12 @@ def apply(run: Run) -> bool:
     # A change the dry run let through may still be refused by an admission controller (a policy created
     # meanwhile, a webhook that answers otherwise): said once the changes that were made are recorded.
     refused: str | None = None
+    no_room: str | None = None
     for manifest, result in zip(run.changed, applied, strict=False):
         if isinstance(result, BaseException):
+            if (quota := quota_refusal(result)) is not None:  # used up since the dry run
+                no_room = no_room or admission.explain_quota(manifest, quota)
+                continue
             if (denied := admission_denial(result)) is None:
                 raise result
             refused = refused or admission.explain(manifest, denied, run.live.get(plan.key(manifest)))
@@ -135,6 +142,9 @@ def apply(run: Run) -> bool:
         run.api.event(run.body, "Normal", reasons.CREATED, "Created " + ", ".join(created))
     if refused is not None:
         run.report.refused_by_admission(run.svc, refused)
+        return False
+    if no_room is not None:
+        run.report.refused_by_quota(run.svc, no_room)
         return False
     return True
 

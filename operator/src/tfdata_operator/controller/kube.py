@@ -55,13 +55,27 @@ def describe_api_error(exc: ApiException) -> str:
 def admission_denial(exc: object) -> admission.Denial | None:
     """Whether another admission controller of the cluster (a webhook, a ValidatingAdmissionPolicy)
     refused the request, and which: read from the API server's ``Status`` (``plan.admission``)."""
+    answer = _status_answer(exc)
+    return admission.denial(*answer) if answer else None
+
+
+def quota_refusal(exc: object) -> admission.Denial | None:
+    """Whether a ResourceQuota of the namespace has no room for what the request creates, and which
+    (``plan.admission.quota``)."""
+    answer = _status_answer(exc)
+    return admission.quota(*answer) if answer else None
+
+
+def _status_answer(exc: object) -> tuple[int, dict[str, Any] | None] | None:
+    """The API server's code and its ``Status`` (None when the body is not a JSON object), or None
+    when ``exc`` is no answer of it."""
     if not isinstance(exc, ApiException) or exc.status is None:
         return None
     try:
         body = json.loads(exc.body or "{}")
     except (TypeError, ValueError):
         return None
-    return admission.denial(int(exc.status), body if isinstance(body, dict) else None)
+    return int(exc.status), body if isinstance(body, dict) else None
 
 
 def namespace_terminating(exc: BaseException) -> bool:

@@ -52,6 +52,12 @@ class Reporter:
         self.refused(svc, message, reason=reasons.CHILD_REFUSED_BY_ADMISSION)
         self.outcome.retry = True
 
+    def refused_by_quota(self, svc: spec.ServiceSpec, message: str) -> None:
+        """A ResourceQuota of the namespace has no room for a child: said as a refusal, then tried
+        again with back-off, as the quota may be raised or what else uses it deleted."""
+        self.refused(svc, message, reason=reasons.QUOTA_EXCEEDED)
+        self.outcome.retry = True
+
     def conflict(self, svc: spec.ServiceSpec, taken: list[tuple[str, str]]) -> None:
         what = ", ".join(f"{kind} {child}" for kind, child in taken)
         namespace = self.body["metadata"]["namespace"]
@@ -77,7 +83,11 @@ class Reporter:
 
 
 # The reconcile's result (the reconciles metric) of a refusal, by its reason; any other: "invalid".
-_RESULTS = {reasons.NAME_CONFLICT: "conflict", reasons.CHILD_REFUSED_BY_ADMISSION: "refused"}
+_RESULTS = {
+    reasons.NAME_CONFLICT: "conflict",
+    reasons.CHILD_REFUSED_BY_ADMISSION: "refused",
+    reasons.QUOTA_EXCEEDED: "refused",
+}
 
 
 def _ready_condition(status: Mapping[str, Any] | None) -> Mapping[str, Any]:

@@ -18,9 +18,12 @@ kube-apiserver itself writes around the controller's own words:
   <message>`` (``... '<policy>' denied request: ...`` when the policy itself is broken), with the code
   of the validation's reason: 422 for Invalid, the default.
 
-The API server's own validation (``<Kind> "<object>" is invalid: ...``, 422), a quota (``is
-forbidden: exceeded quota``) and a webhook the API server cannot call (``failed calling webhook``,
-500, a failure that passes) match none of them. The shapes are anchored at the message's start: the
+A ResourceQuota of the namespace without room for a child is told apart too (``quota``,
+``reasons.QUOTA_EXCEEDED``): the quota admission plugin (``plugin/pkg/admission/resourcequota/
+controller.go``) says ``<resource> "<object>" is forbidden: exceeded quota: <quota>, requested: ...,
+used: ..., limited: ...`` (403), and its check runs on a dry run too. The API server's own validation
+(``<Kind> "<object>" is invalid: ...``, 422) and a webhook the API server cannot call (``failed calling
+webhook``, 500, a failure that passes) match none of them. The shapes are anchored at the message's start: the
 object's name is the operator's, and a value the spec sets that quotes them is quoted later.
 """
 
@@ -54,6 +57,11 @@ _POLICY = re.compile(
     re.DOTALL,
 )
 
+_QUOTA = re.compile(
+    r'(?:[a-z0-9.-]+(?: "[^"]*")? is )?forbidden: (?P<said>exceeded quota: (?P<name>[a-z0-9.-]{1,253}), .*)\Z',
+    re.DOTALL,
+)
+
 # The label Kueue's webhook puts on a StatefulSet it manages (its queue's name).
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_FRAMEWORK = "TFDataService.v1alpha1.tfdata.dev"
@@ -82,6 +90,29 @@ def denial(code: int, status: Mapping[str, Any] | None) -> Denial | None:
     if found := _POLICY.match(message):
         return Denial(POLICY, found["name"], found["said"])
     return None
+
+
+def quota(code: int, status: Mapping[str, Any] | None) -> Denial | None:
+    """The ResourceQuota that has no room for the child, from the API server's answer (403 and its
+    ``Status``), or None when the refusal is another."""
+    if code != 403 or not isinstance(status, Mapping) or not isinstance(message := status.get("message"), str):
+        return None
+    found = _QUOTA.match(message)
+    return Denial("quota", found["name"], found["said"]) if found else None
+
+
+def explain_quota(manifest: Manifest, refused: Denial) -> str:
+    """The condition's and the Warning's message for a child a quota has no room for: which child,
+    which quota and what it said (requested, used, limited), and what to do."""
+    what = f"{manifest['kind']} {manifest['metadata']['name']}"
+    said = limits.clip(refused.said, QUOTED).rstrip(".")
+    namespace = manifest["metadata"].get("namespace", "")
+    return (
+        f"The ResourceQuota {refused.name} of namespace {namespace} has no room for the {what}: {said}. The "
+        f"{what} stays as it was, and the operator tries again with back-off. Delete what else uses the quota, "
+        "ask for less in the spec, or ask your cluster administrator to raise it (kubectl describe resourcequota "
+        f"{refused.name} -n {namespace})."
+    )
 
 
 def explain(manifest: Manifest, refused: Denial, live: Manifest | None) -> str:
