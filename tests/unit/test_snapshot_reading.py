@@ -30,7 +30,9 @@ from tfdata_operator.server.journal import (
     update_class,
 )
 from tfdata_operator.server.nofollow import NoFollowFileSystem
-from tfdata_operator.server.snapshots import SnapshotReader, proxy_route, read_progress
+from tfdata_operator.server.snapshotfiles import read_progress
+from tfdata_operator.server.snapshotproxy import proxy_route
+from tfdata_operator.server.snapshots import SnapshotReader
 from tfdata_operator.wire import discovery, snapshots
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsError, SnapshotsReport
 

@@ -34,7 +34,7 @@ from tfdata_operator.server.health import (
 )
 from tfdata_operator.server.inject import OWN_PACKAGE
 from tfdata_operator.server.metrics import CpuMeter, ServerCollector, cpu_given, metrics_route
-from tfdata_operator.server.snapshots import DELETE_TIMEOUT_SECONDS, proxy_route
+from tfdata_operator.server.snapshotproxy import DELETE_TIMEOUT_SECONDS, proxy_route
 from tfdata_operator.wire import serverconfig, serverinfo, signals, snapshots
 
 # Below Kubernetes' default terminationGracePeriodSeconds (30s), so we, not the kubelet, end it.

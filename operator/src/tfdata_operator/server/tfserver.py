@@ -337,7 +337,7 @@ class GFileSystem:
 
 def serve_snapshots(config: DispatcherServerConfig) -> HealthServer:
     """The dispatcher's snapshot progress (and deletion) on a port of 127.0.0.1, for the supervisor
-    to forward ``/v1/snapshots`` to (``snapshots.proxy_route``); the probes it also answers are unused."""
+    to forward ``/v1/snapshots`` to (``snapshotproxy.proxy_route``); the probes it also answers are unused."""
     reader = SnapshotReader(GFileSystem(), config.work_dir, config.snapshot_dir)
     server = HealthServer(
         ProbeState("snapshots"),
