@@ -28,7 +28,7 @@ from tfdata_operator.controller.workqueue import WorkQueue
 from tfdata_operator.plan import children
 from tfdata_operator.plan import snapshot as plansnap
 from tfdata_operator.plan.desired import Children
-from tfdata_operator.server import health
+from tfdata_operator.server import health, probestate
 from tfdata_operator.server import snapshots as snapshot_server
 from tfdata_operator.server.journal import LocalFileSystem
 from tfdata_operator.server.snapshots import SnapshotReader
@@ -569,7 +569,10 @@ def test_a_deletion_the_dispatcher_carries_out_in_the_background_holds_no_worker
     entered, release = threading.Event(), threading.Event()
     reader = SnapshotReader(Bucket(tmp_path, PATH, entered, release), None, DIRECTORY)
     server = health.HealthServer(
-        health.ProbeState("snapshots"), 0, host="127.0.0.1", delete_routes={wire.SNAPSHOTS_PATH: reader.delete_route}
+        probestate.ProbeState("snapshots"),
+        0,
+        host="127.0.0.1",
+        delete_routes={wire.SNAPSHOTS_PATH: reader.delete_route},
     )
     server.start()
 

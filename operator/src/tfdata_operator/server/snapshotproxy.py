@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from tfdata_operator.server.health import ProbeState, Reply
+from tfdata_operator.server.probestate import ProbeState, Reply
 from tfdata_operator.wire import snapshots
 
 # The supervisor waits this long for the TensorFlow process to answer (a first read of a large

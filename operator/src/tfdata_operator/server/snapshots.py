@@ -39,9 +39,9 @@ import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from tfdata_operator.server.health import Reply
 from tfdata_operator.server.journal import WritableFileSystem
 from tfdata_operator.server.nofollow import NoFollowFileSystem, SymlinkError, local_path
+from tfdata_operator.server.probestate import Reply
 from tfdata_operator.server.snapshotfiles import (
     Journal,
     Reading,

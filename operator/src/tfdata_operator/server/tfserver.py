@@ -6,7 +6,7 @@ It maps a ``serverconfig`` model onto TensorFlow's own ``DispatcherConfig`` /
 with the validated configuration in ``TFDATA_SERVER_CONFIG``.
 
 Before the server starts it imports the configured preload modules and loads the op libraries
-(a failure leaves the pod alive and unready, saying why: ``health.CANNOT_SERVE``), then measures
+(a failure leaves the pod alive and unready, saying why: ``probestate.CANNOT_SERVE``), then measures
 a ``serverinfo.ServerInfo`` (TensorFlow, GraphDef versions, every registered op) and hands it to
 the supervisor, which serves it. It runs on TensorFlow 2.16 (``serverconfig.OLDEST_TENSORFLOW``)
 through the pinned 2.21: a setting an older TensorFlow's config protos lack is left out and logged.
@@ -41,8 +41,9 @@ import threading
 from typing import Any, Protocol
 
 from tfdata_operator.server import bootstrap, configure_logging, journal, owner
-from tfdata_operator.server.health import CANNOT_SERVE, FAILED, RUNNING, STARTING, HealthServer, ProbeState, status_line
+from tfdata_operator.server.health import HealthServer
 from tfdata_operator.server.nofollow import NoFollowFileSystem, local_path
+from tfdata_operator.server.probestate import CANNOT_SERVE, FAILED, RUNNING, STARTING, ProbeState, status_line
 from tfdata_operator.server.snapshots import SnapshotReader
 from tfdata_operator.wire import serverconfig, serverinfo, snapshots
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
@@ -53,7 +54,7 @@ EXIT_CANNOT_SERVE = 3
 
 
 class Report(Protocol):
-    """Sends one status report to the supervisor: see health.status_line."""
+    """Sends one status report to the supervisor: see probestate.status_line."""
 
     def __call__(
         self,
