@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tfdata_operator.client import snapshots as client_snapshots
-from tfdata_operator.server import health, probestate, tfserver
+from tfdata_operator.server import health, probestate, tffiles
 from tfdata_operator.server.aggregate import JournalClients
 from tfdata_operator.server.journal import (
     JOURNAL_DIR,
@@ -254,7 +254,7 @@ def test_finished_snapshots_leave_the_journal_before_the_dispatcher_replays_it(t
     assert clients.attached() == 1
     assert [s.path for s in reader.report().snapshots] == [done, writing, gone, deleted]
 
-    dropped = forget_finished_snapshots(fs, str(directory), lambda path: tfserver.snapshot_finished(fs, path))
+    dropped = forget_finished_snapshots(fs, str(directory), lambda path: tffiles.snapshot_finished(fs, path))
 
     assert dropped == [(done, "completed"), (gone, "its path is gone"), (deleted, "its data was deleted")]
     assert (directory / "journal_0").read_bytes() == first[0] + first[2]
@@ -264,7 +264,7 @@ def test_finished_snapshots_leave_the_journal_before_the_dispatcher_replays_it(t
     assert clients.attached() == 1, "the clients are counted again from the first update"
     reader = SnapshotReader(fs, str(work_dir), str(data))
     assert [s.path for s in reader.report().snapshots] == [writing]
-    assert forget_finished_snapshots(fs, str(directory), lambda path: tfserver.snapshot_finished(fs, path)) == []
+    assert forget_finished_snapshots(fs, str(directory), lambda path: tffiles.snapshot_finished(fs, path)) == []
 
 
 def test_a_journal_tail_reads_everything_again_from_a_file_rewritten_shorter(tmp_path: Path) -> None:
