@@ -294,13 +294,13 @@ def _logs(cluster: StaticCluster) -> str:
 def test_dispatcher_proto_matches_what_tensorflows_own_config_builds(fields: dict[str, Any]) -> None:
     from tensorflow.core.protobuf import service_config_pb2
 
-    from tfdata_operator.server import tfserver
+    from tfdata_operator.server import tfconfig
 
     # Where ours leaves a timing unset the server runs serverconfig.DEFAULTS, not TensorFlow's.
     timings = ("job_gc_check_interval_ms", "job_gc_timeout_ms")
     defaults = {name: serverconfig.DEFAULTS[name] for name in timings if name not in fields}
     theirs = tf_service().DispatcherConfig(port=5050, **fields, **defaults)
-    ours = tfserver.dispatcher_config_proto(DispatcherServerConfig(port=5050, health_port=8080, **fields))
+    ours = tfconfig.dispatcher_config_proto(DispatcherServerConfig(port=5050, health_port=8080, **fields))
     expected = service_config_pb2.DispatcherConfig(**theirs._asdict())
     expected.client_timeout_ms = serverconfig.DEFAULTS["client_timeout_ms"]
     expected.gc_dynamic_sharding_jobs = serverconfig.DEFAULTS["gc_dynamic_sharding_jobs"]
@@ -308,18 +308,18 @@ def test_dispatcher_proto_matches_what_tensorflows_own_config_builds(fields: dic
 
 
 def test_dispatcher_proto_keeps_jobs_forever_when_asked() -> None:
-    from tfdata_operator.server import tfserver
+    from tfdata_operator.server import tfconfig
 
     config = DispatcherServerConfig(port=5050, health_port=8080, job_gc_timeout_ms=-1, gc_dynamic_sharding_jobs=False)
-    proto = tfserver.dispatcher_config_proto(config)
+    proto = tfconfig.dispatcher_config_proto(config)
     assert (proto.job_gc_timeout_ms, proto.gc_dynamic_sharding_jobs) == (-1, False)
 
 
 def test_dispatcher_proto_carries_client_timeout() -> None:
-    from tfdata_operator.server import tfserver
+    from tfdata_operator.server import tfconfig
 
     config = DispatcherServerConfig(port=5050, health_port=8080, client_timeout_ms=45000)
-    assert tfserver.dispatcher_config_proto(config).client_timeout_ms == 45000
+    assert tfconfig.dispatcher_config_proto(config).client_timeout_ms == 45000
 
 
 @pytest.mark.parametrize(
@@ -330,12 +330,12 @@ def test_dispatcher_proto_carries_client_timeout() -> None:
 def test_worker_proto_matches_tensorflow_but_announces_the_pod(fields: dict[str, Any]) -> None:
     from tensorflow.core.protobuf import service_config_pb2
 
-    from tfdata_operator.server import tfserver
+    from tfdata_operator.server import tfconfig
 
     config = WorkerServerConfig(
         port=5051, health_port=8080, dispatcher_address="d.ns:5050", worker_address_format="{pod_name}.w:5051", **fields
     )
-    ours = tfserver.worker_config_proto(config, "w-0")
+    ours = tfconfig.worker_config_proto(config, "w-0")
     heartbeat = {"heartbeat_interval_ms": serverconfig.DEFAULTS["heartbeat_interval_ms"], **fields}
     theirs = service_config_pb2.WorkerConfig(
         **tf_service()
@@ -348,7 +348,7 @@ def test_worker_proto_matches_tensorflow_but_announces_the_pod(fields: dict[str,
 
 
 def test_worker_proto_announces_the_pod_for_data_transfer_too() -> None:
-    from tfdata_operator.server import tfserver
+    from tfdata_operator.server import tfconfig
 
     config = WorkerServerConfig(
         port=5051,
@@ -359,21 +359,21 @@ def test_worker_proto_announces_the_pod_for_data_transfer_too() -> None:
         data_transfer_port=5052,
         data_transfer_address_format="{pod_name}.w:%dts_port%",
     )
-    proto = tfserver.worker_config_proto(config, "w-3")
+    proto = tfconfig.worker_config_proto(config, "w-3")
     assert (proto.worker_address, proto.data_transfer_address) == ("w-3.w:5051", "w-3.w:%dts_port%")
     assert (proto.data_transfer_protocol, proto.data_transfer_port) == ("grpc", 5052)
 
 
 def test_worker_proto_carries_the_cross_trainer_cache_size_only_when_set() -> None:
     """TensorFlow's WorkerConfig namedtuple has no such field; the proto, from 2.16 on, does."""
-    from tfdata_operator.server import tfserver
+    from tfdata_operator.server import tfconfig
 
     config = WorkerServerConfig(
         port=5051, health_port=8080, dispatcher_address="d.ns:5050", worker_address_format="{pod_name}.w:5051"
     )
-    assert tfserver.worker_config_proto(config, "w-0").cross_trainer_cache_size_bytes == 0  # TensorFlow's 10 GiB
+    assert tfconfig.worker_config_proto(config, "w-0").cross_trainer_cache_size_bytes == 0  # TensorFlow's 10 GiB
     cached = dataclasses.replace(config, cross_trainer_cache_size_bytes=3 * 2**30)
-    assert tfserver.worker_config_proto(cached, "w-0").cross_trainer_cache_size_bytes == 3 * 2**30
+    assert tfconfig.worker_config_proto(cached, "w-0").cross_trainer_cache_size_bytes == 3 * 2**30
     assert "cross_trainer_cache_size_bytes" not in tf_service().WorkerConfig._fields
 
 

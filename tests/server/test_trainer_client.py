@@ -244,10 +244,10 @@ def served() -> Iterator[Pages]:
 def test_the_ops_of_a_pipeline_include_those_of_its_functions() -> None:
     import tensorflow as tf
 
-    from tfdata_operator import client
+    from tfdata_operator.client.pipeline import graph_def
 
     dataset = tf.data.Dataset.range(10).map(lambda x: x * 2).filter(lambda x: tf.strings.length(tf.as_string(x)) > 1)
-    ops = servercheck.ops_in_graph(client._graph_def(dataset))
+    ops = servercheck.ops_in_graph(graph_def(dataset))
     assert {"RangeDataset", "MapDataset", "FilterDataset", "Mul", "AsString", "StringLength", "Greater"} <= ops
     assert not [op for op in ops if op.startswith("__inference")], "function calls are not ops"
 

@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import Metric
 
 from tfdata_operator.controller import metrics
-from tfdata_operator.server import health
+from tfdata_operator.server import probestate
 from tfdata_operator.server.aggregate import Aggregator, WorkerReading
 from tfdata_operator.server.metrics import CpuMeter, ServerCollector
 from tfdata_operator.wire import signals
@@ -42,9 +42,9 @@ def sample_names(families: Iterable[Metric]) -> set[str]:
     return names
 
 
-def running(stats: dict[str, float], clock: Clock) -> health.ProbeState:
-    state = health.ProbeState("starting", clock=clock)
-    state.apply(json.dumps({"phase": health.RUNNING, "ready": True, "detail": "serving", "stats": stats}))
+def running(stats: dict[str, float], clock: Clock) -> probestate.ProbeState:
+    state = probestate.ProbeState("starting", clock=clock)
+    state.apply(json.dumps({"phase": probestate.RUNNING, "ready": True, "detail": "serving", "stats": stats}))
     return state
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tfdata_operator.server import health
+from tfdata_operator.server import health, probestate
 
 # What a probe must answer within, whatever other clients do: the kubelet's timeout, as rendered
 # (render/pod.py `_probe`). A 2-core machine running other tiers beside this one took over 1 s once.
@@ -21,8 +21,8 @@ PROBE_SECONDS = 2.0
 
 @contextlib.contextmanager
 def serving(**routes: Any) -> Iterator[health.HealthServer]:
-    state = health.ProbeState("dispatcher starting")
-    state.apply(health.status_line(health.RUNNING, True, "serving"))
+    state = probestate.ProbeState("dispatcher starting")
+    state.apply(probestate.status_line(probestate.RUNNING, True, "serving"))
     server = health.HealthServer(state, 0, host="127.0.0.1", **routes)
     server.start()
     try:
@@ -94,12 +94,12 @@ class SlowRoute:
         self._held = 0
         self._changed = threading.Condition()
 
-    def __call__(self) -> health.Reply:
+    def __call__(self) -> probestate.Reply:
         with self._changed:
             self._held += 1
             self._changed.notify_all()
         self.release.wait(30)
-        return health.Reply.text(200, "slow done")
+        return probestate.Reply.text(200, "slow done")
 
     def wait_held(self, count: int) -> None:
         with self._changed:
@@ -193,7 +193,7 @@ def test_a_client_that_does_not_read_its_reply_is_cut_off_at_the_reply_deadline(
 ) -> None:
     size = 16 * 1024 * 1024  # far more than the sockets' buffers hold (4 MiB at most on Linux by default)
     monkeypatch.setattr(health, "REPLY_SECONDS", 1.0)
-    with serving(get_routes={"/big": lambda: health.Reply(200, b"x" * size)}) as server:
+    with serving(get_routes={"/big": lambda: probestate.Reply(200, b"x" * size)}) as server:
         with socket.socket() as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             sock.connect(("127.0.0.1", server.port))
@@ -210,7 +210,7 @@ def test_a_client_that_does_not_read_its_reply_is_cut_off_at_the_reply_deadline(
 
 def test_a_full_pool_answers_503_at_once_and_the_probes_still_answer() -> None:
     slow = SlowRoute()
-    with serving(get_routes={"/slow": slow, "/fast": lambda: health.Reply.text(200, "fast")}) as server:
+    with serving(get_routes={"/slow": slow, "/fast": lambda: probestate.Reply.text(200, "fast")}) as server:
         held = hold_pool(server.port, slow, health.ROUTE_WORKERS)
         try:
             status, body, seconds = ask(server.port, b"GET /fast HTTP/1.1\r\nHost: x\r\n\r\n", timeout=PROBE_SECONDS)
@@ -278,14 +278,14 @@ def test_at_the_connection_cap_with_none_idle_a_new_connection_gets_503(monkeypa
     ids=["post-404", "411", "413", "post", "delete", "delete-404", "query", "get-404", "500", "501", "400", "431"],
 )
 def test_the_answers_to_each_kind_of_request(request_bytes: bytes, status: int, body: str) -> None:
-    def boom() -> health.Reply:
+    def boom() -> probestate.Reply:
         raise RuntimeError("a bug")
 
     routes = {
         "get_routes": {"/boom": boom},
-        "post_routes": {"/r": lambda data: health.Reply.text(200, f"got {data.decode()}")},
-        "query_routes": {"/q": lambda query: health.Reply.text(200, f"query {query}")},
-        "delete_routes": {"/d": lambda query: health.Reply.text(200, f"deleted {query}")},
+        "post_routes": {"/r": lambda data: probestate.Reply.text(200, f"got {data.decode()}")},
+        "query_routes": {"/q": lambda query: probestate.Reply.text(200, f"query {query}")},
+        "delete_routes": {"/d": lambda query: probestate.Reply.text(200, f"deleted {query}")},
     }
     with serving(**routes) as server:
         got_status, got_body, _ = ask(server.port, request_bytes)

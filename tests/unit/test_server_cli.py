@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tfdata_operator.server import LOGGER_NAME, health, main
+from tfdata_operator.server import LOGGER_NAME, health, main, probestate
 from tfdata_operator.wire import serverconfig, serverinfo
 from tfdata_operator.wire.serverconfig import WorkerServerConfig
 
@@ -110,10 +110,10 @@ def test_the_supervisor_never_imports_tensorflow(tmp_path: Path) -> None:
         """
         import sys
         from click.testing import CliRunner
-        from tfdata_operator.server import health, main
+        from tfdata_operator.server import health, main, probestate
         CliRunner().invoke(main.main, ["--help"])
         CliRunner().invoke(main.main, ["worker"], env={"TFDATA_SERVER_CONFIG": ""})
-        state = health.ProbeState("starting")
+        state = probestate.ProbeState("starting")
         server = health.HealthServer(state, 0, host="127.0.0.1")
         server.start(); server.stop()
         print("tensorflow" in sys.modules)
@@ -128,34 +128,34 @@ def test_the_supervisor_never_imports_tensorflow(tmp_path: Path) -> None:
 
 def test_probe_state_through_a_servers_life() -> None:
     clock = Clock(100.0)
-    state = health.ProbeState("worker starting", clock=clock)
+    state = probestate.ProbeState("worker starting", clock=clock)
     assert state.liveness() == (True, "starting: worker starting")
     assert state.readiness() == (False, "starting: worker starting")
 
-    state.apply(health.status_line(health.STARTING, False, "registering with dispatcher at d:5050"))
+    state.apply(probestate.status_line(probestate.STARTING, False, "registering with dispatcher at d:5050"))
     assert state.readiness() == (False, "starting: registering with dispatcher at d:5050")
 
-    state.apply(health.status_line(health.RUNNING, True, "registered; 0 tasks"))
+    state.apply(probestate.status_line(probestate.RUNNING, True, "registered; 0 tasks"))
     assert state.readiness() == (True, "registered; 0 tasks")
 
-    clock.now += health.STALE_AFTER_SECONDS + 1  # the TensorFlow process went silent
+    clock.now += probestate.STALE_AFTER_SECONDS + 1  # the TensorFlow process went silent
     ready, detail = state.readiness()
     assert not ready
     assert "no report from the TensorFlow server for 11s" in detail
     assert state.liveness()[0]
 
-    state.apply(health.status_line(health.RUNNING, True, "registered; 1 tasks"))
+    state.apply(probestate.status_line(probestate.RUNNING, True, "registered; 1 tasks"))
     assert state.readiness() == (True, "registered; 1 tasks")
 
     state.stopping()
-    state.apply(health.status_line(health.RUNNING, True, "late report"))  # must not revive it
+    state.apply(probestate.status_line(probestate.RUNNING, True, "late report"))  # must not revive it
     assert state.readiness() == (False, "stopping: shutting down")
     assert state.liveness() == (True, "stopping: shutting down")
 
 
 def test_a_failed_server_is_not_alive() -> None:
-    state = health.ProbeState("starting")
-    state.apply(health.status_line(health.FAILED, False, "worker failed to start: refused"))
+    state = probestate.ProbeState("starting")
+    state.apply(probestate.status_line(probestate.FAILED, False, "worker failed to start: refused"))
     assert state.liveness() == (False, "failed: worker failed to start: refused")
     assert state.readiness() == (False, "failed: worker failed to start: refused")
 
@@ -172,20 +172,20 @@ INFO = serverinfo.ServerInfo(
 
 def test_a_server_that_cannot_serve_stays_alive_unready_and_says_why() -> None:
     # A restart would fail the same way: no liveness failure, no crash loop; /readyz tells.
-    state = health.ProbeState("starting")
+    state = probestate.ProbeState("starting")
     why = "preload failed: cannot import tensorflow_text: ModuleNotFoundError: No module named 'tensorflow_text'"
-    state.apply(health.status_line(health.CANNOT_SERVE, False, why, None, INFO))
-    state.apply(health.status_line(health.RUNNING, True, "late report"))  # final: must not revive it
+    state.apply(probestate.status_line(probestate.CANNOT_SERVE, False, why, None, INFO))
+    state.apply(probestate.status_line(probestate.RUNNING, True, "late report"))  # final: must not revive it
     assert state.readiness() == (False, f"cannot-serve: {why}")
     assert state.liveness() == (True, f"cannot-serve: {why}")
     assert state.info() == INFO
 
 
 def test_server_info_is_503_until_the_tensorflow_process_measured_it() -> None:
-    state = health.ProbeState("worker starting")
+    state = probestate.ProbeState("worker starting")
     reply = state.info_reply()
     assert (reply.status, reply.body) == (503, b"not known yet: starting: worker starting\n")
-    state.apply(health.status_line(health.STARTING, False, "starting the server", None, INFO))
+    state.apply(probestate.status_line(probestate.STARTING, False, "starting the server", None, INFO))
     reply = state.info_reply()
     assert reply.status == 200
     assert reply.content_type == "application/json"
@@ -194,23 +194,25 @@ def test_server_info_is_503_until_the_tensorflow_process_measured_it() -> None:
 
 def test_malformed_info_is_refused() -> None:
     with pytest.raises(ValueError, match="malformed info in status"):
-        health.ProbeState("starting").apply('{"phase": "starting", "ready": false, "detail": "", "info": {"x": 1}}')
+        probestate.ProbeState("starting").apply('{"phase": "starting", "ready": false, "detail": "", "info": {"x": 1}}')
 
 
 @pytest.mark.parametrize("line", ["not json", "[1]", '{"phase": "running", "ready": "yes", "detail": ""}'])
 def test_malformed_status_is_refused(line: str) -> None:
     with pytest.raises(ValueError):
-        health.ProbeState("starting").apply(line)
+        probestate.ProbeState("starting").apply(line)
 
 
 def test_health_server_answers_over_http() -> None:
-    state = health.ProbeState("dispatcher starting")
+    state = probestate.ProbeState("dispatcher starting")
     server = health.HealthServer(state, 0, host="127.0.0.1")
     server.start()
     try:
         assert get(server.port, "/healthz") == (200, "starting: dispatcher starting\n")
         assert get(server.port, "/readyz") == (503, "not ok: starting: dispatcher starting\n")
-        state.apply(health.status_line(health.RUNNING, True, "dispatcher serving on port 5050; 0 workers registered"))
+        state.apply(
+            probestate.status_line(probestate.RUNNING, True, "dispatcher serving on port 5050; 0 workers registered")
+        )
         assert get(server.port, "/readyz") == (200, "dispatcher serving on port 5050; 0 workers registered\n")
         assert get(server.port, "/readyz?verbose=1")[0] == 200
         assert get(server.port, "/metrics")[0] == 404

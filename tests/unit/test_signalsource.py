@@ -17,7 +17,8 @@ from tfdata_operator.autoscaling import policy as autoscaler
 from tfdata_operator.autoscaling import readings as signalsource
 from tfdata_operator.autoscaling.policy import Policy
 from tfdata_operator.controller import probes
-from tfdata_operator.server.health import RUNNING, HealthServer, ProbeState, status_line
+from tfdata_operator.server.health import HealthServer
+from tfdata_operator.server.probestate import RUNNING, ProbeState, status_line
 from tfdata_operator.wire.signals import SIGNALS_PATH
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 

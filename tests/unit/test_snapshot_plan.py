@@ -1,5 +1,6 @@
 """The TFDataSnapshot resource: its spec, the status from the dispatcher's answers, and its deletion
-(plan/snapshot.py), and the controller's reads and writes around them (controller/snapshots.py)."""
+(plan/snapshot.py, plan/snapshotdeletion.py), and the controller's reads and writes around them
+(controller/snapshots.py)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.readers import SnapshotReaders
 from tfdata_operator.controller.state import OperatorState
 from tfdata_operator.controller.workqueue import WorkQueue
-from tfdata_operator.plan import children
+from tfdata_operator.plan import children, snapshotdeletion
 from tfdata_operator.plan import snapshot as plansnap
 from tfdata_operator.plan.desired import Children
-from tfdata_operator.server import health
+from tfdata_operator.server import health, probestate
 from tfdata_operator.server import snapshots as snapshot_server
 from tfdata_operator.server.journal import LocalFileSystem
 from tfdata_operator.server.snapshots import SnapshotReader
@@ -277,16 +278,16 @@ def test_a_refused_snapshots_deletion_deletes_nothing(state: str) -> None:
     # In any state: two that both followed the path before this rule, the later refused now.
     first = named("first", "2026-11-27T10:00:00Z", status={"state": plansnap.COMPLETED, "path": PATH})
     body = named("second", "2026-11-27T10:05:00Z", status={"state": state, "path": PATH}, deletionPolicy="Delete")
-    d = plansnap.deletion(snapshotapi.parse(body), target_of(body, *claims(first)), body["status"], True)
+    d = snapshotdeletion.deletion(snapshotapi.parse(body), target_of(body, *claims(first)), body["status"], True)
     assert d.release and not d.delete_data and d.reason == plansnap.DATA_KEPT and "first" in d.message
 
 
 def test_data_is_deleted_only_once_the_api_server_lists_no_rival_the_watch_has_not_delivered() -> None:
     snap_ = snapshotapi.parse(FIRST)
-    assert plansnap.unseen_rivals(snap_, [FIRST, SECOND], ["uid-second"]) is None
+    assert snapshotdeletion.unseen_rivals(snap_, [FIRST, SECOND], ["uid-second"]) is None
     other_name = named("third", "2026-11-27T09:00:00Z", snapshotName="imagenet-v4")
-    assert plansnap.unseen_rivals(snap_, [FIRST, other_name], []) is None
-    wait = plansnap.unseen_rivals(snap_, [FIRST, SECOND], [])
+    assert snapshotdeletion.unseen_rivals(snap_, [FIRST, other_name], []) is None
+    wait = snapshotdeletion.unseen_rivals(snap_, [FIRST, SECOND], [])
     assert wait is not None and not wait.release and not wait.delete_data
     assert wait.reason == plansnap.DELETION_WAITS and "TFDataSnapshot second names the same snapshot" in wait.message
 
@@ -332,7 +333,7 @@ def test_once_a_save_started_the_path_stays_and_a_directory_edit_is_only_said(st
 
 def deletion(state: str | None, policy: str = "Delete", target: plansnap.Target | None = None, fresh: bool = True):  # type: ignore[no-untyped-def]
     status = {"path": PATH} | ({"state": state} if state else {})
-    return plansnap.deletion(snap(deletionPolicy=policy), target or plansnap.Target(PATH), status, fresh)
+    return snapshotdeletion.deletion(snap(deletionPolicy=policy), target or plansnap.Target(PATH), status, fresh)
 
 
 def test_retain_lets_the_resource_go_and_touches_nothing() -> None:
@@ -352,9 +353,9 @@ def test_delete_waits_while_written_and_deletes_data_once_final() -> None:
 
 def test_delete_of_an_abandoned_snapshot_lets_it_go_and_says_what_is_left() -> None:
     status = {"path": PATH, "state": plansnap.ABANDONED, "reason": plansnap.NOT_JOURNALED}
-    kept = plansnap.deletion(snap(deletionPolicy="Delete"), plansnap.Target(PATH), status, True)
+    kept = snapshotdeletion.deletion(snap(deletionPolicy="Delete"), plansnap.Target(PATH), status, True)
     assert kept.release and not kept.delete_data and kept.reason == plansnap.DATA_KEPT and "by hand" in kept.message
-    gone = plansnap.deletion(
+    gone = snapshotdeletion.deletion(
         snap(deletionPolicy="Delete"), plansnap.Target(PATH), status | {"reason": "FilesGone"}, True
     )
     assert gone.release and not gone.delete_data and not gone.reason
@@ -569,7 +570,10 @@ def test_a_deletion_the_dispatcher_carries_out_in_the_background_holds_no_worker
     entered, release = threading.Event(), threading.Event()
     reader = SnapshotReader(Bucket(tmp_path, PATH, entered, release), None, DIRECTORY)
     server = health.HealthServer(
-        health.ProbeState("snapshots"), 0, host="127.0.0.1", delete_routes={wire.SNAPSHOTS_PATH: reader.delete_route}
+        probestate.ProbeState("snapshots"),
+        0,
+        host="127.0.0.1",
+        delete_routes={wire.SNAPSHOTS_PATH: reader.delete_route},
     )
     server.start()
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tfdata_operator.client import snapshots as client_snapshots
-from tfdata_operator.server import health, tfserver
+from tfdata_operator.server import health, probestate, tffiles
 from tfdata_operator.server.aggregate import JournalClients
 from tfdata_operator.server.journal import (
     JOURNAL_DIR,
@@ -30,7 +30,9 @@ from tfdata_operator.server.journal import (
     update_class,
 )
 from tfdata_operator.server.nofollow import NoFollowFileSystem
-from tfdata_operator.server.snapshots import SnapshotReader, proxy_route, read_progress
+from tfdata_operator.server.snapshotfiles import read_progress
+from tfdata_operator.server.snapshotproxy import proxy_route
+from tfdata_operator.server.snapshots import SnapshotReader
 from tfdata_operator.wire import discovery, snapshots
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsError, SnapshotsReport
 
@@ -252,7 +254,7 @@ def test_finished_snapshots_leave_the_journal_before_the_dispatcher_replays_it(t
     assert clients.attached() == 1
     assert [s.path for s in reader.report().snapshots] == [done, writing, gone, deleted]
 
-    dropped = forget_finished_snapshots(fs, str(directory), lambda path: tfserver.snapshot_finished(fs, path))
+    dropped = forget_finished_snapshots(fs, str(directory), lambda path: tffiles.snapshot_finished(fs, path))
 
     assert dropped == [(done, "completed"), (gone, "its path is gone"), (deleted, "its data was deleted")]
     assert (directory / "journal_0").read_bytes() == first[0] + first[2]
@@ -262,7 +264,7 @@ def test_finished_snapshots_leave_the_journal_before_the_dispatcher_replays_it(t
     assert clients.attached() == 1, "the clients are counted again from the first update"
     reader = SnapshotReader(fs, str(work_dir), str(data))
     assert [s.path for s in reader.report().snapshots] == [writing]
-    assert forget_finished_snapshots(fs, str(directory), lambda path: tfserver.snapshot_finished(fs, path)) == []
+    assert forget_finished_snapshots(fs, str(directory), lambda path: tffiles.snapshot_finished(fs, path)) == []
 
 
 def test_a_journal_tail_reads_everything_again_from_a_file_rewritten_shorter(tmp_path: Path) -> None:
@@ -292,16 +294,16 @@ def test_the_routes_answer_the_query_and_forward_it(tmp_path: Path) -> None:
     assert good.status == 200 and good.content_type == "application/json"
     assert SnapshotsReport.from_json(good.body).snapshots[0].state == snapshots.MISSING
 
-    state = health.ProbeState("dispatcher starting")
+    state = probestate.ProbeState("dispatcher starting")
     route = proxy_route(state, timeout=5)
     waiting = route("")
     assert waiting.status == 503 and b"not known yet: starting" in waiting.body
     inner = health.HealthServer(
-        health.ProbeState("snapshots"), 0, host="127.0.0.1", query_routes={snapshots.SNAPSHOTS_PATH: reader.route}
+        probestate.ProbeState("snapshots"), 0, host="127.0.0.1", query_routes={snapshots.SNAPSHOTS_PATH: reader.route}
     )
     inner.start()
     try:
-        state.apply(health.status_line(health.RUNNING, True, "serving", snapshots_port=inner.port))
+        state.apply(probestate.status_line(probestate.RUNNING, True, "serving", snapshots_port=inner.port))
         forwarded = route("path=" + str(tmp_path / "none"))
         assert forwarded.status == 200 and forwarded.content_type == "application/json", forwarded
         assert SnapshotsReport.from_json(forwarded.body).snapshots[0].path == str(tmp_path / "none")
@@ -312,7 +314,7 @@ def test_the_routes_answer_the_query_and_forward_it(tmp_path: Path) -> None:
     gone = route("")
     assert gone.status == 503 and b"did not answer" in gone.body
     with pytest.raises(ValueError, match="malformed snapshots_port"):
-        state.apply(health.status_line(health.RUNNING, True, "serving", snapshots_port=70000))
+        state.apply(probestate.status_line(probestate.RUNNING, True, "serving", snapshots_port=70000))
 
 
 ENVIRON = {
@@ -348,12 +350,12 @@ def test_the_client_finds_the_path_and_the_progress_url_from_the_published_setti
 def serve_states(states: list[SnapshotProgress]) -> health.HealthServer:
     """A dispatcher's /v1/snapshots that answers each reading in turn, the last one from then on."""
 
-    def answer(query: str) -> health.Reply:
+    def answer(query: str) -> probestate.Reply:
         progress = states.pop(0) if len(states) > 1 else states[0]
-        return health.Reply(200, SnapshotsReport((progress,), "j").to_json().encode(), "application/json")
+        return probestate.Reply(200, SnapshotsReport((progress,), "j").to_json().encode(), "application/json")
 
     server = health.HealthServer(
-        health.ProbeState("x"), 0, host="127.0.0.1", query_routes={snapshots.SNAPSHOTS_PATH: answer}
+        probestate.ProbeState("x"), 0, host="127.0.0.1", query_routes={snapshots.SNAPSHOTS_PATH: answer}
     )
     server.start()
     return server
@@ -586,14 +588,14 @@ def test_delete_is_forwarded_to_the_tensorflow_process(tmp_path: Path) -> None:
     reader, data, _ = journaled_reader(tmp_path, "done")
     done = write_snapshot(data / "done", {"chunk_0_0_10": 50}, {"stream_0": True}, "DONE")
     inner = health.HealthServer(
-        health.ProbeState("snapshots"),
+        probestate.ProbeState("snapshots"),
         0,
         host="127.0.0.1",
         query_routes={snapshots.SNAPSHOTS_PATH: reader.route},
         delete_routes={snapshots.SNAPSHOTS_PATH: reader.delete_route},
     )
     inner.start()
-    state = health.ProbeState("dispatcher")
+    state = probestate.ProbeState("dispatcher")
     outer = health.HealthServer(
         state,
         0,
@@ -603,7 +605,7 @@ def test_delete_is_forwarded_to_the_tensorflow_process(tmp_path: Path) -> None:
     )
     outer.start()
     try:
-        state.apply(health.status_line(health.RUNNING, True, "serving", snapshots_port=inner.port))
+        state.apply(probestate.status_line(probestate.RUNNING, True, "serving", snapshots_port=inner.port))
         url = f"http://127.0.0.1:{outer.port}{snapshots.SNAPSHOTS_PATH}?path={done}"
         with pytest.raises(urllib.error.HTTPError) as started:  # 409 under_way: the files go in the background
             urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10)

@@ -8,13 +8,13 @@ What it adds to ``tf.data.experimental.service.distribute``:
 - the processing mode the service's sharding policy needs, and a clear error for one that
   contradicts it;
 - pipeline consistency: trainers sharing a ``job_name`` must build the same pipeline. Each
-  trainer fingerprints its dataset graph (``fingerprint``) and claims the job for that
-  fingerprint on the dispatcher itself: it registers a tiny *claim* dataset under the id
-  ``tfdata-operator.job.<job_name>`` whose element structure carries the fingerprint, the
-  element spec and the transformations. TensorFlow keeps the first registration and refuses a
-  later one with another structure, so the second trainer learns the first one's fingerprint
-  (read back with the dispatcher's metadata call) with no server of ours involved, and the
-  claim lives exactly as long as the dispatcher's other state (it is journaled with it);
+  trainer fingerprints its dataset graph (``pipeline``, ``fingerprint``) and claims the job for
+  that fingerprint on the dispatcher itself (``claim``): it registers a tiny *claim* dataset
+  under the id ``tfdata-operator.job.<job_name>`` whose element structure carries the
+  fingerprint, the element spec and the transformations. TensorFlow keeps the first registration
+  and refuses a later one with another structure, so the second trainer learns the first one's
+  fingerprint (read back with the dispatcher's metadata call) with no server of ours involved,
+  and the claim lives exactly as long as the dispatcher's other state (it is journaled with it);
 - many trainers of one synchronous job (``TF_CONFIG`` with more than one chief or worker task, or
   ``consumer_index``/``num_consumers``) read in lockstep, with TensorFlow's coordinated reads, and a
   setup that would fail, hang or give them unequal batches is refused (``lockstep``);
@@ -38,19 +38,25 @@ corrupt file is looked for), so it also runs from a plain copy on any TensorFlow
 from __future__ import annotations
 
 import dataclasses
-import glob
-import json
 import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tfdata_operator.client import fingerprint as fp
 from tfdata_operator.client import fit, servercheck, sweep
 from tfdata_operator.client import lockstep as lockstep_
+from tfdata_operator.client.claim import CLAIM_PREFIX as CLAIM_PREFIX  # the package's names stay
+from tfdata_operator.client.claim import Claim, claim_job
 from tfdata_operator.client.lockstep import LockstepError
+from tfdata_operator.client.pipeline import (
+    dataset_fingerprint,
+    describe_spec,
+    graph_def,
+    input_files,
+    remember_input_files,
+)
 from tfdata_operator.client.servercheck import (
     IncompatibleTensorFlowError,
     MissingOpError,
@@ -66,9 +72,7 @@ from tfdata_operator.wire.discovery import ClientSettings, DiscoveryError
 if TYPE_CHECKING:
     import tensorflow as tf
 
-CLAIM_PREFIX = "tfdata-operator.job."
 ON_MISMATCH = ("error", "separate")
-_DT_STRING = 7
 _CORRUPT = re.compile(r"(?:truncated|corrupted) record at (\d+)")
 
 
@@ -88,30 +92,6 @@ class LocalReadsWarning(UserWarning):
     """A static sharding policy whose local-reads requirement does not hold."""
 
 
-@dataclass(frozen=True)
-class Claim:
-    """What the first trainer on a job registered: its pipeline's identity."""
-
-    fingerprint: str
-    element_spec: str
-    transformations: tuple[fp.Transformation, ...]
-
-    def marker_keys(self) -> list[str]:
-        chain = json.dumps([[t.op, list(t.functions), t.digest[:16]] for t in self.transformations])
-        return [f"fingerprint={self.fingerprint}", f"element_spec={self.element_spec}", f"transformations={chain}"]
-
-    @classmethod
-    def from_keys(cls, keys: Iterable[str]) -> Claim:
-        fields = dict(k.split("=", 1) for k in keys if "=" in k)
-        return cls(
-            fields.get("fingerprint", "?"),
-            fields.get("element_spec", "?"),
-            fp.Fingerprint.chain_from_json(fields.get("transformations", "[]")),
-        )
-
-
-# Files the distributed pipelines of this process read, for naming a corrupt one.
-_input_files: dict[str, None] = {}
 _last: dict[str, Any] = {}
 
 
@@ -168,109 +148,6 @@ def warn_local_reads(settings: ClientSettings, target_workers: str) -> None:
             ),
             stacklevel=3,
         )
-
-
-def describe_spec(spec: Any) -> str:
-    """Dtypes and shapes of an element spec as stable text (names are left out)."""
-    import tensorflow as tf
-
-    if isinstance(spec, Mapping):
-        return "{" + ", ".join(f"{k!r}: {describe_spec(spec[k])}" for k in sorted(spec)) + "}"
-    if isinstance(spec, (tuple, list)):
-        items = spec._asdict().items() if hasattr(spec, "_asdict") else None
-        if items is not None:
-            return type(spec).__name__ + "(" + ", ".join(f"{k}={describe_spec(v)}" for k, v in items) + ")"
-        return "(" + ", ".join(describe_spec(s) for s in spec) + ")"
-    if isinstance(spec, tf.TensorSpec):
-        shape = spec.shape.as_list() if spec.shape.rank is not None else "<unknown rank>"
-        return f"{spec.dtype.name}{shape}"
-    return repr(spec)
-
-
-def dataset_fingerprint(dataset: tf.data.Dataset) -> fp.Fingerprint:
-    """The stable fingerprint of a dataset's definition (see ``fingerprint``)."""
-    graph = _graph_def(dataset)
-    return fp.fingerprint(graph)
-
-
-def _graph_def(dataset: tf.data.Dataset) -> Any:
-    import tensorflow as tf
-    from tensorflow.python.data.ops import options
-
-    serialized = dataset._as_serialized_graph(  # the graph tf.data service ships to its workers
-        external_state_policy=options.ExternalStatePolicy.IGNORE, strip_device_assignment=True
-    )
-    return tf.compat.v1.GraphDef.FromString(serialized.numpy())
-
-
-def _string_constants(graph: Any) -> Iterable[str]:
-    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
-    for node in nodes:
-        tensor = node.attr["value"].tensor if node.op == "Const" else None
-        if tensor is None or tensor.dtype != _DT_STRING:
-            continue
-        values = list(tensor.string_val)
-        if tensor.tensor_content:
-            count = 1
-            for dim in tensor.tensor_shape.dim:
-                count *= dim.size
-            values += _decode_string_list(tensor.tensor_content, count)
-        for value in values:
-            yield value.decode("utf-8", "replace")
-
-
-def _decode_string_list(content: bytes, count: int) -> list[bytes]:
-    """TensorFlow's packed string tensor (``port::EncodeStringList``): ``count`` varint lengths, then the bytes."""
-    lengths, pos = [], 0
-    for _ in range(count):
-        length = shift = 0
-        while pos < len(content):
-            byte = content[pos]
-            pos += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        lengths.append(length)
-    out = []
-    for length in lengths:
-        out.append(content[pos : pos + length])
-        pos += length
-    return out
-
-
-def remember_input_files(graph: Any) -> None:
-    """The files the pipeline's string constants name (paths or patterns), for naming a corrupt one."""
-    for text in _string_constants(graph):
-        if "/" in text or "." in text:
-            for path in glob.glob(text):
-                _input_files[path] = None
-
-
-def _parse_service(address: str) -> tuple[str, str]:
-    protocol, sep, rest = address.partition("://")
-    return (protocol, rest) if sep else ("grpc", address)
-
-
-def claim_job(address: str, job_name: str, claim: Claim) -> Claim:
-    """Claims ``job_name`` for a pipeline on the dispatcher; returns the claim that holds (maybe another's)."""
-    import tensorflow as tf
-    from tensorflow.python.data.experimental.ops.data_service_ops import nested_structure_coder
-    from tensorflow.python.data.experimental.service import _pywrap_server_lib
-
-    claim_id = CLAIM_PREFIX + job_name
-    marker = tf.data.Dataset.from_tensors({key: tf.constant(0, tf.int8) for key in claim.marker_keys()})
-    try:
-        tf.data.experimental.service.register_dataset(address, marker, compression=None, dataset_id=claim_id)
-        return claim
-    except tf.errors.InvalidArgumentError as exc:
-        if "same structure" not in str(exc):
-            raise
-    protocol, host = _parse_service(address)
-    metadata = _pywrap_server_lib.TF_DATA_GetDataServiceMetadataByID(claim_id, host, protocol)
-    struct_pb = nested_structure_coder.struct_pb2.StructuredValue()
-    struct_pb.ParseFromString(metadata.element_spec)
-    return Claim.from_keys(nested_structure_coder.decode_proto(struct_pb))
 
 
 def check_element_spec(expected: Any, actual: Any, where: str) -> None:
@@ -368,7 +245,7 @@ def distribute(
         if trainer_id is not None:
             tf_kwargs["cross_trainer_cache"] = tf.data.experimental.service.CrossTrainerCache(trainer_id)
         warn_local_reads(settings, target_workers)
-        graph = _graph_def(dataset)
+        graph = graph_def(dataset)
         if check_servers:
             servercheck.check_servers(graph, settings)
         remember_input_files(graph)
@@ -475,7 +352,7 @@ def name_corrupt_file(exc: Exception) -> Exception | None:
     if not isinstance(exc, tf.errors.DataLossError) or isinstance(exc, corrupt_record_error()):
         return None
     message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    files = list(_input_files)
+    files = list(input_files)
     hint = f"check the input files with: verify-tfrecords {' '.join(files[:3]) or 'PATTERN...'}"
     if not files:
         text = f"a tf.data worker read a corrupt record, and this trainer cannot tell which file: {hint}"

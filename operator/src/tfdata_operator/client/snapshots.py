@@ -198,7 +198,8 @@ def save(
     """
     import tensorflow as tf
 
-    from tfdata_operator.client import _graph_def, servercheck
+    from tfdata_operator.client import servercheck
+    from tfdata_operator.client.pipeline import graph_def
 
     target = resolve(name, service, snapshot_dir=snapshot_dir, address=address, environ=environ, directory=directory)
     service_address = _need(target.address, "dispatcher address (address=)", service)
@@ -209,7 +210,7 @@ def save(
             "have only the raw op): save from a trainer on a newer TensorFlow"
         )
     if check_servers and target.settings is not None:
-        servercheck.check_servers(_graph_def(dataset), target.settings)
+        servercheck.check_servers(graph_def(dataset), target.settings)
     # TensorFlow takes host:port here: with "grpc://" in front, its client retries forever.
     host = service_address.partition("://")[2] or service_address
     try:

@@ -1,10 +1,10 @@
 """Follows one TFDataSnapshot: its status from the service's dispatcher, and its finalizer.
 
-What the status says and what a deletion does is decided in ``plan/snapshot.py``; this module
-reads (the dispatcher's ``/v1/snapshots?path=P``, only while the snapshot may still change) and
-writes (the status, when it differs; the finalizer; Events on the TFDataSnapshot). It never reads
-the snapshot's storage: the dispatcher does, and deletes the data when asked
-(``DELETE /v1/snapshots?path=P``).
+What the status says and what a deletion does is decided in ``plan/snapshot.py`` and
+``plan/snapshotdeletion.py``; this module reads (the dispatcher's ``/v1/snapshots?path=P``, only
+while the snapshot may still change) and writes (the status, when it differs; the finalizer;
+Events on the TFDataSnapshot). It never reads the snapshot's storage: the dispatcher does, and
+deletes the data when asked (``DELETE /v1/snapshots?path=P``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tfdata_operator.controller.interface import Outcome
 from tfdata_operator.controller.readers import SnapshotReaders, Unasked, dispatcher_url
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.plan import snapshot as plansnap
+from tfdata_operator.plan import snapshotdeletion
 from tfdata_operator.wire import snapshots as wire
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ def reconcile_snapshot(
         reading = _read(readers, snap.namespace, _url(service, config, target.path), target.path)
     observed = plansnap.observe(snap, target, reading, old, readers.clock())
     status, outcome.requeue_after = observed.status, observed.requeue_after
-    release: plansnap.Deletion | None = None
+    release: snapshotdeletion.Deletion | None = None
     if deleting and SNAPSHOT_FINALIZER in finalizers:
         fresh = isinstance(reading, wire.SnapshotProgress)
         seen = [str(r.body["metadata"].get("uid")) for r in rivals]
@@ -124,17 +125,17 @@ def _finalize(
     readers: SnapshotReaders,
     seen: Sequence[str],
     outcome: Outcome,
-) -> tuple[Manifest, plansnap.Deletion | None]:
+) -> tuple[Manifest, snapshotdeletion.Deletion | None]:
     """The finalizer's work: the data deleted by the dispatcher when that is asked for and safe. The
     status to write, and the release (the finalizer to remove, with an Event) once it is done."""
-    decision = plansnap.deletion(snap, target, status, fresh)
+    decision = snapshotdeletion.deletion(snap, target, status, fresh)
     if decision.delete_data and status.get("dataDeleted"):  # deleted before; the finalizer's patch failed
-        return status, plansnap.Deletion(release=True)
+        return status, snapshotdeletion.Deletion(release=True)
     if decision.delete_data:
         # Who keeps the path was settled from the watch's TFDataSnapshots, which a restarted operator
         # receives one by one: before deleting, one list says the watch had them all (``seen``).
         listed = api.list_objects(API_VERSION, SNAPSHOT_KIND, snap.namespace)
-        decision = plansnap.unseen_rivals(snap, listed, seen) or decision
+        decision = snapshotdeletion.unseen_rivals(snap, listed, seen) or decision
     if decision.delete_data and target.path is not None:
         failed = readers.remove(snap.namespace, _url(service, config, target.path))
         if isinstance(failed, probes.UnderWay):  # not a failure: the finalizer stays until they are gone
@@ -158,7 +159,7 @@ def _finalize(
                 )
             outcome.requeue_after = again
             return {**status, "reason": plansnap.DELETE_FAILED, "message": message}, None
-        decision = plansnap.Deletion(
+        decision = snapshotdeletion.Deletion(
             release=True,
             reason=plansnap.DATA_DELETED,
             message=f"the data at {target.path} was deleted by the dispatcher",

@@ -6,8 +6,9 @@ is replayed): while it does, no Python thread and no signal handler in that proc
 
 - ``main`` is the supervisor, the container's PID 1. It never imports TensorFlow, so it
   always answers the probes (``health``) and SIGTERM, and it reports bad configuration fast.
-- ``tfserver`` is the only module that imports TensorFlow. It runs in a child process,
-  starts TensorFlow's server and reports its readiness to the supervisor over a pipe.
+- ``tfserver`` runs in a child process, starts TensorFlow's server and reports its readiness
+  to the supervisor over a pipe. It, and the modules only it calls (``tfconfig``, ``tffiles``),
+  are the only ones that import TensorFlow.
 """
 
 from __future__ import annotations

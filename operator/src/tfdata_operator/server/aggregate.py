@@ -33,9 +33,9 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from tfdata_operator.server import LOGGER_NAME
-from tfdata_operator.server.health import Reply
 from tfdata_operator.server.journal import JOURNAL_DIR, JournalTail, LocalFileSystem, join
 from tfdata_operator.server.metrics import WORKER_CPU_UTILIZATION, WORKER_TASKS, gauge
+from tfdata_operator.server.probestate import Reply
 from tfdata_operator.wire import serverconfig, signals
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig
 

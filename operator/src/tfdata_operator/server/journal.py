@@ -15,7 +15,7 @@ leaves a record still being written for the next one; one exception: before a di
 records (why: its docstring), and a tail that finds a file shorter than it read reads them all
 again (``rewound``). The supervisor reads its journal from the
 local disk (``LocalFileSystem``); the TensorFlow process reads through ``tf.io.gfile``
-(``tfserver.GFileSystem``), which also reaches ``gs://``.
+(``tffiles.GFileSystem``), which also reaches ``gs://``.
 """
 
 from __future__ import annotations

@@ -22,19 +22,19 @@ import click
 import tfdata_operator
 from tfdata_operator.server import configure_logging
 from tfdata_operator.server.aggregate import Aggregator
-from tfdata_operator.server.health import (
+from tfdata_operator.server.health import HealthServer
+from tfdata_operator.server.inject import OWN_PACKAGE
+from tfdata_operator.server.metrics import CpuMeter, ServerCollector, cpu_given, metrics_route
+from tfdata_operator.server.probestate import (
     CANNOT_SERVE,
     FAILED,
     STOPPING,
     GetRoute,
-    HealthServer,
     PostRoute,
     ProbeState,
     QueryRoute,
 )
-from tfdata_operator.server.inject import OWN_PACKAGE
-from tfdata_operator.server.metrics import CpuMeter, ServerCollector, cpu_given, metrics_route
-from tfdata_operator.server.snapshots import DELETE_TIMEOUT_SECONDS, proxy_route
+from tfdata_operator.server.snapshotproxy import DELETE_TIMEOUT_SECONDS, proxy_route
 from tfdata_operator.wire import serverconfig, serverinfo, signals, snapshots
 
 # Below Kubernetes' default terminationGracePeriodSeconds (30s), so we, not the kubelet, end it.

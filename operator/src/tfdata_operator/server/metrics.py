@@ -4,7 +4,7 @@ The metrics are listed in docs/operations.md, "The pods' endpoints and metrics".
 
 The supervisor serves them. What only TensorFlow can count (a worker's tasks, a dispatcher's
 registered workers) arrives from the TensorFlow process with its status line every second
-(``health.status_line``); the CPU both processes use is read from /proc here, so a scrape
+(``probestate.status_line``); the CPU both processes use is read from /proc here, so a scrape
 never waits on TensorFlow. Names start with ``tfdata_<kind>_``.
 """
 
@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tfdata_operator.server.health import ProbeState, Reply
+from tfdata_operator.server.probestate import ProbeState, Reply
 from tfdata_operator.wire import serverconfig
 
 # CPU utilization is the rate over this window: long enough to smooth a 1 s sampling, short

@@ -2,7 +2,7 @@
 
 A workDir the user chose (a ``gs://`` path, a shared volume) may be given to two services. They
 would share one journal (DYNAMIC), or one would delete the other's static journals
-(``tfserver.prune_old_journals``). So before a dispatcher touches its journal it claims the
+(``tffiles.prune_old_journals``). So before a dispatcher touches its journal it claims the
 workDir: ``serverconfig.OWNER_MARKER_NAME`` there names the service (``<namespace>/<name>``), and
 a dispatcher whose marker names another service does not start.
 
@@ -28,7 +28,7 @@ SETTLE_SECONDS = 2.0
 
 
 class MarkerStore(Protocol):
-    """What is read and written of the marker (``tfserver.GFileSystem``, ``journal.LocalFileSystem``);
+    """What is read and written of the marker (``tffiles.GFileSystem``, ``journal.LocalFileSystem``);
     ``read`` raises FileNotFoundError when there is no marker."""
 
     def read(self, path: str, offset: int = 0) -> bytes: ...

@@ -3,12 +3,14 @@
 ``distributed_save`` leaves no progress to ask for: the dispatcher's snapshot RPCs are not in
 TensorFlow's Python API, and its only progress report is a log line. So this reads what the
 workers write (``wire.snapshots`` has the layout) and the dispatcher's journal, which names every
-snapshot path it accepted (``journal``: ``Update.snapshot.path``).
+snapshot path it accepted (``journal``: ``Update.snapshot.path``); ``snapshotfiles`` reads one
+snapshot's files and carries out a deletion, and this module decides when, for whom, and at most
+how many at once.
 
 Where it runs: the files may be on ``gs://``, which only TensorFlow's file systems read, so the
 reading happens in the TensorFlow process (``tfserver``, through ``tf.io.gfile``), which serves it
 on a port of 127.0.0.1 and tells the supervisor that port in its status reports; the supervisor's
-health port answers ``SNAPSHOTS_PATH`` by forwarding the request there (``proxy_route``). Nothing
+health port answers ``SNAPSHOTS_PATH`` by forwarding the request there (``snapshotproxy``). Nothing
 here runs on the dispatcher's request path; ``tf.io.gfile`` lets go of the GIL while it lists,
 stats and reads (``python/lib/io/file_io_wrapper.cc``), so a slow store does not hold up the
 process's status reports either. A reading is reused for ``REREAD_SECONDS``
@@ -25,25 +27,32 @@ once), and a DELETE again answers 200 once they are gone.
 Whoever reaches the health port can ask, so what is asked is confined: a DELETE, and a GET of a
 path the journal does not name, must name ``<snapshot_dir>/<name>`` (``wire.snapshots.confined``,
 403 otherwise). A snapshot on this machine's disk is read and deleted through
-``nofollow.NoFollowFileSystem``, which never follows a symbolic link at or below its path: a
+``nofollow.NoFollowFileSystem`` (``snapshotfiles``), which never follows a symbolic link at or below its path: a
 reading that meets one says UNKNOWN, and a DELETE of a tree that holds one removes nothing (409).
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from tfdata_operator.server.health import ProbeState, Reply
-from tfdata_operator.server.journal import JOURNAL_DIR, FileSystem, JournalTail, WritableFileSystem, join
+from tfdata_operator.server.journal import WritableFileSystem
 from tfdata_operator.server.nofollow import NoFollowFileSystem, SymlinkError, local_path
+from tfdata_operator.server.probestate import Reply
+from tfdata_operator.server.snapshotfiles import (
+    Journal,
+    Reading,
+    carry_out,
+    error_detail,
+    mark,
+    read_progress,
+    through_link,
+    write_check,
+)
+from tfdata_operator.server.snapshotproxy import PROXY_TIMEOUT_SECONDS
 from tfdata_operator.wire import snapshots
 from tfdata_operator.wire.snapshots import (
     DeletionPlan,
@@ -56,186 +65,10 @@ from tfdata_operator.wire.snapshots import (
 
 REREAD_SECONDS = 5.0
 FINAL_REREAD_SECONDS = 60.0
-# The supervisor waits this long for the TensorFlow process to answer (a first read of a large
-# snapshot on a remote file system stats every chunk).
-PROXY_TIMEOUT_SECONDS = 30.0
-# A DELETE answers once it has checked the path and written the tombstone's markers (a read of the
-# journal, a listing, two small files); the files are removed in the background.
-DELETE_TIMEOUT_SECONDS = 120.0
 # Removals in the background at once; a DELETE beyond them starts nothing (503, ``under_way``).
 MAX_REMOVALS = 2
 # Readings of paths neither journaled nor asked for lately are forgotten beyond this many.
 MAX_REMEMBERED = 512
-
-
-class Journal:
-    """The snapshot paths a dispatcher's journal names, in the order journaled, each once."""
-
-    def __init__(self, fs: FileSystem, work_dir: str | None) -> None:
-        self._tail = JournalTail(fs, join(work_dir, JOURNAL_DIR)) if work_dir else None
-        self._paths: dict[str, None] = {}
-
-    def describe(self) -> str:
-        if self._tail is None:
-            return "no work_dir: this dispatcher is not fault tolerant, and distributed_save needs one that is"
-        return f"snapshots named in the journal at {self._tail.directory}"
-
-    def paths(self) -> list[str]:
-        """Raises OSError (or the file system's own error) when the journal cannot be read."""
-        if self._tail is not None:
-            updates = self._tail.read()
-            if self._tail.rewound:  # every update again, from the first
-                self._paths.clear()
-            for update in updates:
-                if update.HasField("snapshot"):
-                    self._paths[update.snapshot.path] = None
-        return list(self._paths)
-
-
-# --- one snapshot's files -----------------------------------------------------------------------
-
-
-@dataclass
-class _Reading:
-    """What is known of one path: the last progress and what never changes once read."""
-
-    progress: SnapshotProgress
-    read_at: float
-    chunk_bytes: dict[str, int] = field(default_factory=dict)
-    streams_done: set[str] = field(default_factory=set)
-    started_at: float | None = None
-
-
-def _error_detail(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
-
-
-def _unreadable(exc: BaseException) -> str:
-    if isinstance(exc, SymlinkError):  # says where the link is, never what it points to
-        return f"a symbolic link was found: {exc}, so the snapshot is not read"
-    return f"cannot read: {_error_detail(exc)}"
-
-
-def read_progress(fs: FileSystem, path: str, journaled: bool, known: _Reading | None = None) -> _Reading:
-    """Reads one snapshot's files; ``known`` (an earlier reading) saves what cannot have changed."""
-    reading = _Reading(SnapshotProgress(path, snapshots.UNKNOWN), 0.0)
-    if known is not None:
-        reading.chunk_bytes, reading.streams_done, reading.started_at = (
-            known.chunk_bytes,
-            known.streams_done,
-            known.started_at,
-        )
-    try:
-        names = [n.rstrip("/") for n in fs.listdir(path)]
-    except FileNotFoundError:
-        reading.progress = SnapshotProgress(path, snapshots.MISSING, journaled)
-        return reading
-    except Exception as exc:  # the file system's own errors (permissions, a remote store failing, a link)
-        reading.progress = SnapshotProgress(path, snapshots.UNKNOWN, journaled, detail=_unreadable(exc))
-        return reading
-    state = snapshots.state_from_names(names)
-    if state == snapshots.UNKNOWN:
-        detail = f"no {snapshots.METADATA_FILE}: not a tf.data distributed snapshot, or one still being started"
-        reading.progress = SnapshotProgress(path, state, journaled, detail=detail)
-        return reading
-    try:
-        reading.progress = _read_started(fs, path, state, journaled, reading)
-    except Exception as exc:
-        reading.progress = SnapshotProgress(path, snapshots.UNKNOWN, journaled, detail=_unreadable(exc))
-    return reading
-
-
-def _read_started(fs: FileSystem, path: str, state: str, journaled: bool, reading: _Reading) -> SnapshotProgress:
-    # The root was listed first: once DONE was there, every chunk below is committed.
-    try:
-        chunk_names = [n.rstrip("/") for n in fs.listdir(join(path, snapshots.CHUNKS_DIR))]
-    except FileNotFoundError:
-        chunk_names = []
-    elements = chunks = 0
-    for name in chunk_names:
-        count = snapshots.chunk_elements(name)
-        if count is None:
-            continue
-        chunks += 1
-        elements += count
-        if name not in reading.chunk_bytes:
-            reading.chunk_bytes[name] = fs.size_and_mtime(join(path, snapshots.CHUNKS_DIR, name))[0]
-    try:
-        streams = [
-            n.rstrip("/")
-            for n in fs.listdir(join(path, snapshots.STREAMS_DIR))
-            if n.startswith(snapshots.STREAM_PREFIX)
-        ]
-    except FileNotFoundError:
-        streams = []
-    for stream in streams:
-        if stream in reading.streams_done:
-            continue
-        stream_names = {n.rstrip("/") for n in fs.listdir(join(path, snapshots.STREAMS_DIR, stream))}
-        if snapshots.DONE_FILE in stream_names:
-            reading.streams_done.add(stream)
-    if reading.started_at is None:
-        reading.started_at = fs.size_and_mtime(join(path, snapshots.METADATA_FILE))[1]
-    error = finished_at = detail = None
-    if state == snapshots.DELETED:
-        before = snapshots.marker_state_before(fs.read(join(path, snapshots.DELETED_FILE)))
-        finished_at = fs.size_and_mtime(join(path, snapshots.DELETED_FILE))[1]
-        detail = f"its data was deleted (it was {before or 'finished'}); a tombstone is kept" + (
-            ": this dispatcher's journal names the path" if journaled else ""
-        )
-    elif state == snapshots.FAILED:
-        error = snapshots.error_text(fs.read(join(path, snapshots.ERROR_FILE)))
-        finished_at = fs.size_and_mtime(join(path, snapshots.ERROR_FILE))[1]
-    elif state == snapshots.COMPLETED:
-        finished_at = fs.size_and_mtime(join(path, snapshots.DONE_FILE))[1]
-    return SnapshotProgress(
-        path,
-        state,
-        journaled,
-        streams_total=len(streams),
-        streams_done=len(reading.streams_done & set(streams)),
-        chunks=chunks,
-        elements=elements,
-        bytes=sum(reading.chunk_bytes[n] for n in chunk_names if n in reading.chunk_bytes),
-        error=error,
-        detail=detail,
-        started_at=reading.started_at,
-        finished_at=finished_at,
-    )
-
-
-# A snapshot directory that does not exist yet is checked in the nearest one above it that does,
-# at most this many levels up (distributed_save creates the rest).
-MAX_WRITE_CHECK_LEVELS = 8
-WRITE_CHECK_PREFIX = ".tfdata-write-check-"
-
-
-def write_check(fs: WritableFileSystem, snapshot_dir: str) -> str | None:
-    """Why a snapshot could not be written in ``snapshot_dir`` (None: it can): a file written and
-    removed there, or in the nearest directory above it that exists, as this server's user. The
-    workers write with the same user, on the same storage (``spec.snapshots.volume`` is mounted in
-    all of them, and a URL is the same store)."""
-    directory = snapshot_dir.rstrip("/") or "/"
-    for _ in range(MAX_WRITE_CHECK_LEVELS):
-        try:
-            fs.listdir(directory)
-            break
-        except FileNotFoundError:
-            parent = directory.rsplit("/", 1)[0]
-            if not parent or parent.endswith(":/") or parent == directory:
-                break
-            directory = parent
-        except Exception as exc:
-            return f"cannot list {directory}: {_error_detail(exc)}"
-    probe = join(directory, f"{WRITE_CHECK_PREFIX}{uuid.uuid4().hex}")
-    try:
-        fs.write(probe, b"")
-    except Exception as exc:
-        return f"cannot write in {directory}: {_error_detail(exc)}"
-    with contextlib.suppress(Exception):
-        fs.remove_tree(probe)
-    return None
 
 
 # --- the reader the endpoint asks ---------------------------------------------------------------
@@ -288,7 +121,7 @@ class SnapshotReader:
         self._clock = clock
         # Guards the dictionaries below; never held while the store is asked.
         self._lock = threading.Lock()
-        self._readings: dict[str, _Reading] = {}
+        self._readings: dict[str, Reading] = {}
         self._flights: dict[str, _Flight] = {}
         self._removals: dict[str, _Removal] = {}
         # How each removal in the background ended, until the next DELETE of its path says it.
@@ -334,7 +167,7 @@ class SnapshotReader:
                     self._journaled = self._journal.paths()
                     self._journal_error = None
                 except Exception as exc:  # keep the last paths read: a store failing for a moment
-                    self._journal_error = _error_detail(exc)
+                    self._journal_error = error_detail(exc)
             return self._journaled, self._journal_error
         finally:
             self._journal_lock.release()
@@ -467,7 +300,7 @@ class SnapshotReader:
         except FileNotFoundError:
             names = None
         except SymlinkError as exc:
-            return 409, SnapshotDeletion(path, snapshots.UNKNOWN, journaled, detail=_through_link(exc.filename))
+            return 409, SnapshotDeletion(path, snapshots.UNKNOWN, journaled, detail=through_link(exc.filename))
         plan = snapshots.plan_deletion(names, journaled)
         with self._lock:
             removal.state_before, removal.journaled = plan.state_before, journaled
@@ -484,10 +317,10 @@ class SnapshotReader:
                 )
             return 200, SnapshotDeletion(path, plan.state_before, journaled, detail=detail)
         if links := files.symlinks(path):
-            detail = _through_link(links[0]) + (f" ({len(links)} symbolic links in all)" if len(links) > 1 else "")
+            detail = through_link(links[0]) + (f" ({len(links)} symbolic links in all)" if len(links) > 1 else "")
             return 409, SnapshotDeletion(path, plan.state_before, journaled, kept=tuple(names or ()), detail=detail)
         if not plan.remove and not plan.remove_all:  # a tombstone already: nothing to wait for
-            return 200, _carry_out(files, path, plan, self._clock_wall())
+            return 200, carry_out(files, path, plan, self._clock_wall())
         with self._lock:
             busy = self._background >= MAX_REMOVALS
             if not busy:
@@ -502,7 +335,7 @@ class SnapshotReader:
                 under_way=True,
             )
         try:
-            marked = _mark(files, path, plan, self._clock_wall())  # first, before any file goes
+            marked = mark(files, path, plan, self._clock_wall())  # first, before any file goes
         except BaseException:
             with self._lock:
                 self._background -= 1
@@ -533,7 +366,7 @@ class SnapshotReader:
     def _remove(self, files: WritableFileSystem, path: str, plan: DeletionPlan) -> None:
         """The removal a DELETE started, on its own thread; the next DELETE of the path says how it ended."""
         try:
-            ended = 200, _carry_out(files, path, plan, self._clock_wall())
+            ended = 200, carry_out(files, path, plan, self._clock_wall())
         except Exception as exc:  # the store's own errors: said to the next DELETE, as a DELETE's own would be
             ended = (
                 500,
@@ -541,7 +374,7 @@ class SnapshotReader:
                     path,
                     plan.state_before,
                     plan.journaled,
-                    detail=f"removing its files failed: {_error_detail(exc)}; a DELETE again removes what is left",
+                    detail=f"removing its files failed: {error_detail(exc)}; a DELETE again removes what is left",
                 ),
             )
         with self._lock:
@@ -574,66 +407,3 @@ class SnapshotReader:
         except SnapshotsError as exc:
             return Reply.text(400, str(exc))
         return Reply(200, report.to_json().encode() + b"\n", "application/json")
-
-
-def _through_link(link: str) -> str:
-    return f"{link} is a symbolic link: a snapshot is never deleted through one, so nothing was deleted"
-
-
-def _mark(fs: WritableFileSystem, path: str, plan: DeletionPlan, now: float) -> DeletionPlan:
-    """Writes the tombstone's markers ``plan`` says (``DELETED``, then ``ERROR``): the plan left."""
-    if plan.write_marker:
-        fs.write(join(path, snapshots.DELETED_FILE), snapshots.deleted_marker(plan.state_before, now))
-    if plan.write_error:
-        fs.write(join(path, snapshots.ERROR_FILE), snapshots.tombstone_error(path))
-    return replace(plan, write_marker=False, write_error=False)
-
-
-def _carry_out(fs: WritableFileSystem, path: str, plan: DeletionPlan, now: float) -> SnapshotDeletion:
-    """Does what ``plan`` says, in its order; raises the file system's error where it stops."""
-    if plan.remove_all:
-        with contextlib.suppress(FileNotFoundError):  # another DELETE got there first
-            fs.remove_tree(path)
-        return SnapshotDeletion(
-            path,
-            plan.state_before,
-            False,
-            removed=plan.remove,
-            detail="this dispatcher's journal does not name the path: it was removed entirely",
-        )
-    _mark(fs, path, plan, now)
-    for name in plan.remove:
-        with contextlib.suppress(FileNotFoundError):  # another DELETE got there first
-            fs.remove_tree(join(path, name))
-    return SnapshotDeletion(
-        path,
-        plan.state_before,
-        True,
-        removed=plan.remove,
-        kept=plan.keep,
-        detail=(
-            "this dispatcher's journal names the path, and TensorFlow fails the dispatcher's start when a journaled "
-            f"snapshot's path is gone: these files are kept, with {snapshots.ERROR_FILE} saying it was deleted"
-        ),
-    )
-
-
-def proxy_route(
-    state: ProbeState, timeout: float = PROXY_TIMEOUT_SECONDS, method: str = "GET"
-) -> Callable[[str], Reply]:
-    """``SNAPSHOTS_PATH`` on the supervisor's health port (``method``): asks the TensorFlow process."""
-
-    def answer(query: str) -> Reply:
-        port = state.snapshots_port()
-        if port is None:
-            return Reply.text(503, f"not known yet: {state.phase}: {state.detail}")
-        url = f"http://127.0.0.1:{port}{snapshots.SNAPSHOTS_PATH}" + (f"?{query}" if query else "")
-        try:
-            with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=timeout) as response:
-                return Reply(response.status, response.read(), response.headers.get_content_type())
-        except urllib.error.HTTPError as exc:
-            return Reply(exc.code, exc.read(), exc.headers.get_content_type())
-        except (urllib.error.URLError, OSError) as exc:
-            return Reply.text(503, f"the TensorFlow process did not answer: {exc}")
-
-    return answer

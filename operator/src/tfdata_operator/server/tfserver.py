@@ -1,12 +1,13 @@
-"""The TensorFlow side of ``tfdata-server``: the only module that imports TensorFlow.
+"""The TensorFlow side of ``tfdata-server``: the process that imports TensorFlow (here, and in
+``tfconfig`` and ``tffiles``, which only this calls).
 
 It maps a ``serverconfig`` model onto TensorFlow's own ``DispatcherConfig`` /
-``WorkerConfig`` protos, starts the server and reports readiness to the supervisor
+``WorkerConfig`` protos (``tfconfig``), starts the server and reports readiness to the supervisor
 (``main``), which starts it as ``python -m tfdata_operator.server.tfserver KIND --status-fd N``
 with the validated configuration in ``TFDATA_SERVER_CONFIG``.
 
 Before the server starts it imports the configured preload modules and loads the op libraries
-(a failure leaves the pod alive and unready, saying why: ``health.CANNOT_SERVE``), then measures
+(a failure leaves the pod alive and unready, saying why: ``probestate.CANNOT_SERVE``), then measures
 a ``serverinfo.ServerInfo`` (TensorFlow, GraphDef versions, every registered op) and hands it to
 the supervisor, which serves it. It runs on TensorFlow 2.16 (``serverconfig.OLDEST_TENSORFLOW``)
 through the pinned 2.21: a setting an older TensorFlow's config protos lack is left out and logged.
@@ -30,7 +31,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import functools
 import importlib
 import logging
 import os
@@ -38,12 +38,14 @@ import platform
 import signal
 import sys
 import threading
-from typing import Any, Protocol
+from typing import Protocol
 
-from tfdata_operator.server import bootstrap, configure_logging, journal, owner
-from tfdata_operator.server.health import CANNOT_SERVE, FAILED, RUNNING, STARTING, HealthServer, ProbeState, status_line
-from tfdata_operator.server.nofollow import NoFollowFileSystem, local_path
+from tfdata_operator.server import bootstrap, configure_logging, owner
+from tfdata_operator.server.health import HealthServer
+from tfdata_operator.server.probestate import CANNOT_SERVE, FAILED, RUNNING, STARTING, ProbeState, status_line
 from tfdata_operator.server.snapshots import SnapshotReader
+from tfdata_operator.server.tfconfig import dispatcher_config_proto, worker_config_proto
+from tfdata_operator.server.tffiles import GFileSystem, forget_finished_snapshots, prune_old_journals
 from tfdata_operator.wire import serverconfig, serverinfo, snapshots
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
 
@@ -53,7 +55,7 @@ EXIT_CANNOT_SERVE = 3
 
 
 class Report(Protocol):
-    """Sends one status report to the supervisor: see health.status_line."""
+    """Sends one status report to the supervisor: see probestate.status_line."""
 
     def __call__(
         self,
@@ -64,88 +66,6 @@ class Report(Protocol):
         info: serverinfo.ServerInfo | None = None,
         snapshots_port: int | None = None,
     ) -> None: ...
-
-
-def _time_or_placeholder(value: int | None) -> int:
-    """Mirrors TensorFlow's namedtuple configs: unset is 0 ("runtime default"), 0 is 1 ms."""
-    if value is None:
-        return 0
-    if value == 0:
-        return 1
-    return value
-
-
-def dispatcher_config_proto(config: DispatcherServerConfig) -> Any:
-    """TensorFlow's DispatcherConfig proto; the namedtuple cannot carry client_timeout_ms.
-
-    Unset timings take ``serverconfig.DEFAULTS`` (chosen for a prompt "is any client
-    reading?" signal), not TensorFlow's own.
-    """
-    from tensorflow.core.protobuf import service_config_pb2  # type: ignore[import-untyped]
-
-    setting = functools.partial(serverconfig.setting, config)
-    values: dict[str, Any] = {
-        "port": config.port,
-        "protocol": config.protocol,
-        "fault_tolerant_mode": config.fault_tolerant_mode,
-        "job_gc_check_interval_ms": _time_or_placeholder(setting("job_gc_check_interval_ms")),
-        "job_gc_timeout_ms": _time_or_placeholder(setting("job_gc_timeout_ms")),
-        "client_timeout_ms": setting("client_timeout_ms"),
-        "gc_dynamic_sharding_jobs": setting("gc_dynamic_sharding_jobs"),
-    }
-    if config.work_dir is not None:
-        values["work_dir"] = config.work_dir
-    if config.worker_addresses is not None:
-        values["worker_addresses"] = list(config.worker_addresses)
-    # Passed as they are, like TensorFlow's DispatcherConfig does for worker_timeout_ms:
-    # unset (0 in the proto) leaves them to the runtime.
-    for name in ("worker_timeout_ms", "worker_max_concurrent_snapshots"):
-        value = getattr(config, name)
-        if value is not None:
-            values[name] = value
-    return _config_proto(service_config_pb2.DispatcherConfig, values)
-
-
-def worker_config_proto(config: WorkerServerConfig, pod_name: str) -> Any:
-    """TensorFlow's WorkerConfig proto, announcing this pod's address (never localhost)."""
-    from tensorflow.core.protobuf import service_config_pb2
-
-    values: dict[str, Any] = {
-        "port": config.port,
-        "protocol": config.protocol,
-        "dispatcher_address": config.dispatcher_address,
-        "worker_address": config.worker_address(pod_name),
-        "heartbeat_interval_ms": serverconfig.setting(config, "heartbeat_interval_ms"),
-        "dispatcher_timeout_ms": _time_or_placeholder(config.dispatcher_timeout_ms),
-    }
-    if config.data_transfer_protocol is not None:
-        values["data_transfer_protocol"] = config.data_transfer_protocol
-    if config.data_transfer_port is not None:
-        values["data_transfer_port"] = config.data_transfer_port  # TensorFlow 2.17 and newer
-    transfer_address = config.data_transfer_address(pod_name)
-    if transfer_address is not None:
-        values["data_transfer_address"] = transfer_address
-    if config.cross_trainer_cache_size_bytes is not None:
-        # Only in the proto: TensorFlow's WorkerConfig namedtuple (2.16 to 2.21) has no such field.
-        values["cross_trainer_cache_size_bytes"] = config.cross_trainer_cache_size_bytes
-    return _config_proto(service_config_pb2.WorkerConfig, values)
-
-
-def _config_proto(proto_class: Any, values: dict[str, Any]) -> Any:
-    """``proto_class(**values)`` without the fields this TensorFlow's proto lacks (one older
-    than the pinned): each one left out is logged, since the server runs without it."""
-    known = proto_class.DESCRIPTOR.fields_by_name
-    unused = sorted(name for name in values if name not in known)
-    if unused:
-        import tensorflow as tf
-
-        configure_logging().warning(
-            "TensorFlow %s has no %s field %s: unused (newer TensorFlows have it)",
-            tf.__version__,
-            proto_class.DESCRIPTOR.name,
-            ", ".join(unused),
-        )
-    return proto_class(**{name: value for name, value in values.items() if name in known})
 
 
 def registered_ops() -> set[str]:
@@ -281,63 +201,9 @@ class _Server:
             return False, f"{self.kind} not answering: {exc}", {}
 
 
-class GFileSystem:
-    """``journal.WritableFileSystem`` through ``tf.io.gfile``: local paths, ``gs://`` and every
-    file system this TensorFlow registered."""
-
-    def __init__(self) -> None:
-        import tensorflow as tf
-
-        self._gfile = tf.io.gfile
-        self._not_found = tf.errors.NotFoundError
-
-    def listdir(self, path: str) -> list[str]:
-        try:
-            return list(self._gfile.listdir(path))
-        except self._not_found as exc:
-            raise FileNotFoundError(path) from exc
-
-    def size_and_mtime(self, path: str) -> tuple[int, float]:
-        try:
-            info = self._gfile.stat(path)
-        except self._not_found as exc:
-            raise FileNotFoundError(path) from exc
-        return int(info.length), info.mtime_nsec / 1e9
-
-    def read(self, path: str, offset: int = 0) -> bytes:
-        try:
-            with self._gfile.GFile(path, "rb") as file:
-                if offset:
-                    file.seek(offset)
-                data: bytes = file.read()
-                return data
-        except self._not_found as exc:
-            raise FileNotFoundError(path) from exc
-
-    def write(self, path: str, data: bytes) -> None:
-        with self._gfile.GFile(path, "wb") as file:
-            file.write(data)
-
-    def replace(self, source: str, target: str) -> None:
-        self._gfile.rename(source, target, overwrite=True)
-
-    def remove_tree(self, path: str) -> None:
-        try:
-            if self._gfile.isdir(path):
-                self._gfile.rmtree(path)
-            else:
-                self._gfile.remove(path)
-        except self._not_found as exc:
-            raise FileNotFoundError(path) from exc
-
-    def symlinks(self, path: str) -> list[str]:
-        # Object stores have none; tf.io.gfile cannot tell one on this machine's disk (it follows them).
-        return [] if local_path(path) is None else NoFollowFileSystem(path).symlinks(path)
-
-
 def serve_snapshots(config: DispatcherServerConfig) -> HealthServer:
     """The dispatcher's snapshot progress (and deletion) on a port of 127.0.0.1, for the supervisor
-    to forward ``/v1/snapshots`` to (``snapshots.proxy_route``); the probes it also answers are unused."""
+    to forward ``/v1/snapshots`` to (``snapshotproxy.proxy_route``); the probes it also answers are unused."""
     reader = SnapshotReader(GFileSystem(), config.work_dir, config.snapshot_dir)
     server = HealthServer(
         ProbeState("snapshots"),
@@ -425,66 +291,6 @@ def run(kind: str, config: serverconfig.ServerConfig, pod_name: str | None, repo
     server.server.stop()
     log.info("%s stopped", kind)
     return 0
-
-
-def snapshot_finished(fs: journal.FileSystem, path: str) -> str | None:
-    """Why the snapshot at ``path`` is over, from its files; None while it may still be written,
-    or when they cannot be read now (it is kept: TensorFlow's start decides)."""
-    try:
-        names = {n.rstrip("/") for n in fs.listdir(path)}
-    except FileNotFoundError:
-        return "its path is gone"
-    except Exception:  # the file system's own errors: a store failing for a moment
-        return None
-    if snapshots.DONE_FILE in names:
-        return "completed"
-    if snapshots.DELETED_FILE in names:
-        return "its data was deleted"
-    if snapshots.ERROR_FILE in names:
-        return "failed"
-    return None
-
-
-def forget_finished_snapshots(work_dir: str, log: logging.Logger) -> None:
-    """Before the dispatcher replays its journal, drops the finished snapshots from it
-    (``journal.forget_finished_snapshots`` says why: else no snapshot saved after this start might
-    ever be written). A failure is logged, and the journal replayed as it is."""
-    fs = GFileSystem()
-    try:
-        dropped = journal.forget_finished_snapshots(
-            fs, journal.join(work_dir, journal.JOURNAL_DIR), lambda path: snapshot_finished(fs, path)
-        )
-    except Exception as exc:  # tf.errors.OpError and friends
-        log.warning("could not drop the finished snapshots from the journal in %s: %s", work_dir, exc)
-        return
-    for path, why in dropped:
-        log.info("the journal no longer names the snapshot at %s (%s): it has nothing left to write", path, why)
-
-
-def prune_old_journals(config: DispatcherServerConfig, log: logging.Logger) -> None:
-    """Deletes the static journals beside this dispatcher's own: none is ever replayed again.
-
-    Runs once this dispatcher has started on its own journal, so a failed start leaves
-    everything as it was. A failure to delete is logged and otherwise ignored.
-    """
-    import tensorflow as tf
-
-    assert config.work_dir is not None, "validate() checks it"
-    parent, own = config.work_dir.rstrip("/").rsplit("/", 1)
-    try:
-        entries = tf.io.gfile.listdir(parent or "/")
-    except Exception as exc:  # tf.errors.OpError and friends
-        log.warning("could not list %s to delete old journals: %s", parent, exc)
-        return
-    for entry in sorted(e.rstrip("/") for e in entries):
-        if entry == own or not serverconfig.STATIC_JOURNAL_NAME.fullmatch(entry):
-            continue
-        path = f"{parent}/{entry}"
-        try:
-            tf.io.gfile.rmtree(path)
-            log.info("deleted the old journal %s (this dispatcher journals in %s)", path, config.work_dir)
-        except Exception as exc:
-            log.warning("could not delete the old journal %s: %s", path, exc)
 
 
 def _die_with_parent() -> None:

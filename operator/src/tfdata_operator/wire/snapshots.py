@@ -2,10 +2,11 @@
 
 ``tf.data.experimental.distributed_save`` asks a fault-tolerant dispatcher to have its workers
 write a dataset to a directory; nothing in TensorFlow reports how far that got, except the files
-it writes. The dispatcher's server program reads them (``server/snapshots.py``) and answers, as
-JSON, at ``SNAPSHOTS_PATH`` on the dispatcher pod's health port: every snapshot its journal
-names, or the paths asked for with ``?path=...`` (repeatable). The trainer's helper
-(``client.snapshots``) waits on it; the operator will read it for a snapshot's status.
+it writes. The dispatcher's server program reads them (``server/snapshots.py``,
+``server/snapshotfiles.py``) and answers, as JSON, at ``SNAPSHOTS_PATH`` on the dispatcher pod's
+health port: every snapshot its journal names, or the paths asked for with ``?path=...``
+(repeatable). The trainer's helper (``client.snapshots``) waits on it; the operator will read it
+for a snapshot's status.
 
 ``DELETE SNAPSHOTS_PATH?path=P`` deletes a finished snapshot's data (``plan_deletion`` decides
 what goes, ``SnapshotDeletion`` is the answer). A fault-tolerant dispatcher replays its journal
