@@ -275,6 +275,44 @@ def test_a_step_over_its_budget_fails_make_test_and_says_which(tmp_path: Path) -
     assert late.returncode == 1 and "make test took 3:21, over its budget of 3:20" in late.stdout, late.stdout
 
 
+def test_a_slow_machine_scales_the_steps_budgets_by_its_own_measure_within_a_bound(tmp_path: Path) -> None:
+    """The unit tier's time against a quiet day's says how slow this run's machine was: the other steps'
+    budgets are scaled by it (at most ``max_factor``), its own and the whole's are not."""
+    results, budgets = tmp_path / "results", tmp_path / "budgets.toml"
+    results.mkdir()
+
+    def tier(name: str, seconds: int) -> None:
+        counts = {"passed": 1, "failed": 0, "errors": 0, "skipped": 0, "exitstatus": 0, "seconds": seconds}
+        (results / f"{name}.json").write_text(json.dumps(counts))
+
+    budgets.write_text(
+        '[steps]\nunit = 200\nserver = 100\n[machine]\nstep = "unit"\nquiet_seconds = 100\nmax_factor = 1.6\n'
+        "[total]\nseconds = 1000\n"
+    )
+
+    def run() -> subprocess.CompletedProcess[str]:
+        args = [sys.executable, str(TESTS / "fixtures" / "results.py"), str(results), "--budgets", str(budgets)]
+        return subprocess.run(args, capture_output=True, text=True, check=False)
+
+    tier("unit", 150), tier("server", 140)  # a machine 1.5 times slower: 140 s is within 150
+    slow = run()
+    assert slow.returncode == 0, slow.stdout
+    assert "machine: unit took 2:30, 1:40 on a quiet day: the other steps' budgets are x1.50" in slow.stdout
+    assert re.search(r"^server\s+1\s+0\s+0\s+0\s+2:20\s+2:30\s+ok$", slow.stdout, re.M), slow.stdout
+    tier("server", 160)  # grown past what the slow machine explains
+    assert run().returncode == 1
+    tier("unit", 190), tier("server", 160)  # 1.9 times slower, but no more than 1.6 is allowed for
+    capped = run()
+    assert capped.returncode == 0 and "x1.60 (at most x1.60)" in capped.stdout, capped.stdout
+    tier("server", 161)
+    assert run().returncode == 1
+    tier("unit", 60), tier("server", 101)  # a fast machine does not tighten anything, nor loosen
+    fast = run()
+    assert fast.returncode == 1 and "server took 1:41, over its budget of 1:40" in fast.stdout, fast.stdout
+    tier("unit", 210), tier("server", 10)  # the measure itself keeps its budget
+    assert "unit took 3:30, over its budget of 3:20" in run().stdout
+
+
 def test_every_step_of_make_test_has_a_budget() -> None:
     from fixtures.results import ORDER, tomllib
     from fixtures.tiers import TIERS
