@@ -224,38 +224,59 @@ test: ## The full suite (what CI runs), in two lanes side by side (the kind clus
 
 # Most of the suite's time is waiting (servers starting, holds sampled over time, node loss), so
 # the kind lane (its node image, its cluster, its tests: a kubelet per node, in Docker) runs beside
-# the dev clusters' lane (lint, then the tiers on control planes of their own). Its log is printed
-# when both are done; each lane stops at its own first failure, and `make test` waits for both.
-# The images are built once, before the lanes part (`-o images`: neither lane builds them again).
+# the dev clusters' lane (the tiers on control planes of their own). Its log is printed when both
+# are done; each lane stops at its own first failure, and `make test` waits for both.
+#
+# Cold (a fresh machine: nothing cached), builds are a third of the run; each starts as soon as what
+# it needs is there, beside tiers that do not need it. Only the venvs come first. The Kubernetes
+# binaries (devcluster/k8s-binaries.sh) build in the background from the start, while the dev lane
+# runs the tiers that need no control plane (unit, server, server_oldest), then waits for them (the
+# build's lock; untimed: the total has it) before lint (helm lints the chart) and the cluster tiers. The kind lane builds the images, then the
+# node image's parts that compile no Kubernetes, beside that build, then waits for it (one Go cache:
+# Kubernetes' packages are compiled once, for both) and finishes the node image. Warm, each build
+# finds its outputs and takes seconds. The builds' own logs: $(BUILD_LOG), $(KIND_LANE_LOG).
 #
 # SHARED_TIERS need neither lane's cluster: each lane, once its own tiers passed, takes those not yet
 # taken, one at a time (a directory made atomically claims one). Warm, the kind lane finishes first
-# and takes them; cold, its node image is built first (~22 min) and the dev lane takes them. A lane
-# that failed takes none, so the other one still runs them. Only light tiers are shared: the e2e
-# tier's autoscaling cases compare throughputs of CPU-limited workers, so nothing heavy runs beside
-# it (the kind tier is usually done when it starts).
+# and takes them. A lane that failed takes none, so the other one still runs them. Only light tiers
+# are shared: the e2e tier's autoscaling cases compare throughputs of CPU-limited workers, so
+# nothing heavy runs beside it when it can be helped (warm, the kind tier is usually done then).
 KIND_LANE_LOG := $(ROOT)/.local/test-kind-lane.log
+BUILD_LOG := $(ROOT)/.local/test-binaries.log
 SHARED_TIERS := test-nodeagent test-images
 
 .PHONY: test-tiers
 test-tiers:
-	@$(TIMED) setup $(MAKE) --no-print-directory venv venv-oldest binaries
-	@$(TIMED) images_build $(MAKE) --no-print-directory images
-	@claims=$$(mktemp -d); export TIER_CLAIMS=$$claims; \
+	@$(TIMED) setup $(MAKE) --no-print-directory venv venv-oldest
+	@claims=$$(mktemp -d); export TIER_CLAIMS=$$claims; mkdir -p $(ROOT)/.local; \
+	  echo "== the Kubernetes binaries build beside the tiers that need none; its log: $(BUILD_LOG)"; \
+	  $(TIMED) binaries $(MAKE) --no-print-directory binaries > $(BUILD_LOG) 2>&1 & bins=$$!; \
 	  echo "== the kind lane runs beside the others; its log: $(KIND_LANE_LOG)"; \
-	  ( $(TIMED) kind_image $(MAKE) --no-print-directory kind-image && \
+	  ( $(TIMED) images_build $(MAKE) --no-print-directory images && \
+	    $(TIMED) kind_image $(MAKE) --no-print-directory kind-image-after-binaries && \
 	    $(MAKE) --no-print-directory -o images test-e2e-kind KIND_WITH_INTEGRATION=0 && \
 	    $(MAKE) --no-print-directory test-shared-tiers LANE=kind ) > $(KIND_LANE_LOG) 2>&1 & kind=$$!; \
 	  rc=0; $(MAKE) --no-print-directory test-dev-lane || rc=$$?; \
+	  wait $$bins || { echo "== the Kubernetes binaries' build failed; its log:"; cat $(BUILD_LOG); [ $$rc -ne 0 ] || rc=1; }; \
 	  echo "== the dev clusters' lane is done (exit $$rc); waiting for the kind lane"; \
 	  wait $$kind || rc=$$?; echo "== the kind lane's log"; cat $(KIND_LANE_LOG); \
 	  for t in $(SHARED_TIERS); do [ -d $$claims/$$t ] || { echo "== $$t ran in neither lane"; [ $$rc -ne 0 ] || rc=1; }; done; \
 	  rm -rf $$claims; exit $$rc
 
+# The node image, its non-Kubernetes parts first, beside the binaries' build (see test-tiers).
+.PHONY: kind-image-after-binaries
+kind-image-after-binaries:
+	@kind/node-image.sh --parts >/dev/null
+	@devcluster/k8s-binaries.sh >/dev/null
+	@kind/node-image.sh >/dev/null
+
 .PHONY: test-dev-lane
 test-dev-lane:
+	@$(MAKE) --no-print-directory -o images test-unit test-server test-server-oldest
+	@echo "== the tiers that need a control plane wait for the Kubernetes binaries (log: $(BUILD_LOG))"
+	@$(MAKE) --no-print-directory binaries
 	@$(TIMED) lint $(MAKE) --no-print-directory lint
-	@$(MAKE) --no-print-directory -o images test-unit test-server test-server-oldest test-integration test-e2e test-hostile
+	@$(MAKE) --no-print-directory -o images test-integration test-e2e test-hostile
 	@$(MAKE) --no-print-directory test-shared-tiers LANE=dev
 
 # Runs the SHARED_TIERS that no other lane took (all of them without TIER_CLAIMS).

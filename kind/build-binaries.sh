@@ -4,7 +4,8 @@
 # (outside the repository). Idempotent: a binary that exists is not rebuilt, so a warm
 # run costs nothing.
 #
-#   kind/build-binaries.sh [name...]   default: all
+#   kind/build-binaries.sh [name...]     default: all
+#   kind/build-binaries.sh --not-kubernetes all but kubernetes
 #
 # Names: kind kubernetes etcd coredns local-path-provisioner pause containerd runc
 # cni-plugins kube-network-policies flannel.
@@ -270,6 +271,12 @@ build_pause() {
 ALL=(kind kubernetes etcd coredns local-path-provisioner pause containerd runc cni-plugins kube-network-policies flannel)
 targets=("$@")
 ((${#targets[@]})) || targets=("${ALL[@]}")
+# `--not-kubernetes`: every part that does not compile Kubernetes, which `make test` builds beside
+# devcluster/k8s-binaries.sh (the same packages, one Go cache: compiled once, after it).
+if [[ "${targets[*]}" == --not-kubernetes ]]; then
+  targets=()
+  for t in "${ALL[@]}"; do [[ "$t" == kubernetes ]] || targets+=("$t"); done
+fi
 
 exec 8>"$KIND_CACHE/.binaries.lock"
 flock -n 8 || { log "another build is running; waiting for it"; flock 8; }

@@ -4,6 +4,8 @@
 #
 #   kind/node-image.sh           ensure the image (pull or build), print its name
 #   kind/node-image.sh --print   print the name that would be used, do nothing
+#   kind/node-image.sh --parts   where it would be built: its parts that need no Kubernetes
+#                                compiled (`make test` builds them beside the dev binaries)
 #
 # Where the published node image can be pulled (users with internet, CI) it is used
 # as is: $KIND_PUBLISHED_NODE_IMAGE. Otherwise the image is assembled here, offline
@@ -70,6 +72,10 @@ if [[ "${TFDATA_KIND_BUILD_NODE_IMAGE:-}" != 1 ]]; then
     exit 0
   fi
   log "the published node image cannot be pulled here: building $KIND_NODE_IMAGE_LOCAL from source"
+fi
+
+if [[ "${1:-}" == "--parts" ]]; then
+  exec "$HERE/build-binaries.sh" --not-kubernetes
 fi
 
 exec 7>"$KIND_CACHE/.node-image.lock"
