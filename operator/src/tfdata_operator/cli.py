@@ -148,13 +148,6 @@ def run(
     verbose: bool,
 ) -> None:
     """Runs the operator until SIGTERM or SIGINT."""
-    import asyncio
-    import logging
-
-    import kopf
-
-    from tfdata_operator.controller import handlers, logs, memory
-
     watched = [n for item in namespaces for n in item.split() if n]
     config = OperatorConfig(
         server_image=server_image,
@@ -176,6 +169,26 @@ def run(
             (lease_duration, renew_deadline, retry_period),
         ),
     )
+    _operate(config, liveness, log_format, metrics_port, metrics_address, verbose=verbose)
+
+
+def _operate(
+    config: OperatorConfig,
+    liveness: str | None,
+    log_format: str,
+    metrics_port: int | None,
+    metrics_address: str,
+    *,
+    verbose: bool,
+) -> None:
+    """``run``'s second half: set up logging and metrics, then run kopf with ``config`` until SIGTERM or SIGINT."""
+    import asyncio
+    import logging
+
+    import kopf
+
+    from tfdata_operator.controller import handlers, logs, memory
+
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
     logs.install()
     memory.limit_malloc_arenas()
@@ -189,8 +202,8 @@ def run(
         logging.getLogger(__name__).info("Serving metrics at http://%s:%d/metrics", metrics_address, server.server_port)
     asyncio.run(
         kopf.operator(
-            clusterwide=not watched,
-            namespaces=watched,
+            clusterwide=not config.namespaces,
+            namespaces=list(config.namespaces),
             liveness_endpoint=liveness,
             # Never kopf's peering: it pauses every watch of a standby (a cold cache) and pauses both of
             # two replicas of the same priority. Replicas elect a leader on a Lease instead (election.py).

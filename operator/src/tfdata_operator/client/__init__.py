@@ -215,60 +215,125 @@ def distribute(
     (``.repeat()``); a setup TensorFlow would refuse raises ``SweepError`` saying what to change.
     See ``sweep``.
     """
+    _check_on_mismatch(on_mismatch)
+    settings, mode = _settings(name, address, sharding_policy, processing_mode, environ, directory, server_info_url)
+    protocol = distribute_kwargs.pop("data_transfer_protocol", settings.data_transfer_protocol)
+    where = lockstep_.place(consumer_index, num_consumers, None if lockstep is False else _tf_config(environ))
+
+    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        read_plan, tf_kwargs = _read_plan(dataset, where, trial, job_name, lockstep, target_workers, distribute_kwargs)
+        warn_local_reads(settings, target_workers)
+        job = _claim(settings, dataset, job_name, on_mismatch, element_spec, check_servers)
+        return _read(dataset, settings, mode, protocol, job, target_workers, read_plan, tf_kwargs)
+
+    return apply
+
+
+def _check_on_mismatch(on_mismatch: str) -> None:
     if on_mismatch not in ON_MISMATCH:
         raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, got {on_mismatch!r}")
+
+
+def _settings(
+    name: str | None,
+    address: str | None,
+    sharding_policy: Any,
+    processing_mode: Any,
+    environ: Mapping[str, str] | None,
+    directory: str | None,
+    server_info_url: str | None,
+) -> tuple[ClientSettings, str]:
+    """``resolve``'s settings (with ``server_info_url`` when one is given), and the processing mode they need."""
     settings = resolve(name, address, sharding_policy, environ, directory)
     if server_info_url is not None:
         settings = dataclasses.replace(settings, server_info_url=server_info_url)
-    mode = check_processing_mode(settings, processing_mode)
-    protocol = distribute_kwargs.pop("data_transfer_protocol", settings.data_transfer_protocol)
-    tf_config = (os.environ if environ is None else environ).get("TF_CONFIG")
-    where = lockstep_.place(consumer_index, num_consumers, None if lockstep is False else tf_config)
+    return settings, check_processing_mode(settings, processing_mode)
 
-    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
-        import tensorflow as tf
 
-        cardinality = _cardinality(dataset)
-        cache = distribute_kwargs.get("cross_trainer_cache") is not None
-        trainer_id = sweep.plan(
-            trial, job_name=job_name, cardinality=cardinality, where=where, lockstep=lockstep, cross_trainer_cache=cache
-        )
-        read_plan = lockstep_.plan(
-            where,
-            lockstep=lockstep,
-            job_name=job_name,
-            cardinality=cardinality,
+def _tf_config(environ: Mapping[str, str] | None) -> str | None:
+    return (os.environ if environ is None else environ).get("TF_CONFIG")
+
+
+def _read_plan(
+    dataset: tf.data.Dataset,
+    where: lockstep_.Place | None,
+    trial: int | str | None,
+    job_name: str | None,
+    lockstep: bool | None,
+    target_workers: str,
+    distribute_kwargs: Mapping[str, Any],
+) -> tuple[lockstep_.Read, dict[str, Any]]:
+    """How this trainer reads (in lockstep, as a trial of a sweep, or first-come-first-served), and the
+    keyword arguments for TensorFlow's ``distribute`` (with the trial's cross-trainer cache)."""
+    import tensorflow as tf
+
+    cardinality = _cardinality(dataset)
+    cache = distribute_kwargs.get("cross_trainer_cache") is not None
+    trainer_id = sweep.plan(
+        trial, job_name=job_name, cardinality=cardinality, where=where, lockstep=lockstep, cross_trainer_cache=cache
+    )
+    read_plan = lockstep_.plan(
+        where,
+        lockstep=lockstep,
+        job_name=job_name,
+        cardinality=cardinality,
+        target_workers=target_workers,
+        cross_trainer_cache=cache or trainer_id is not None,
+    )
+    tf_kwargs = dict(distribute_kwargs)
+    if trainer_id is not None:
+        tf_kwargs["cross_trainer_cache"] = tf.data.experimental.service.CrossTrainerCache(trainer_id)
+    return read_plan, tf_kwargs
+
+
+def _claim(
+    settings: ClientSettings,
+    dataset: tf.data.Dataset,
+    job_name: str | None,
+    on_mismatch: str,
+    element_spec: Any,
+    check_servers: bool,
+) -> str | None:
+    """The job to read, once the servers can run the pipeline: ``job_name`` claimed for this pipeline
+    (or a job of its own, ``on_mismatch="separate"``), its element spec checked; remembered for ``iterate``."""
+    graph = graph_def(dataset)
+    if check_servers:
+        servercheck.check_servers(graph, settings)
+    remember_input_files(graph)
+    job = job_name
+    if job_name is not None:
+        job = _join_job(settings, job_name, dataset, fp.fingerprint(graph), on_mismatch)
+    if element_spec is not None:
+        check_element_spec(element_spec, dataset.element_spec, f"job {job!r}" if job else "the pipeline")
+    _last.update(settings=settings, job_name=job)
+    return job
+
+
+def _read(
+    dataset: tf.data.Dataset,
+    settings: ClientSettings,
+    mode: str,
+    protocol: Any,
+    job: str | None,
+    target_workers: str,
+    read_plan: lockstep_.Read,
+    tf_kwargs: Mapping[str, Any],
+) -> tf.data.Dataset:
+    """``dataset`` read through the service, ending with the stage ``StallCallback`` measures a Keras fit with."""
+    import tensorflow as tf
+
+    read = dataset.apply(
+        tf.data.experimental.service.distribute(
+            processing_mode=tf.data.experimental.service.ShardingPolicy[mode],
+            service=settings.address,
+            job_name=job,
+            data_transfer_protocol=protocol,
             target_workers=target_workers,
-            cross_trainer_cache=cache or trainer_id is not None,
+            **read_plan.kwargs(),
+            **tf_kwargs,
         )
-        tf_kwargs = dict(distribute_kwargs)
-        if trainer_id is not None:
-            tf_kwargs["cross_trainer_cache"] = tf.data.experimental.service.CrossTrainerCache(trainer_id)
-        warn_local_reads(settings, target_workers)
-        graph = graph_def(dataset)
-        if check_servers:
-            servercheck.check_servers(graph, settings)
-        remember_input_files(graph)
-        job = job_name
-        if job_name is not None:
-            job = _join_job(settings, job_name, dataset, fp.fingerprint(graph), on_mismatch)
-        if element_spec is not None:
-            check_element_spec(element_spec, dataset.element_spec, f"job {job!r}" if job else "the pipeline")
-        _last.update(settings=settings, job_name=job)
-        read = dataset.apply(
-            tf.data.experimental.service.distribute(
-                processing_mode=tf.data.experimental.service.ShardingPolicy[mode],
-                service=settings.address,
-                job_name=job,
-                data_transfer_protocol=protocol,
-                target_workers=target_workers,
-                **read_plan.kwargs(),
-                **tf_kwargs,
-            )
-        )
-        return fit.stamp_waits(read)  # what StallCallback measures a Keras fit with
-
-    return apply
+    )
+    return fit.stamp_waits(read)
 
 
 def _cardinality(dataset: tf.data.Dataset) -> int:

@@ -154,6 +154,14 @@ def plan(
     if where.count == 1:
         return Read()  # one trainer: nothing to keep in step, read as before
     many = f"{where.count} trainers in lockstep (trainer {where.index}, from {where.source})"
+    _check_coordinated_reads(many, job_name, target_workers, cross_trainer_cache)
+    _check_infinite(many, cardinality)
+    return Read(where.index, where.count)
+
+
+def _check_coordinated_reads(many: str, job_name: str | None, target_workers: str, cross_trainer_cache: bool) -> None:
+    """Refuse what TensorFlow's coordinated reads cannot serve: no shared job, workers in the trainer's
+    process, a cross-trainer cache. ``many`` names the trainers, for the message."""
     if not job_name:
         raise LockstepError(
             f"{many} must share one tf.data job: pass the same job_name= in every trainer (for example the "
@@ -171,6 +179,10 @@ def plan(
             "cache (the cache is for independent trials that each read the whole stream): drop "
             "cross_trainer_cache=, or pass lockstep=False if these trainers are independent trials"
         )
+
+
+def _check_infinite(many: str, cardinality: int) -> None:
+    """Refuse a dataset that ends, or may: coordinated reads need an infinite one."""
     if cardinality == UNKNOWN:
         raise LockstepError(
             f"{many} need an infinite dataset, and TensorFlow cannot tell whether this one ends (a filter, a "
@@ -189,4 +201,3 @@ def plan(
             "steps_per_epoch=...), or take that many steps). Or pass lockstep=False to read "
             "first-come-first-served"
         )
-    return Read(where.index, where.count)

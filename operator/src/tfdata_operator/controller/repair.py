@@ -66,24 +66,7 @@ def replace_lost_pods(run: Run) -> bool:
     run.node_loss = nodeloss.decide(svc, lost, kept, now, saving)
     run.outcome.requeue_after = sooner(run.outcome.requeue_after, run.node_loss.requeue_after)
     for replacement in run.node_loss.replace:
-        meta = replacement.pod["metadata"]
-        if replacement.retain is not None:
-            # Before the claim goes: with reclaim Delete (local-path's), the provisioner would delete the old
-            # journal's data when the node comes back. A failed patch raises, and nothing is deleted.
-            run.api.retain(replacement.retain)
-            log.info("%s/%s: set PersistentVolume %s (the journal of pod %s) to Retain", namespace, svc.name,
-                     replacement.retain, meta["name"])  # fmt: skip
-        if replacement.claim is not None:
-            # First, or the StatefulSet controller would recreate the pod on the old claim, bound to the lost
-            # node. The claim stays Terminating (pvc-protection) until the pod object is gone, and meanwhile the
-            # controller refuses to create the pod ("pvc ... is being deleted", stateful_pod_control.go's
-            # createPersistentVolumeClaims) and retries; then it creates a new claim and the pod.
-            uid = kept.uid if kept is not None and kept.claim == replacement.claim else None
-            run.api.delete("v1", "PersistentVolumeClaim", namespace, replacement.claim, uid=uid)
-        # gracePeriodSeconds 0 removes the object at once: no kubelet will ever confirm the pod stopped.
-        if run.api.delete("v1", "Pod", namespace, meta["name"], uid=meta.get("uid"), grace_period_seconds=0):
-            run.record(replacement.reason, replacement.message, replacement.event_type)
-            run.outcome.result = "changed"
+        _replace_lost_pod(run, replacement, kept)
     dispatcher_pod = f"{builders.dispatcher_name(svc)}-0"
     for worker in nodeloss.stranded_workers(run.node_loss, dispatcher_pod, run.children.pods_of(builders.WORKER)):
         why = "it was registered with the dispatcher pod lost with its node, and would not reach the new one"
@@ -95,6 +78,30 @@ def replace_lost_pods(run: Run) -> bool:
     if workers is not None and workers.reason == reasons.KEPT_FOR_SNAPSHOT:
         _warn_once(run, reasons.WORKERS_READY, workers.reason, f"Kept worker {workers.message}")
     return True
+
+
+def _replace_lost_pod(run: Run, replacement: nodeloss.Replacement, kept: nodeloss.Journal | None) -> None:
+    """One pod lost with its node: its journal's volume kept (Retain) and its claim deleted when the plan
+    says so, then the pod force-deleted."""
+    svc, namespace = run.svc, run.body["metadata"]["namespace"]
+    meta = replacement.pod["metadata"]
+    if replacement.retain is not None:
+        # Before the claim goes: with reclaim Delete (local-path's), the provisioner would delete the old
+        # journal's data when the node comes back. A failed patch raises, and nothing is deleted.
+        run.api.retain(replacement.retain)
+        log.info("%s/%s: set PersistentVolume %s (the journal of pod %s) to Retain", namespace, svc.name,
+                 replacement.retain, meta["name"])  # fmt: skip
+    if replacement.claim is not None:
+        # First, or the StatefulSet controller would recreate the pod on the old claim, bound to the lost
+        # node. The claim stays Terminating (pvc-protection) until the pod object is gone, and meanwhile the
+        # controller refuses to create the pod ("pvc ... is being deleted", stateful_pod_control.go's
+        # createPersistentVolumeClaims) and retries; then it creates a new claim and the pod.
+        uid = kept.uid if kept is not None and kept.claim == replacement.claim else None
+        run.api.delete("v1", "PersistentVolumeClaim", namespace, replacement.claim, uid=uid)
+    # gracePeriodSeconds 0 removes the object at once: no kubelet will ever confirm the pod stopped.
+    if run.api.delete("v1", "Pod", namespace, meta["name"], uid=meta.get("uid"), grace_period_seconds=0):
+        run.record(replacement.reason, replacement.message, replacement.event_type)
+        run.outcome.result = "changed"
 
 
 def _warn_once(run: Run, condition: str, reason: str, message: str) -> None:

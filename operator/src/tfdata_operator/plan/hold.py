@@ -174,21 +174,36 @@ def decide(
     if svc.snapshots is not None and snapshots is None:
         snapshots = Unknown("the snapshots were not read")
     if (saving := writing(svc, snapshots)) is not None:
-        wait = bound(svc, held_since, now)
-        if wait.over:
-            message = (
-                f"{_capital(pending.what)} carried out after waiting {wait.waited:.0f} s (rescaleMaxWaitSeconds "
-                f"{wait.max_wait}) although {saving}. A snapshot whose worker leaves may never complete."
-            )
-            return HoldDecision(FORCE, pending, message, snapshot=True)
-        message = (
-            f"{_capital(pending.what)} waits: {saving}, and a worker that leaves while a snapshot is written "
-            f"stalls it for good. It is carried out once no snapshot is being written{wait.deadline}; set "
-            "spec.workers.rescalePolicy: Immediate to carry it out now (the snapshot then never completes)."
-        )
-        return HoldDecision(HOLD, pending, message, wait.requeue(SNAPSHOT_RECHECK_SECONDS), snapshot=True)
+        return _held_for_snapshot(svc, pending, saving, held_since, now)
     if not pending.breaks_readers:
         return HoldDecision(PROCEED, pending, f"{_capital(pending.what)} carried out: no snapshot is being written.")
+    return _held_for_readers(svc, pending, signal, held_since, now)
+
+
+def _held_for_snapshot(
+    svc: ServiceSpec, pending: Pending, saving: str, held_since: datetime | None, now: datetime
+) -> HoldDecision:
+    """A snapshot is being written (``saving`` says which): hold the change, or force it after the maximum wait."""
+    wait = bound(svc, held_since, now)
+    if wait.over:
+        message = (
+            f"{_capital(pending.what)} carried out after waiting {wait.waited:.0f} s (rescaleMaxWaitSeconds "
+            f"{wait.max_wait}) although {saving}. A snapshot whose worker leaves may never complete."
+        )
+        return HoldDecision(FORCE, pending, message, snapshot=True)
+    message = (
+        f"{_capital(pending.what)} waits: {saving}, and a worker that leaves while a snapshot is written "
+        f"stalls it for good. It is carried out once no snapshot is being written{wait.deadline}; set "
+        "spec.workers.rescalePolicy: Immediate to carry it out now (the snapshot then never completes)."
+    )
+    return HoldDecision(HOLD, pending, message, wait.requeue(SNAPSHOT_RECHECK_SECONDS), snapshot=True)
+
+
+def _held_for_readers(
+    svc: ServiceSpec, pending: Pending, signal: Signal | None, held_since: datetime | None, now: datetime
+) -> HoldDecision:
+    """A reader-breaking change: proceed after a quiet moment, hold while clients read, or force after the
+    maximum wait."""
     if signal is None:
         signal = Unknown("the signal was not read")
     if isinstance(signal, ServiceSignals) and not signal.reading:

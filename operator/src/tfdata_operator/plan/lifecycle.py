@@ -110,6 +110,18 @@ def owner_references(
     return None if kept == refs else kept
 
 
+@dataclass
+class _Draft:
+    """What ``decide`` has found so far: each rule adds to it in turn."""
+
+    status: Manifest = field(default_factory=dict)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    action: tuple[str, str, str] | None = None  # (what, why, message) due now
+    planned: tuple[str, str, datetime] | None = None  # (what, why, at) later
+    requeue: float | None = None
+    refs: list[Manifest] | None = None
+
+
 def decide(
     svc: ServiceSpec,
     workload: Manifest | Unreadable | None,
@@ -124,95 +136,134 @@ def decide(
     read), else None."""
     life, old = svc.lifecycle, old or {}
     old_workload = old.get("workload") or {}
-    status: Manifest = {}
-    events: list[tuple[str, str, str]] = []
-    action: tuple[str, str, str] | None = None  # (what, why, message) due now
-    planned: tuple[str, str, datetime] | None = None  # (what, why, at) later
-    requeue: float | None = None
-    refs = None
+    draft = _Draft()
     if life.workload is not None:
-        ref, what = life.workload, _reference(life.workload)
-        seen: Manifest = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
-        if isinstance(workload, Unreadable):
-            seen |= {"state": UNREADABLE, "message": workload.why[:1024]}
-            if old_workload.get("state") != UNREADABLE:
-                events.append(("Warning", reasons.WORKLOAD_UNREADABLE, f"Cannot read {what}: {workload.why}"))
-            requeue = WORKLOAD_RECHECK_SECONDS
-        elif workload is None:
-            seen |= {"state": NOT_FOUND, "message": f"No {what} in namespace {svc.namespace}: nothing is done."}
-            if old_workload.get("state") != NOT_FOUND:
-                message = (
-                    f"{what} does not exist in namespace {svc.namespace}: spec.lifecycle does nothing until it does"
-                )
-                events.append(("Warning", reasons.WORKLOAD_NOT_FOUND, message))
-            requeue = WORKLOAD_RECHECK_SECONDS
-        else:
-            uid = str(workload["metadata"].get("uid", ""))
-            refs = owner_references(current_refs, workload, life.delete_with_workload, old_workload.get("uid"))
-            seen["uid"] = uid
-            done = finished(workload)
-            same = old_workload.get("uid") == uid
-            if done is None:
-                seen["state"] = RUNNING
-                if life.after_workload_finishes is not None:
-                    requeue = WORKLOAD_RECHECK_SECONDS
-            else:
-                kind, when = done
-                at = when or (coretypes.parse_time(old_workload.get("finishedAt")) if same else None) or now
-                seen |= {"state": FINISHED, "condition": kind, "finishedAt": _time(at)}
-                acted = old_workload.get("actedAt") if same else None
-                if acted:
-                    seen["actedAt"] = acted
-                elif (after := life.after_workload_finishes) is not None:
-                    due = at + timedelta(seconds=after.after_seconds)
-                    verb = "suspended" if after.action == LIFECYCLE_SUSPEND else "deleted"
-                    if now >= due:
-                        message = (
-                            f"{what} finished ({kind}) at {_time(at)}: the service is {verb} "
-                            f"(spec.lifecycle.afterWorkloadFinishes, afterSeconds {after.after_seconds})"
-                        )
-                        action = (after.action, WHY_FINISHED, message)
-                        seen["actedAt"] = _time(now)
-                    else:
-                        planned = (after.action, WHY_FINISHED, due)
-                        requeue = (due - now).total_seconds()
-                        if not (same and old_workload.get("state") == FINISHED):
-                            message = f"{what} finished ({kind}): the service will be {verb} at {_time(due)}"
-                            events.append(("Normal", reasons.WORKLOAD_FINISHED, message))
-        status["workload"] = seen
+        draft.status["workload"] = _follow_workload(
+            draft, svc, life.workload, workload, current_refs, old_workload, now
+        )
     elif old_workload.get("uid"):
-        refs = owner_references(current_refs, None, False, old_workload.get("uid"))
-
+        draft.refs = owner_references(current_refs, None, False, old_workload.get("uid"))
     if life.idle is not None:
-        idle = life.idle.suspend_after_seconds
-        last = coretypes.parse_time(old.get("lastReadTime"))
-        if isinstance(signal, ServiceSignals):
-            read = now if signal.reading else now - timedelta(seconds=signal.idle_seconds)
-            last = read if last is None else max(last, read)
-        if last is not None:
-            status["lastReadTime"] = _time(last)
-            status["secondsSinceLastRead"] = max(0, int((now - last).total_seconds()))
-        if isinstance(signal, str):
-            status["readError"] = signal[:1024]
-        if not svc.suspend and last is not None and signal is not None and not isinstance(signal, str):
-            due = last + timedelta(seconds=idle)
-            if now >= due:
-                message = (
-                    f"No client has read for {status['secondsSinceLastRead']} s: the service is suspended "
-                    f"(spec.lifecycle.idle.suspendAfterSeconds {idle}); set spec.suspend: false to resume it"
-                )
-                action = action or (LIFECYCLE_SUSPEND, WHY_IDLE, message)
-            elif planned is None or due < planned[2]:
-                planned = (LIFECYCLE_SUSPEND, WHY_IDLE, due)
-        elif signal is None and not svc.suspend and (keep := old.get("nextAction") or {}).get("why") == WHY_IDLE:
-            # Not read this time (not due yet, or no dispatcher runs): the plan stands while it lies
-            # ahead; once due, the next read (when a dispatcher runs: its pod's events bring it) decides.
-            kept_at = coretypes.parse_time(keep.get("at"))
-            if kept_at is not None and kept_at > now and (planned is None or kept_at < planned[2]):
-                planned = (str(keep.get("action")), WHY_IDLE, kept_at)
-        if isinstance(signal, str) and not svc.suspend:
-            requeue = _sooner(requeue, WORKLOAD_RECHECK_SECONDS)
+        _follow_idle(draft, svc, life.idle.suspend_after_seconds, old, signal, now)
+    return _conclude(draft, svc, now)
 
+
+def _follow_workload(
+    draft: _Draft,
+    svc: ServiceSpec,
+    ref: WorkloadRef,
+    workload: Manifest | Unreadable | None,
+    current_refs: Sequence[Mapping[str, Any]],
+    old_workload: Mapping[str, Any],
+    now: datetime,
+) -> Manifest:
+    """The afterWorkloadFinishes and deleteWithWorkload rules: status.lifecycle.workload."""
+    life, what = svc.lifecycle, _reference(ref)
+    seen: Manifest = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
+    if isinstance(workload, Unreadable):
+        seen |= {"state": UNREADABLE, "message": workload.why[:1024]}
+        if old_workload.get("state") != UNREADABLE:
+            draft.events.append(("Warning", reasons.WORKLOAD_UNREADABLE, f"Cannot read {what}: {workload.why}"))
+        draft.requeue = WORKLOAD_RECHECK_SECONDS
+    elif workload is None:
+        seen |= {"state": NOT_FOUND, "message": f"No {what} in namespace {svc.namespace}: nothing is done."}
+        if old_workload.get("state") != NOT_FOUND:
+            message = f"{what} does not exist in namespace {svc.namespace}: spec.lifecycle does nothing until it does"
+            draft.events.append(("Warning", reasons.WORKLOAD_NOT_FOUND, message))
+        draft.requeue = WORKLOAD_RECHECK_SECONDS
+    else:
+        uid = str(workload["metadata"].get("uid", ""))
+        draft.refs = owner_references(current_refs, workload, life.delete_with_workload, old_workload.get("uid"))
+        seen["uid"] = uid
+        done = finished(workload)
+        if done is None:
+            seen["state"] = RUNNING
+            if life.after_workload_finishes is not None:
+                draft.requeue = WORKLOAD_RECHECK_SECONDS
+        else:
+            _finished_workload(draft, svc, what, seen, done, old_workload, old_workload.get("uid") == uid, now)
+    return seen
+
+
+def _finished_workload(
+    draft: _Draft,
+    svc: ServiceSpec,
+    what: str,
+    seen: Manifest,
+    done: tuple[str, datetime | None],
+    old_workload: Mapping[str, Any],
+    same: bool,
+    now: datetime,
+) -> None:
+    """The workload has finished: act once ``afterSeconds`` have passed (once per workload uid,
+    ``same`` when it is the one on record), else plan to."""
+    kind, when = done
+    at = when or (coretypes.parse_time(old_workload.get("finishedAt")) if same else None) or now
+    seen |= {"state": FINISHED, "condition": kind, "finishedAt": _time(at)}
+    acted = old_workload.get("actedAt") if same else None
+    if acted:
+        seen["actedAt"] = acted
+    elif (after := svc.lifecycle.after_workload_finishes) is not None:
+        due = at + timedelta(seconds=after.after_seconds)
+        verb = "suspended" if after.action == LIFECYCLE_SUSPEND else "deleted"
+        if now >= due:
+            message = (
+                f"{what} finished ({kind}) at {_time(at)}: the service is {verb} "
+                f"(spec.lifecycle.afterWorkloadFinishes, afterSeconds {after.after_seconds})"
+            )
+            draft.action = (after.action, WHY_FINISHED, message)
+            seen["actedAt"] = _time(now)
+        else:
+            draft.planned = (after.action, WHY_FINISHED, due)
+            draft.requeue = (due - now).total_seconds()
+            if not (same and old_workload.get("state") == FINISHED):
+                message = f"{what} finished ({kind}): the service will be {verb} at {_time(due)}"
+                draft.events.append(("Normal", reasons.WORKLOAD_FINISHED, message))
+
+
+def _follow_idle(
+    draft: _Draft,
+    svc: ServiceSpec,
+    idle: int,
+    old: Mapping[str, Any],
+    signal: ServiceSignals | str | None,
+    now: datetime,
+) -> None:
+    """The idle rule (suspend after ``idle`` seconds): when the last read was, and a suspend due now
+    or planned."""
+    status = draft.status
+    last = coretypes.parse_time(old.get("lastReadTime"))
+    if isinstance(signal, ServiceSignals):
+        read = now if signal.reading else now - timedelta(seconds=signal.idle_seconds)
+        last = read if last is None else max(last, read)
+    if last is not None:
+        status["lastReadTime"] = _time(last)
+        status["secondsSinceLastRead"] = max(0, int((now - last).total_seconds()))
+    if isinstance(signal, str):
+        status["readError"] = signal[:1024]
+    if not svc.suspend and last is not None and signal is not None and not isinstance(signal, str):
+        due = last + timedelta(seconds=idle)
+        if now >= due:
+            message = (
+                f"No client has read for {status['secondsSinceLastRead']} s: the service is suspended "
+                f"(spec.lifecycle.idle.suspendAfterSeconds {idle}); set spec.suspend: false to resume it"
+            )
+            draft.action = draft.action or (LIFECYCLE_SUSPEND, WHY_IDLE, message)
+        elif draft.planned is None or due < draft.planned[2]:
+            draft.planned = (LIFECYCLE_SUSPEND, WHY_IDLE, due)
+    elif signal is None and not svc.suspend and (keep := old.get("nextAction") or {}).get("why") == WHY_IDLE:
+        # Not read this time (not due yet, or no dispatcher runs): the plan stands while it lies
+        # ahead; once due, the next read (when a dispatcher runs: its pod's events bring it) decides.
+        kept_at = coretypes.parse_time(keep.get("at"))
+        if kept_at is not None and kept_at > now and (draft.planned is None or kept_at < draft.planned[2]):
+            draft.planned = (str(keep.get("action")), WHY_IDLE, kept_at)
+    if isinstance(signal, str) and not svc.suspend:
+        draft.requeue = _sooner(draft.requeue, WORKLOAD_RECHECK_SECONDS)
+
+
+def _conclude(draft: _Draft, svc: ServiceSpec, now: datetime) -> Decision:
+    """The action due now (none when the service is suspended already), else the one planned."""
+    action, planned, status, requeue = draft.action, draft.planned, draft.status, draft.requeue
     if action is not None and action[0] == LIFECYCLE_SUSPEND and svc.suspend:
         action = None  # suspended already (by hand, or by the idle rule)
     if planned is not None and not (svc.suspend and planned[0] == LIFECYCLE_SUSPEND) and action is None:
@@ -220,19 +271,14 @@ def decide(
         status["nextAction"] = {"action": what_, "why": why, "at": _time(at)}
         requeue = _sooner(requeue, max(1.0, (at - now).total_seconds()))
     if action is not None:
-        events.append(
-            (
-                "Normal",
-                reasons.LIFECYCLE_SUSPEND if action[0] == LIFECYCLE_SUSPEND else reasons.LIFECYCLE_DELETE,
-                action[2],
-            )
-        )
+        reason = reasons.LIFECYCLE_SUSPEND if action[0] == LIFECYCLE_SUSPEND else reasons.LIFECYCLE_DELETE
+        draft.events.append(("Normal", reason, action[2]))
     return Decision(
         action=action[0] if action else None,
         message=action[2] if action else "",
-        owner_references=refs,
+        owner_references=draft.refs,
         status=status or None,
-        events=events,
+        events=draft.events,
         requeue_after=requeue,
     )
 

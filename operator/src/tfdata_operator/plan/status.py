@@ -202,48 +202,12 @@ def compute_status(
     old = body.get("status") or {}
     generation = int(body.get("metadata", {}).get("generation", 0))
     held = decision if decision is not None and decision.action == hold.HOLD and decision.pending else None
-    held_suspend = held if held is not None and held.pending is not None and held.pending.is_suspend else None
     address = builders.dispatcher_address(svc, settings) if svc else old.get("dispatcherAddress")
-    dispatcher = explained(dispatcher_condition(observed), observed.dispatcher_problem)
-    if svc is not None:
-        workers = explained(workers_condition(svc, observed, waiting), observed.workers_problem)
-        if held is not None and held_suspend is None:
-            workers = Condition(WORKERS_READY, False, RESCALE_HELD, held.message)
-        elif drains is not None and drains.max_unavailable == 0 and workers.reason == reasons.WORKERS_SERVING:
-            workers = Condition(WORKERS_READY, True, workers.reason, f"{workers.message} {drains.message}")
-    else:
-        workers = Condition(WORKERS_READY, False, INVALID_SPEC, "The spec is invalid; see the Ready condition.")
-    suspended: Condition | None = None
-    if svc is not None and (svc.suspend or any(c.get("type") == SUSPENDED for c in old.get("conditions") or [])):
-        suspended = suspended_condition(svc, observed, held_suspend, str(address))
-    if suspended is not None and suspended.status:
-        dispatcher = Condition(DISPATCHER_READY, False, SUSPENDED, "The service is suspended: no dispatcher runs.")
-        workers = Condition(WORKERS_READY, False, SUSPENDED, "The service is suspended: no worker runs.")
-        ready = Condition(READY, False, SUSPENDED, suspended.message)
-    elif held_suspend is not None and invalid is None:
-        ready = Condition(READY, False, SUSPEND_HELD, held_suspend.message)
-    else:
-        ready = summary_condition(dispatcher, workers, invalid, reason)
-    conditions = [ready, dispatcher, workers] + ([suspended] if suspended is not None else [])
-
+    conditions = _conditions(svc, old, observed, held, drains, str(address), invalid, waiting, reason)
     worker_status = (observed.workers or {}).get("status") or {}
     desired = svc.workers.replicas if svc else int(body.get("spec", {}).get("workers", {}).get("replicas", 0))
     ready_replicas = int(worker_status.get("readyReplicas", 0))
     live_list = scaling.live_worker_list(builders.read_config(observed.dispatcher))
-    held_status = None
-    if held is not None and held.pending is not None:
-        since = (old.get("held") or {}).get("since") or now
-        held_status = {"change": held.pending.change, "since": since, "message": held.message}
-    drains_status = None
-    if drains is not None and drains.waiting:
-        since = (old.get("drains") or {}).get("since") or now
-        unreadable = ((old.get("drains") or {}).get("unreadableSince") or now) if drains.unreadable else None
-        drains_status = {
-            "maxUnavailable": drains.max_unavailable,
-            "since": since,
-            "unreadableSince": unreadable,
-            "message": drains.message,
-        }
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": merge_conditions(old.get("conditions"), conditions, generation, now),
@@ -258,14 +222,73 @@ def compute_status(
         "workerAddresses": live_list,
         "dispatcherAddress": address,
         "selector": builders.worker_selector(svc) if svc else old.get("selector"),
-        "held": held_status,
-        "drains": drains_status,
+        "held": _held_status(held, old, now),
+        "drains": _drains_status(drains, old, now),
         "server": server_status(observed.server_info, observed.server_pod)
         if observed.server_info
         else old.get("server"),
     }
     # Text from the pods and from Kubernetes is in there: cut to the CRD, or the API server refuses all of it.
     return limits.fit(status, limits.SERVICE_STATUS)
+
+
+def _conditions(
+    svc: ServiceSpec | None,
+    old: Mapping[str, Any],
+    observed: Servers,
+    held: hold.HoldDecision | None,
+    drains: drain.DrainDecision | None,
+    address: str,
+    invalid: str | None,
+    waiting: str | None,
+    reason: str,
+) -> list[Condition]:
+    """Ready, DispatcherReady, WorkersReady and (once the service was ever suspended) Suspended:
+    a held rescale or suspend and the drains that wait show in them."""
+    held_suspend = held if held is not None and held.pending is not None and held.pending.is_suspend else None
+    dispatcher = explained(dispatcher_condition(observed), observed.dispatcher_problem)
+    if svc is not None:
+        workers = explained(workers_condition(svc, observed, waiting), observed.workers_problem)
+        if held is not None and held_suspend is None:
+            workers = Condition(WORKERS_READY, False, RESCALE_HELD, held.message)
+        elif drains is not None and drains.max_unavailable == 0 and workers.reason == reasons.WORKERS_SERVING:
+            workers = Condition(WORKERS_READY, True, workers.reason, f"{workers.message} {drains.message}")
+    else:
+        workers = Condition(WORKERS_READY, False, INVALID_SPEC, "The spec is invalid; see the Ready condition.")
+    suspended: Condition | None = None
+    if svc is not None and (svc.suspend or any(c.get("type") == SUSPENDED for c in old.get("conditions") or [])):
+        suspended = suspended_condition(svc, observed, held_suspend, address)
+    if suspended is not None and suspended.status:
+        dispatcher = Condition(DISPATCHER_READY, False, SUSPENDED, "The service is suspended: no dispatcher runs.")
+        workers = Condition(WORKERS_READY, False, SUSPENDED, "The service is suspended: no worker runs.")
+        ready = Condition(READY, False, SUSPENDED, suspended.message)
+    elif held_suspend is not None and invalid is None:
+        ready = Condition(READY, False, SUSPEND_HELD, held_suspend.message)
+    else:
+        ready = summary_condition(dispatcher, workers, invalid, reason)
+    return [ready, dispatcher, workers] + ([suspended] if suspended is not None else [])
+
+
+def _held_status(held: hold.HoldDecision | None, old: Mapping[str, Any], now: str) -> dict[str, Any] | None:
+    """status.held: the change a hold keeps back, and since when (None: nothing is held)."""
+    if held is None or held.pending is None:
+        return None
+    since = (old.get("held") or {}).get("since") or now
+    return {"change": held.pending.change, "since": since, "message": held.message}
+
+
+def _drains_status(drains: drain.DrainDecision | None, old: Mapping[str, Any], now: str) -> dict[str, Any] | None:
+    """status.drains: while drains wait for the readers, since when (None: none waits)."""
+    if drains is None or not drains.waiting:
+        return None
+    since = (old.get("drains") or {}).get("since") or now
+    unreadable = ((old.get("drains") or {}).get("unreadableSince") or now) if drains.unreadable else None
+    return {
+        "maxUnavailable": drains.max_unavailable,
+        "since": since,
+        "unreadableSince": unreadable,
+        "message": drains.message,
+    }
 
 
 # status.server lists at most this many of the ops the preloads registered (its opCount counts all).

@@ -276,41 +276,8 @@ class Aggregator:
             poll = self._poll
         clients = self.clients.live()
         why: list[str] = []  # why "reading" is True; empty means idle
-        answering: list[WorkerReading] = []
-        unreachable: list[str] = []
-        registered = self._workers_registered()
-        if poll is None:
-            why.append("the dispatcher has not read its workers yet")
-        elif self.config.worker_health_port is None:
-            why.append("the workers are not asked (no worker_health_port in the configuration): unknown")
-        else:
-            if poll.error is not None:
-                why.append(f"{poll.error}: unknown")
-            if registered is None and poll.registered is not None:
-                registered = float(len(poll.registered))
-            answering = [w for w in poll.workers if w.error is None]
-            unreachable = [w.address for w in poll.workers if w.error is not None]
-            busy = [w for w in answering if (w.tasks or 0) > 0]
-            if busy:
-                tasks = sum(w.tasks or 0 for w in busy)
-                why.append(f"{len(busy)} of {len(answering)} answering workers hold tasks ({tasks:.0f} in all)")
-            # A worker that exists but does not answer might be the one serving a reader; one
-            # whose name no longer resolves has no pod and serves nobody (DYNAMIC keeps removed
-            # workers registered forever).
-            silent = [w for w in poll.workers if w.error is not None and not w.gone]
-            if silent:
-                why.append(f"{len(silent)} workers did not answer, so they may be serving: {silent[0].error}")
-            elif registered is not None and registered > len(poll.workers):
-                # Registered since the last poll: it may already serve a new reader.
-                why.append(f"{registered:.0f} workers registered, {len(poll.workers)} asked so far: unknown")
-        if self.journal is not None:
-            try:
-                attached = self.journal.attached()
-            except OSError as exc:
-                why.append(f"could not read the dispatcher's journal: {exc}: unknown")
-            else:
-                if attached:
-                    why.append(f"{attached} clients attached to jobs (the dispatcher's journal)")
+        answering, unreachable, registered = self._workers_why(poll, why)
+        self._journal_why(why)
         if clients:
             why.append(f"{len(clients)} reporting clients have not said done")
         with self._lock:
@@ -341,6 +308,49 @@ class Aggregator:
             jobs=jobs,
             jobs_not_listed=jobs_not_listed,
         )
+
+    def _workers_why(self, poll: Poll | None, why: list[str]) -> tuple[list[WorkerReading], list[str], float | None]:
+        """Why the workers say "reading" (added to ``why``); the workers that answered, the addresses of
+        those that did not, and how many are registered (None: unknown)."""
+        answering: list[WorkerReading] = []
+        unreachable: list[str] = []
+        registered = self._workers_registered()
+        if poll is None:
+            why.append("the dispatcher has not read its workers yet")
+        elif self.config.worker_health_port is None:
+            why.append("the workers are not asked (no worker_health_port in the configuration): unknown")
+        else:
+            if poll.error is not None:
+                why.append(f"{poll.error}: unknown")
+            if registered is None and poll.registered is not None:
+                registered = float(len(poll.registered))
+            answering = [w for w in poll.workers if w.error is None]
+            unreachable = [w.address for w in poll.workers if w.error is not None]
+            busy = [w for w in answering if (w.tasks or 0) > 0]
+            if busy:
+                tasks = sum(w.tasks or 0 for w in busy)
+                why.append(f"{len(busy)} of {len(answering)} answering workers hold tasks ({tasks:.0f} in all)")
+            # A worker that exists but does not answer might be the one serving a reader; one
+            # whose name no longer resolves has no pod and serves nobody (DYNAMIC keeps removed
+            # workers registered forever).
+            silent = [w for w in poll.workers if w.error is not None and not w.gone]
+            if silent:
+                why.append(f"{len(silent)} workers did not answer, so they may be serving: {silent[0].error}")
+            elif registered is not None and registered > len(poll.workers):
+                # Registered since the last poll: it may already serve a new reader.
+                why.append(f"{registered:.0f} workers registered, {len(poll.workers)} asked so far: unknown")
+        return answering, unreachable, registered
+
+    def _journal_why(self, why: list[str]) -> None:
+        """Clients attached to jobs, by the dispatcher's journal (added to ``why``)."""
+        if self.journal is not None:
+            try:
+                attached = self.journal.attached()
+            except OSError as exc:
+                why.append(f"could not read the dispatcher's journal: {exc}: unknown")
+            else:
+                if attached:
+                    why.append(f"{attached} clients attached to jobs (the dispatcher's journal)")
 
     def signals_route(self) -> Reply:
         return Reply(200, self.signals().to_json().encode(), "application/json")

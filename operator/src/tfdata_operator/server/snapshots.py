@@ -321,6 +321,13 @@ class SnapshotReader:
             return 409, SnapshotDeletion(path, plan.state_before, journaled, kept=tuple(names or ()), detail=detail)
         if not plan.remove and not plan.remove_all:  # a tombstone already: nothing to wait for
             return 200, carry_out(files, path, plan, self._clock_wall())
+        return self._start_removal(files, path, plan, journaled, removal)
+
+    def _start_removal(
+        self, files: WritableFileSystem, path: str, plan: DeletionPlan, journaled: bool, removal: _Removal
+    ) -> tuple[int, SnapshotDeletion]:
+        """The tombstone's markers written, then the files removed on a thread of their own (``_remove``), at
+        most ``MAX_REMOVALS`` at once (503 when that many are under way); 409 with ``under_way`` once started."""
         with self._lock:
             busy = self._background >= MAX_REMOVALS
             if not busy:

@@ -265,7 +265,12 @@ def run(kind: str, config: serverconfig.ServerConfig, pod_name: str | None, repo
     except Exception as exc:
         report(FAILED, False, f"{kind} failed to start: {exc}", None)
         return 1
+    return _serve(kind, config, server, report, log)
 
+
+def _serve(kind: str, config: serverconfig.ServerConfig, server: _Server, report: Report, log: logging.Logger) -> int:
+    """The started server: reports until SIGTERM (or until the supervisor is gone), with the dispatcher's
+    journals pruned and its snapshot progress served meanwhile, then stops it."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     log.info("%s", server.started)
