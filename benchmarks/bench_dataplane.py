@@ -485,7 +485,7 @@ def part_cache(trainers: list[Trainer], one: Cluster, args: argparse.Namespace) 
                "warmup": args.scaleout_warmup, "seconds": args.cache_seconds}  # fmt: skip
     for run in range(args.runs):
         for variant in variants_:
-            cached = variant.startswith("with")
+            cached = variant == variants_[1]
             requests = [
                 {
                     **request,
