@@ -357,7 +357,7 @@ bench-autoscaling: images venv ## Benchmark (figures, not a test; ~45 min, BENCH
 	PYTHONPATH=$(ROOT) $(PY) benchmarks/bench_autoscaling.py --kubectl "$$(devcluster/k8s-binaries.sh | tail -n 1)/kubectl" $(BENCH_AUTOSCALING_ARGS)
 
 .PHONY: bench-dataplane
-bench-dataplane: venv ## Benchmark (figures, not a test; ~11 min, QUICK=1: ~4): tf.data's data plane, real dispatchers and workers on 127.0.0.1 (no Kubernetes), the trainer on CPU 0 and the servers on CPU 1: through one worker vs in process (100 B, 10 KB, 1 MB), scale-out over 1-8 workers (curve: docs/img/dataplane-scaleout.png), compression AUTO vs None (JSON: .local/bench/dataplane-last.json).
+bench-dataplane: venv ## Benchmark (figures, not a test; ~16 min, QUICK=1: ~6; BENCH_DATAPLANE_ARGS='--parts trainers,cache': the new parts alone): tf.data's data plane, real dispatchers and workers on 127.0.0.1 (no Kubernetes), the trainer on CPU 0 and the servers on CPU 1: through one worker vs in process (100 B, 10 KB, 1 MB), scale-out over 1-8 workers (curve: docs/img/dataplane-scaleout.png), compression AUTO vs None, 1/2/4 trainers on one service (own jobs vs one shared job_name) against one alone, a 3-trial sweep's worker CPU with the cross-trainer cache vs without (JSON: .local/bench/dataplane-last.json).
 	PYTHONPATH=$(ROOT) nice -n 10 $(PY) benchmarks/bench_dataplane.py $(if $(QUICK),--quick) $(BENCH_DATAPLANE_ARGS)
 
 .PHONY: bench-snapshots

@@ -3,8 +3,9 @@
 No Kubernetes: ``tfdata-server dispatcher`` and ``tfdata-server worker`` run as processes here (as
 in tests/server), and one trainer process reads through them with the client helper's
 ``distribute()`` (``check_servers=False``; TensorFlow's defaults otherwise, unless a part says).
-The trainer is pinned to CPU 0, every dispatcher and worker (supervisor and TensorFlow process) to
-CPU 1, so neither steals the other's CPU (``--no-pin``: no pinning; on one CPU nothing is pinned).
+The trainer (every trainer, in the trainers and cache parts) is pinned to CPU 0, every dispatcher
+and worker (supervisor and TensorFlow process) to CPU 1, so neither steals the other's CPU
+(``--no-pin``: no pinning; on one CPU nothing is pinned).
 
 - cost: elements/s and the time of each ``next()`` (median, p90) of ``from_tensors(payload).repeat()``
   with payloads of 100 B, 10 KB and 1 MB of random bytes, read through one worker (sharding OFF,
@@ -21,13 +22,26 @@ CPU 1, so neither steals the other's CPU (``--no-pin``: no pinning; on one CPU n
   of repeated English text and of random bytes, through one worker: elements/s and the bytes the
   trainer received from the worker, per element (TCP payload, from the kernel's ``bytes_received``
   of the trainer's sockets to the worker's port, as ``ss -ti`` shows them: gRPC framing included).
+- trainers: 1, 2 and 4 trainer processes (all on CPU 0) reading one service of ``--trainer-workers``
+  (2) workers at once, the sleep pipeline: each trainer its own job (what independent trainers
+  get), and all in one job shared by ``job_name`` (sharding ``--trainers-sharding``, OFF: the job's
+  elements split first-come-first-served among them), each round against the same round's rate
+  of one trainer alone;
+- cache: a sweep of ``--trials`` (3) trials of one CPU-heavy pipeline (``counter().map()`` of
+  ``--burn`` 128x128 matmuls) on the same service, whose workers have
+  ``cross_trainer_cache_size_bytes`` (``--cache-mib``): each trial its own job (every trial reads
+  the whole stream; the workers compute it once per trial) against one job read as trial ``k``
+  through the cross-trainer cache (``distribute(trial=k, job_name=...)``); the workers' CPU time
+  (utime + stime in ``/proc/<pid>/stat`` of each worker process and its TensorFlow child) over
+  trial 0's window, per second and per element a trial read.
 
 Every point runs ``--runs`` times, the variants interleaved (A B A B ...), so the noise of this
 shared machine falls on all of them; the tables show median (min-max), and ratios are of medians
 of the same run. The scale-out curve is drawn against the physical line N x rate(1) into
 docs/img/dataplane-scaleout.png. Writes .local/bench/dataplane-last.json (the previous run's kept as
 dataplane-previous.json). ``--quick``: one short run of each point, the curve drawn into .local/bench
-instead. Figures, not pass/fail.
+instead. ``--parts`` picks parts (``--parts trainers,cache``: the many-trainer ones alone). Figures,
+not pass/fail.
 """
 
 from __future__ import annotations
@@ -59,13 +73,14 @@ SIZES = {"100 B": 100, "10 KB": 10_000, "1 MB": 1_000_000}
 DATA = ("zeros", "text", "random")
 WORKER_COUNTS = (1, 2, 4, 8)
 DEFAULT = "AUTOTUNE (default)"
+PARTS = ("cost", "scaleout", "compression", "trainers", "cache")
 
 # The trainer: one process that imports TensorFlow once and answers one JSON request per stdin line
 # with one JSON line: it reads a pipeline (in process, or through the service) for a warm-up, then
 # for a window, timing each next(), and counts the bytes its sockets received from the worker ports.
 TRAINER = textwrap.dedent(
     """
-    import json, statistics, subprocess, sys, time
+    import json, os, statistics, subprocess, sys, time
     import numpy as np
     import tensorflow as tf
     from tensorflow.python.data.experimental.ops import testing
@@ -96,15 +111,36 @@ TRAINER = textwrap.dedent(
                         total[local] = int(field.split(":")[1])
         return total
 
+    def cpu_seconds(pids):
+        # utime + stime of each process (all its threads), from /proc/<pid>/stat.
+        total = 0
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def burn(x, matmuls):
+        m = tf.random.stateless_uniform([128, 128], seed=tf.stack([x, 0]))
+        for _ in range(matmuls):
+            m = tf.matmul(m, m) / 128.0
+        return tf.reduce_sum(m)
+
     def read(req):
         if req["pipeline"] == "sleep":
             dataset = tf.data.Dataset.range(10**9).apply(testing.sleep(int(req["sleep_ms"] * 1000)))
+        elif req["pipeline"] == "burn":
+            # Infinite, as the cross-trainer cache needs.
+            dataset = tf.data.Dataset.counter().map(lambda x: burn(x, req["burn"]))
         else:
             dataset = tf.data.Dataset.from_tensors(payload(req["data"], req["bytes"])).repeat()
         if req["address"]:
             kwargs = {"compression": req["compression"]}
             if req.get("max_outstanding_requests"):
                 kwargs["max_outstanding_requests"] = req["max_outstanding_requests"]
+            for key in ("job_name", "trial"):
+                if req.get(key) is not None:
+                    kwargs[key] = req[key]
             dataset = dataset.apply(client.distribute(
                 address=req["address"], sharding_policy=req["sharding"], check_servers=False, **kwargs))
         iterator = iter(dataset)
@@ -113,6 +149,7 @@ TRAINER = textwrap.dedent(
         while time.perf_counter() - start < req["warmup"]:
             next(iterator)
         before = received(ports)
+        cpu_before = cpu_seconds(req.get("cpu_pids", []))
         gaps = []
         start = last = time.perf_counter()
         while last - start < req["seconds"]:
@@ -121,12 +158,13 @@ TRAINER = textwrap.dedent(
             gaps.append(now - last)
             last = now
         after = received(ports)
+        cpu = cpu_seconds(req.get("cpu_pids", [])) - cpu_before
         del iterator
         gaps.sort()
         return {
             "elements": len(gaps), "seconds": last - start,
             "median_us": statistics.median(gaps) * 1e6, "p90_us": gaps[int(0.9 * (len(gaps) - 1))] * 1e6,
-            "bytes": sum(after[k] - before.get(k, 0) for k in after),
+            "bytes": sum(after[k] - before.get(k, 0) for k in after), "cpu_seconds": cpu,
         }
 
     print("ready", flush=True)
@@ -215,15 +253,20 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 class Trainer:
-    """The trainer process (TRAINER above): one read per request."""
+    """The trainer process (TRAINER above): one read per request. ``wait=False``: started, not waited
+    for (``wait_ready()`` then), so that several trainers import TensorFlow at once."""
 
-    def __init__(self, cpu: int | None) -> None:
+    def __init__(self, cpu: int | None, wait: bool = True) -> None:
         self.log = tempfile.TemporaryFile()  # noqa: SIM115  # the process's stderr until close()
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
         self.process = subprocess.Popen(
             [sys.executable, "-c", TRAINER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.log, text=True, preexec_fn=pinned(cpu),
         )  # fmt: skip
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
         self._line()
 
     def _line(self) -> str:
@@ -235,10 +278,17 @@ class Trainer:
         return line
 
     def read(self, **request: Any) -> dict[str, Any]:
+        self.send(**request)
+        return self.receive()
+
+    def send(self, **request: Any) -> None:
+        """Starts a read (``receive()`` answers it): trainers sent to one after another read at once."""
         assert self.process.stdin is not None
         defaults = {"address": None, "worker_ports": [], "compression": "AUTO", "sharding": "OFF"}
         self.process.stdin.write(json.dumps({**defaults, **request}) + "\n")
         self.process.stdin.flush()
+
+    def receive(self) -> dict[str, Any]:
         return dict(json.loads(self._line()))
 
     def close(self) -> None:
@@ -366,6 +416,116 @@ def part_compression(trainer: Trainer, one: Cluster, args: argparse.Namespace) -
     return results
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process under it (a ``tfdata-server`` supervisor and its TensorFlow process)."""
+    found = [pid]
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in task.read_text().split():
+            found += descendants(int(child))
+    return found
+
+
+def worker_pids(one: Cluster) -> list[int]:
+    return [pid for process, _, _ in one.processes[1:] for pid in descendants(process.pid)]
+
+
+def read_together(trainers: list[Trainer], requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each trainer's read, all started at once (their windows overlap but for the send's few ms)."""
+    for trainer, request in zip(trainers, requests, strict=True):
+        trainer.send(**request)
+    return [trainer.receive() for trainer in trainers]
+
+
+def part_trainers(trainers: list[Trainer], one: Cluster, args: argparse.Namespace) -> dict[str, Any]:
+    """1 trainer alone, then N trainers at once on one service: each with its own job, and all in one
+    job shared by ``job_name``; rounds interleaved, each compared with its own round's 1-trainer rate."""
+    counts = [n for n in args.trainer_counts if n > 1]
+    modes = ("own jobs", "one shared job")
+    alone: list[float] = []
+    reads: dict[str, dict[int, list[list[float]]]] = {m: {n: [] for n in counts} for m in modes}
+    request = {"pipeline": "sleep", "sleep_ms": args.sleep_ms, "sharding": args.trainers_sharding,
+               "address": one.address, "worker_ports": one.worker_ports, "warmup": args.scaleout_warmup,
+               "seconds": args.scaleout_seconds}  # fmt: skip
+    for run in range(args.runs):
+        alone.append(rate(trainers[0].read(**request)))
+        print(f"  trainers run {run + 1}/{args.runs}: 1 trainer alone: {alone[-1]:,.1f}/s", flush=True)
+        for n in counts:
+            for mode in modes:
+                job = None if mode == "own jobs" else f"trainers-{run}-{n}"
+                rates = [rate(r) for r in read_together(trainers[:n], [{**request, "job_name": job}] * n)]
+                reads[mode][n].append(rates)
+                print(f"  trainers run {run + 1}/{args.runs}: {n} trainers, {mode}: "
+                      f"{' + '.join(f'{r:,.1f}' for r in rates)} = {sum(rates):,.1f}/s", flush=True)  # fmt: skip
+    results: dict[str, Any] = {
+        "pipeline": f"range().apply(sleep {args.sleep_ms:g} ms)", "sharding": args.trainers_sharding,
+        "workers": len(one.worker_ports), "1 trainer alone, elements/s": spread(alone, 1), "trainers": {},
+    }  # fmt: skip
+    for mode, by_n in reads.items():
+        results["trainers"][mode] = {
+            f"{n} trainers": {
+                "total elements/s": spread([sum(r) for r in runs], 1),
+                "each trainer, elements/s": spread([x for r in runs for x in r], 1),
+                # Against the same round's rate of one trainer alone.
+                "each trainer / alone": spread([x / a for r, a in zip(runs, alone, strict=True) for x in r], 3),
+                "total / alone": spread([sum(r) / a for r, a in zip(runs, alone, strict=True)], 3),
+            }
+            for n, runs in by_n.items()
+        }
+    return results
+
+
+def part_cache(trainers: list[Trainer], one: Cluster, args: argparse.Namespace) -> dict[str, Any]:
+    """A sweep of ``len(trainers)`` trials of one CPU-heavy pipeline: each its own job (every trial
+    reads the whole stream, the workers compute it once per trial) against one job read through the
+    workers' cross-trainer cache (``distribute(trial=k, job_name=...)``): the workers' CPU time."""
+    pids = worker_pids(one)
+    variants_ = ("without cache (own jobs)", "with cache (one job, trial=k)")
+    rounds: dict[str, list[dict[str, Any]]] = {v: [] for v in variants_}
+    request = {"pipeline": "burn", "burn": args.burn, "address": one.address, "worker_ports": one.worker_ports,
+               "warmup": args.scaleout_warmup, "seconds": args.cache_seconds}  # fmt: skip
+    for run in range(args.runs):
+        for variant in variants_:
+            cached = variant == variants_[1]
+            requests = [
+                {
+                    **request,
+                    "job_name": f"sweep-{run}" if cached else None,
+                    "trial": k if cached else None,
+                    "cpu_pids": pids if k == 0 else [],
+                }
+                for k in range(len(trainers))
+            ]
+            reads = read_together(trainers, requests)
+            rates = [rate(r) for r in reads]
+            cores = reads[0]["cpu_seconds"] / reads[0]["seconds"]  # over trial 0's window
+            rounds[variant].append({"rates": rates, "cores": cores})
+            print(f"  cache run {run + 1}/{args.runs}: {variant}: trials {' / '.join(f'{r:,.1f}' for r in rates)}/s, "
+                  f"workers {cores:.2f} CPU", flush=True)  # fmt: skip
+
+    def figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "each trial, elements/s": spread([x for r in runs for x in r["rates"]], 1),
+            "workers' CPU (cores)": spread([r["cores"] for r in runs], 3),
+            # CPU time of the workers per element a trial read (every trial reads the whole stream).
+            "workers' CPU ms per element read": spread([1000 * r["cores"] / sum(r["rates"]) for r in runs], 3),
+        }
+
+    pairs = list(zip(rounds[variants_[1]], rounds[variants_[0]], strict=True))  # (with, without) of one round
+    results: dict[str, Any] = {
+        "pipeline": f"counter().map({args.burn} 128x128 matmuls)", "trials": len(trainers),
+        "workers": len(one.worker_ports), "worker processes measured": len(pids),
+        "cross_trainer_cache_size_bytes": args.cache_mib * 2**20,
+        **{v: figures(rounds[v]) for v in variants_},
+        "with / without, each trial's elements/s": spread(
+            [statistics.median(w["rates"]) / statistics.median(o["rates"]) for w, o in pairs], 3
+        ),
+        "with / without, CPU ms per element read": spread(
+            [(w["cores"] / sum(w["rates"])) / (o["cores"] / sum(o["rates"])) for w, o in pairs], 3
+        ),
+    }  # fmt: skip
+    return results
+
+
 def print_cost(results: dict[str, Any], pinning: str) -> None:
     rows = []
     for label in SIZES:
@@ -406,6 +566,37 @@ def print_compression(results: dict[str, Any]) -> None:
                 ["data", "compression", "elements/s", "bytes per element"], rows)  # fmt: skip
 
 
+def print_trainers(results: dict[str, Any], pinning: str) -> None:
+    alone = results["1 trainer alone, elements/s"]
+    rows = [["1", "alone", show(alone, 1), show(alone, 1), "1.000", "1.000"]]
+    for mode, by_n in results["trainers"].items():
+        for n, point in by_n.items():
+            rows.append([n.split()[0], mode, show(point["total elements/s"], 1),
+                         show(point["each trainer, elements/s"], 1), show(point["each trainer / alone"], 3),
+                         show(point["total / alone"], 3)])  # fmt: skip
+    print_table(
+        f"Many trainers, one service ({pinning}): {results['pipeline']}, {results['workers']} workers, sharding "
+        f"{results['sharding']}; ratios against the same round's 1 trainer alone; median (min-max)",
+        ["trainers", "jobs", "total elements/s", "each trainer", "each / alone", "total / alone"], rows,
+    )  # fmt: skip
+
+
+def print_cache(results: dict[str, Any], pinning: str) -> None:
+    rows = []
+    for variant in ("without cache (own jobs)", "with cache (one job, trial=k)"):
+        figures = results[variant]
+        rows.append([variant, show(figures["each trial, elements/s"], 1), show(figures["workers' CPU (cores)"], 3),
+                     show(figures["workers' CPU ms per element read"], 3)])  # fmt: skip
+    rows.append(["with / without", show(results["with / without, each trial's elements/s"], 3), "",
+                 show(results["with / without, CPU ms per element read"], 3)])  # fmt: skip
+    print_table(
+        f"A sweep of {results['trials']} trials ({pinning}): {results['pipeline']}, {results['workers']} workers, "
+        f"cross_trainer_cache_size_bytes {results['cross_trainer_cache_size_bytes']:,}; workers' CPU from "
+        "/proc/<pid>/stat over trial 0's window; median (min-max)",
+        ["sweep", "each trial elements/s", "workers' CPU (cores)", "workers' CPU ms per element read"], rows,
+    )  # fmt: skip
+
+
 def draw(results: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -438,7 +629,7 @@ def draw(results: dict[str, Any], path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="cost,scaleout,compression", help="comma-separated")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {','.join(PARTS)}")
     parser.add_argument("--runs", type=int, default=3, help="runs of each point, interleaved")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds read before each window")
     parser.add_argument("--seconds", type=float, default=3.0, help="the window of each cost and compression point")
@@ -451,37 +642,67 @@ def main() -> int:
         "--outstanding", default="default,64,2",
         help="the scale-out's variants: max_outstanding_requests values, 'default' for TensorFlow's (AUTOTUNE)",
     )  # fmt: skip
+    parser.add_argument("--trainers", default="1,2,4", help="the many-trainer part's trainer counts")
+    parser.add_argument("--trainers-sharding", default="OFF", help="its sharding policy (OFF or DYNAMIC)")
+    parser.add_argument("--trainer-workers", type=int, default=2, help="the workers of the trainers and cache parts")
+    parser.add_argument("--trials", type=int, default=3, help="the cache part's trials of one sweep")
+    parser.add_argument("--burn", type=int, default=64, help="the cache part's 128x128 matmuls per element")
+    parser.add_argument("--cache-seconds", type=float, default=6.0, help="the window of each cache point")
+    parser.add_argument("--cache-mib", type=int, default=64, help="the workers' cross_trainer_cache_size_bytes, MiB")
     parser.add_argument("--no-pin", action="store_true", help="leave the processes on every CPU")
     parser.add_argument("--png", type=Path, help=f"where to draw the scale-out curve (default {PNG.relative_to(ROOT)})")
     parser.add_argument("--quick", action="store_true", help="one short run of each point, for development")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.warmup, args.seconds, args.scaleout_warmup, args.scaleout_seconds = 1, 0.5, 1.0, 1.5, 2.0
+        args.cache_seconds = 4.0  # shorter windows mostly measure the buffers filled before them
         args.png = args.png or OUT / "dataplane-scaleout-quick.png"  # the committed curve is of full runs
     parts = args.parts.split(",")
+    if unknown := set(parts) - set(PARTS):
+        parser.error(f"--parts: unknown {', '.join(sorted(unknown))}; the parts are {','.join(PARTS)}")
+    args.trainer_counts = sorted({1, *map(int, args.trainers.split(","))})
     counts = sorted({1, *map(int, args.workers.split(","))})
     pin = not args.no_pin and len(os.sched_getaffinity(0)) >= 2
     client_cpu, server_cpu = (CLIENT_CPU, SERVER_CPU) if pin else (None, None)
     pinning = (f"trainer pinned to CPU {CLIENT_CPU}, dispatchers and workers to CPU {SERVER_CPU}" if pin
                else "nothing pinned")  # fmt: skip
+    many_pinning = (f"every trainer pinned to CPU {CLIENT_CPU}, the dispatcher and workers to CPU {SERVER_CPU}"
+                    if pin else "nothing pinned")  # fmt: skip
     print(f"{pinning}; {os.cpu_count()} CPUs; runs of each point: {args.runs}", flush=True)
     results: dict[str, Any] = {"when": now_rfc3339(), "cpus": os.cpu_count(), "pinning": pinning, "runs": args.runs}
     started = time.monotonic()
     with ExitStack() as stack:
-        wanted = counts if "scaleout" in parts else [1]
+        wanted = counts if "scaleout" in parts else [1] if {"cost", "compression"} & set(parts) else []
         clusters = {n: stack.enter_context(cluster(n, server_cpu, "DYNAMIC")) for n in wanted}
-        trainer = Trainer(client_cpu)
-        stack.callback(trainer.close)
-        for one in clusters.values():
+        many = {"trainers", "cache"} & set(parts)
+        shared = None
+        if many:  # one service for the many-trainer parts, its workers with a cross-trainer cache
+            options = {"cross_trainer_cache_size_bytes": args.cache_mib * 2**20}
+            shared = stack.enter_context(cluster(args.trainer_workers, server_cpu, "DYNAMIC", worker_options=options))
+        needed = max([1, *(args.trainer_counts if "trainers" in parts else []), args.trials if "cache" in parts else 1])
+        trainers = [Trainer(client_cpu, wait=False) for _ in range(needed)]
+        for one_trainer in trainers:
+            stack.callback(one_trainer.close)
+        for one_trainer in trainers:
+            one_trainer.wait_ready()
+        trainer = trainers[0]
+        for one in [*clusters.values(), *([shared] if shared else [])]:
             one.wait_ready(300)
-        print(f"{sum(wanted)} workers and {len(wanted)} dispatchers ready after {time.monotonic() - started:.0f}s",
-              flush=True)  # fmt: skip
+        workers = sum(wanted) + (args.trainer_workers if shared else 0)
+        print(f"{workers} workers, {len(wanted) + bool(shared)} dispatchers and {needed} trainers ready after "
+              f"{time.monotonic() - started:.0f}s", flush=True)  # fmt: skip
         if "cost" in parts:
             results["cost"] = part_cost(trainer, clusters[1], args)
         if "scaleout" in parts:
             results["scale-out"] = part_scaleout(trainer, clusters, args)
         if "compression" in parts:
             results["compression"] = part_compression(trainer, clusters[1], args)
+        if "trainers" in parts and shared:
+            results["trainers"] = part_trainers(trainers, shared, args)
+            results["trainers"]["pinning"] = many_pinning
+        if "cache" in parts and shared:
+            results["cache"] = part_cache(trainers[: args.trials], shared, args)
+            results["cache"]["pinning"] = many_pinning
     results["seconds"] = round(time.monotonic() - started)
     if "cost" in results:
         print_cost(results["cost"], pinning)
@@ -490,6 +711,10 @@ def main() -> int:
         draw(results["scale-out"], args.png or PNG)
     if "compression" in results:
         print_compression(results["compression"])
+    if "trainers" in results:
+        print_trainers(results["trainers"], many_pinning)
+    if "cache" in results:
+        print_cache(results["cache"], many_pinning)
     print(f"\n{results['seconds']} s; written to {keep(results, 'dataplane')}")
     return 0
 
