@@ -503,10 +503,13 @@ def test_a_rescale_asked_mid_read_waits_for_the_reader_then_is_carried_out(servi
 
 def test_an_immediate_rescale_breaks_the_reader_as_documented(services: Services) -> None:
     address = services.create("rush", "FILE", workers={"replicas": 2, "rescalePolicy": "Immediate"})
-    with services.reader(address, "FILE", "many", "--delay=0.1", "--timeout=120") as reader:
+    # A slow reader (all 240 elements take 2 minutes at least), so that the rescale lands mid-read on a
+    # loaded machine too: beside the kind tier, a reader at 0.1 s an element once read everything
+    # before the dispatcher restarted (2026-11-29). It breaks at the restart, so this costs no time.
+    with services.reader(address, "FILE", "many", "--delay=0.5", "--timeout=300") as reader:
         reader.wait_elements(20)
         _scale(services, "rush", 3)
-        read = reader.finish(150)
+        read = reader.finish(330)
     # docs/concepts.md: the dispatcher restarts with a fresh journal, and the reading job is gone: the
     # client fails with TensorFlow's NotFoundError for its iteration (not a hang, not another error).
     assert read.returncode == 2, read.describe()
