@@ -231,10 +231,11 @@ test: ## The full suite (what CI runs), in two lanes side by side (the kind clus
 # it needs is there, beside tiers that do not need it. Only the venvs come first. The Kubernetes
 # binaries (devcluster/k8s-binaries.sh) build in the background from the start, while the dev lane
 # runs the tiers that need no control plane (unit, server, server_oldest), then waits for them (the
-# build's lock; untimed: the total has it) before lint (helm lints the chart) and the cluster tiers. The kind lane builds the images, then the
-# node image's parts that compile no Kubernetes, beside that build, then waits for it (one Go cache:
-# Kubernetes' packages are compiled once, for both) and finishes the node image. Warm, each build
-# finds its outputs and takes seconds. The builds' own logs: $(BUILD_LOG), $(KIND_LANE_LOG).
+# build's lock; untimed: the total has it) before lint (helm lints the chart) and the cluster tiers.
+# The kind lane builds the images, then the node image's parts that compile no Kubernetes and
+# metrics-server, beside that build, then waits for it (one Go cache: Kubernetes' packages are
+# compiled once, for both) and finishes the node image. Warm, each build finds its outputs and takes
+# seconds. The builds' own logs: $(BUILD_LOG), $(KIND_LANE_LOG).
 #
 # SHARED_TIERS need neither lane's cluster: each lane, once its own tiers passed, takes those not yet
 # taken, one at a time (a directory made atomically claims one). Warm, the kind lane finishes first
@@ -270,7 +271,7 @@ test-tiers:
 kind-image-after-binaries:
 	@kind/node-image.sh --parts >/dev/null
 	@kind/metrics-server.sh image >/dev/null
-	@devcluster/k8s-binaries.sh >/dev/null
+	@$(MAKE) --no-print-directory binaries
 	@kind/node-image.sh >/dev/null
 
 .PHONY: test-dev-lane
