@@ -49,10 +49,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -439,6 +439,17 @@ def ready_pods(api: Api) -> int:
 
 def now_rfc3339() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + ".000000Z"
+
+
+T = TypeVar("T")
+
+
+def in_turn(variants: Sequence[T], round_: int) -> list[T]:
+    """The order of ``variants`` in round ``round_`` (from 0) of an interleaved benchmark: each round
+    starts with the next one (A B, B A, A B, ...; A B C, B C A, C A B, ...), so that no variant always
+    goes first, on a machine that warms up or gets busier within a round."""
+    turn = round_ % len(variants) if variants else 0
+    return [*variants[turn:], *variants[:turn]]
 
 
 def main() -> int:

@@ -20,18 +20,19 @@ The workloads, each read by one trainer pod (the server image, the client helper
 ``envFrom``, reporting through ``iterate()``) as fast as it can:
 
 - CPU-heavy: ``--elements`` (6000) elements of a map of ``--burn`` 256x256 matmuls each. The needed
-  workers, ``--needed`` (2), are what a 2-core kind node can feed: one worker per core (the
-  dev-cluster e2e measured 45.8 elements/s with 1 worker and 42.7 with 4). On a bigger node, pass
-  the count its cores can feed;
+  workers, ``--needed`` (2), are what a 2-core kind node can feed: one worker per core (more workers
+  share the same two cores; both autoscalers still go to 4, docs/autoscaling.md). On a bigger node,
+  pass the count its cores can feed;
 - I/O-bound: ``--io-elements`` (3000) elements that each wait ``--sleep-ms`` (40) in the worker, as a read
   from a bucket does, at almost no CPU (TensorFlow's SleepDataset: a graph op, so it runs in the
   workers, where a py_function cannot). Each worker waits on its own elements, so every worker up to
   ``maxReplicas`` adds as much: ``--io-needed`` (4). The HPA should never scale it (the workers' CPU
   stays low); TFData adds workers as a trial, kept only if the trainer reads faster.
 
-Runs alternate: run 1 of every workload and mode (TFData, CPU, TFData, CPU, ...), then run 2, for
-``--runs`` (3) rounds, so that the machine's noise falls on both modes (about 45 minutes on 2
-cores). ``--quick`` is one short round, for development: 3000 and 1000 elements, a 30 s tail.
+Runs alternate: round 1 runs every workload under each mode, then round 2, for ``--runs`` (3)
+rounds, and each round starts with the next mode (TFData, CPU; then CPU, TFData; ...), so that the
+machine's noise falls on both modes and neither always runs first (about 45 minutes on 2 cores).
+``--quick`` is one short round, for development: 3000 and 1000 elements, a 30 s tail.
 ``--end-by HH:MM`` (UTC) starts no run that would end later than that, judged by the longest run of
 its workload so far, and the JSON says what ran.
 
@@ -52,10 +53,12 @@ The goal (issue 9): TFData reaches the needed workers at least 2x sooner than CP
 fewer worker-seconds. It prints, per workload, each figure's median over the runs with the smallest
 and largest value (``never in k`` when a count was not reached in k runs), CPU over TFData for the
 time to the needed workers and TFData over CPU for the worker-seconds while reading (from the
-medians). It writes
-.local/bench/autoscaling-last.json (every run's figures and scale Events, the summary; the previous
-run's file kept as autoscaling-previous.json and its summary printed beside), and each run's Events
-as autoscaling-<workload>-<mode>-<run>-events.txt. Figures, not pass/fail.
+medians), each ratio with its n: the runs of each mode its medians are over, of the runs done, and
+how many never reached the count or failed (those have no figure to take the median of). It writes
+.local/bench/autoscaling-last.json (every run's figures, scale Events and place in its round; the
+summary, each ratio's n under the ratio's key with ", n" added; the previous run's file kept as
+autoscaling-previous.json and its summary printed beside), and each run's Events as
+autoscaling-<workload>-<mode>-<run>-events.txt. Figures, not pass/fail.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from bench import OUT, now_rfc3339, report
+from bench import OUT, in_turn, now_rfc3339, report
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "autoscaling.yaml"
@@ -244,6 +247,18 @@ def look(kind: Kind, mode: str, name: str, namespace: str) -> tuple[Sample, str]
     return sample, items.get("Pod", {}).get("status", {}).get("phase", "")
 
 
+def schedule(rounds: int, workloads: list[Workload], modes: list[str]) -> list[tuple[int, Workload, str, int]]:
+    """The runs in the order they run: (round from 1, workload, mode, its place in the round among the
+    workload's modes). Each round runs every workload under each mode, and starts with the next mode
+    (TFData, CPU; CPU, TFData; ...), so that neither always runs first."""
+    return [
+        (run, workload, mode, place)
+        for run in range(1, rounds + 1)
+        for workload in workloads
+        for place, mode in enumerate(in_turn(modes, run - 1), 1)
+    ]
+
+
 def run_one(kind: Kind, workload: Workload, mode: str, run: int, args: argparse.Namespace) -> dict[str, Any]:
     label = f"{workload.key}-{mode.lower()}-{run}"
     namespace = f"bench-autoscaling-{label}"  # a new one each run: nothing the operator remembers carries over
@@ -366,14 +381,30 @@ def summarize(runs: list[dict[str, Any]], workloads: list[Workload], modes: list
         needed, ws = f"s to {workload.needed} ready workers", "worker-s while reading"
         tfdata, cpu = medians.get("TFData", {}), medians.get("CPU", {})
         if "TFData" in per_mode and "CPU" in per_mode:
-            per_mode[f"CPU over TFData, {needed} (medians)"] = (
-                round(cpu[needed] / tfdata[needed], 2) if needed in cpu and needed in tfdata else "-"
-            )
-            per_mode[f"TFData over CPU, {ws} (medians)"] = (
-                round(tfdata[ws] / cpu[ws], 2) if ws in cpu and ws in tfdata else "-"
-            )
+            mine = [r for r in runs if r["workload"] == workload.key]
+            key = f"CPU over TFData, {needed} (medians)"
+            per_mode[key] = round(cpu[needed] / tfdata[needed], 2) if needed in cpu and needed in tfdata else "-"
+            per_mode[f"{key}, n"] = ratio_n(mine, needed, ("CPU", "TFData"))
+            key = f"TFData over CPU, {ws} (medians)"
+            per_mode[key] = round(tfdata[ws] / cpu[ws], 2) if ws in cpu and ws in tfdata else "-"
+            per_mode[f"{key}, n"] = ratio_n(mine, ws, ("TFData", "CPU"))
         summary[workload.title] = per_mode
     return summary
+
+
+def ratio_n(runs: list[dict[str, Any]], key: str, modes: tuple[str, ...]) -> str:
+    """How many runs of each mode a ratio of medians of ``key`` is over, of the runs done, and why the
+    others are not in it: ``TFData 3 of 3, CPU 1 of 3 (never in 2)``."""
+    parts = []
+    for mode in modes:
+        done = [r for r in runs if r["mode"] == mode]
+        good = [r["figures"] for r in done if "figures" in r]
+        numbers = [f for f in good if isinstance(f.get(key), int | float)]
+        why = [f"never in {len(good) - len(numbers)}" if len(good) > len(numbers) else "",
+               f"failed {len(done) - len(good)}" if len(done) > len(good) else ""]  # fmt: skip
+        reasons = ", ".join(w for w in why if w)
+        parts.append(f"{mode} {len(numbers)} of {len(done)}" + (f" ({reasons})" if reasons else ""))
+    return ", ".join(parts)
 
 
 def print_tables(
@@ -394,8 +425,10 @@ def print_tables(
             values = (str(table[m].get(key, "-")).rjust(c) for m, c in zip(columns, cells, strict=True))
             print("  ".join([key.ljust(width), *values]))
         for key, value in table.items():
-            if key not in MODES:
-                print(f"{key}: {value}")
+            if key in MODES or (key.endswith(", n") and key.removesuffix(", n") in table):
+                continue  # a mode's column, or a ratio's n: printed beside its ratio
+            n = table.get(f"{key}, n")
+            print(f"{key}: {value}" + (f"; n: {n}" if n else ""))
 
 
 def end_by(text: str) -> float:
@@ -456,20 +489,21 @@ def main() -> int:
         "when": now_rfc3339(), "cpus": os.cpu_count(),
         "nodes (allocatable CPU)": ", ".join(n["status"]["allocatable"]["cpu"] for n in node),
         "worker CPU request": args.worker_cpu, "runs asked": args.runs, "tail s": args.tail,
+        "order": "each round starts with the next mode (A B, B A, ...)",
         "workloads": {w.title: w.describe() for w in workloads},
     }  # fmt: skip
     runs: list[dict[str, Any]] = []
     longest: dict[str, float] = {}
     stopped = None
-    for run, workload, mode in itertools.product(range(1, args.runs + 1), workloads, modes):
+    for run, workload, mode, place in schedule(args.runs, workloads, modes):
         if deadline and time.time() + longest.get(workload.key, 0) > deadline:
             stopped = f"before run {run} of {workload.title} {mode}: it would end after {args.end_by} UTC"
             print(f"stopped {stopped}", flush=True)
             break
-        print(f"{workload.title} {mode}, run {run} ...", flush=True)
+        print(f"{workload.title} {mode}, run {run} ({place} of {len(modes)} in its round) ...", flush=True)
         started = time.time()
-        entry: dict[str, Any] = {"workload": workload.key, "mode": mode, "run": run, "started": now_rfc3339(),
-                                 "load average": os.getloadavg()[0]}  # fmt: skip
+        entry: dict[str, Any] = {"workload": workload.key, "mode": mode, "run": run, "place in round": place,
+                                 "started": now_rfc3339(), "load average": os.getloadavg()[0]}  # fmt: skip
         try:
             entry["figures"] = run_one(kind, workload, mode, run, args)
         except SystemExit as exc:  # one run's failure is a figure too; the others still run

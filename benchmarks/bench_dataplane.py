@@ -7,10 +7,11 @@ The trainer (every trainer, in the trainers and cache parts) is pinned to CPU 0,
 and worker (supervisor and TensorFlow process) to CPU 1, so neither steals the other's CPU
 (``--no-pin``: no pinning; on one CPU nothing is pinned).
 
-- cost: elements/s and the time of each ``next()`` (median, p90) of ``from_tensors(payload).repeat()``
-  with payloads of 100 B, 10 KB and 1 MB of random bytes, read through one worker (sharding OFF,
-  compression AUTO: what ``distribute()`` sends by default) and the same pipeline read in the
-  trainer's own process (on its one CPU), as a ratio;
+- cost: elements/s and the time of each ``next()`` (median, p90, mean and max) of
+  ``from_tensors(payload).repeat()`` with payloads of 100 B, 10 KB and 1 MB of random bytes, read
+  through one worker (sharding OFF, compression AUTO: what ``distribute()`` sends by default) and the
+  same pipeline read in the trainer's own process (on its one CPU), as a ratio. The mean is 1 / the
+  rate: when it is far above the median, a few slow elements set the rate (the max says how slow);
 - scale-out: ``range().apply(sleep)``, each element waiting ``--sleep-ms`` (20) and costing almost
   no CPU, read through 1, 2, 4 and 8 workers (sharding OFF: no split request to the dispatcher per
   element); efficiency = rate(N) / (N x rate(1)), with each ``max_outstanding_requests`` of
@@ -35,13 +36,15 @@ and worker (supervisor and TensorFlow process) to CPU 1, so neither steals the o
   (utime + stime in ``/proc/<pid>/stat`` of each worker process and its TensorFlow child) over
   trial 0's window, per second and per element a trial read.
 
-Every point runs ``--runs`` times, the variants interleaved (A B A B ...), so the noise of this
-shared machine falls on all of them; the tables show median (min-max), and ratios are of medians
-of the same run. The scale-out curve is drawn against the physical line N x rate(1) into
-docs/img/dataplane-scaleout.png. Writes .local/bench/dataplane-last.json (the previous run's kept as
-dataplane-previous.json). ``--quick``: one short run of each point, the curve drawn into .local/bench
-instead. ``--parts`` picks parts (``--parts trainers,cache``: the many-trainer ones alone). Figures,
-not pass/fail.
+Every point runs ``--runs`` times, the variants interleaved and each run starting with the next
+one (A B, B A, A B, ...: in process and service, AUTO and None, the scale-out's and the cache's
+variants, the trainers' two ways), so the noise of this shared machine falls on all of them and no
+variant always reads first; the tables show median (min-max) over the runs, and each ratio is the
+median of one ratio per run, of that run's reads, over every run (none is left out). The
+scale-out curve is drawn against the physical line N x rate(1) into docs/img/dataplane-scaleout.png.
+Writes .local/bench/dataplane-last.json (the previous run's kept as dataplane-previous.json).
+``--quick``: one short run of each point, the curve drawn into .local/bench instead. ``--parts``
+picks parts (``--parts trainers,cache``: the many-trainer ones alone). Figures, not pass/fail.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from bench import OUT, now_rfc3339
+from bench import OUT, in_turn, now_rfc3339
 from bench_heartbeat import SERVER_BIN, free_ports, probe
 
 from tfdata_operator.wire import serverconfig
@@ -164,6 +167,9 @@ TRAINER = textwrap.dedent(
         return {
             "elements": len(gaps), "seconds": last - start,
             "median_us": statistics.median(gaps) * 1e6, "p90_us": gaps[int(0.9 * (len(gaps) - 1))] * 1e6,
+            # The mean is the window over the elements (1 / the rate): far above the median, a few slow
+            # elements set the rate, and the max shows how slow.
+            "mean_us": statistics.fmean(gaps) * 1e6, "max_us": gaps[-1] * 1e6,
             "bytes": sum(after[k] - before.get(k, 0) for k in after), "cpu_seconds": cpu,
         }
 
@@ -322,11 +328,11 @@ def rate(read: dict[str, Any]) -> float:
 
 
 def part_cost(trainer: Trainer, one: Cluster, args: argparse.Namespace) -> dict[str, Any]:
-    """In process against through one worker, per payload size, interleaved."""
+    """In process against through one worker, per payload size, interleaved, each first in turn."""
     reads: dict[str, dict[str, list[dict[str, Any]]]] = {s: {"in process": [], "service": []} for s in SIZES}
     for run in range(args.runs):
         for label, size in SIZES.items():
-            for where, address in (("in process", None), ("service", one.address)):
+            for where, address in in_turn((("in process", None), ("service", one.address)), run):
                 reads[label][where].append(trainer.read(
                     pipeline="payload", data="random", bytes=size, address=address, worker_ports=one.worker_ports,
                     warmup=args.warmup, seconds=args.seconds))  # fmt: skip
@@ -338,6 +344,8 @@ def part_cost(trainer: Trainer, one: Cluster, args: argparse.Namespace) -> dict[
             "elements/s": spread([rate(r) for r in runs]),
             "next() median us": spread([r["median_us"] for r in runs], 1),
             "next() p90 us": spread([r["p90_us"] for r in runs], 1),
+            "next() mean us": spread([r["mean_us"] for r in runs], 1),
+            "next() max us": spread([r["max_us"] for r in runs], 1),
         } for where, runs in by_where.items()}  # fmt: skip
         results[label]["service / in process, elements/s"] = spread(
             [rate(s) / rate(i) for s, i in zip(by_where["service"], by_where["in process"], strict=True)], 3
@@ -361,7 +369,7 @@ def part_scaleout(trainer: Trainer, clusters: dict[int, Cluster], args: argparse
     rates: dict[str, dict[int, list[float]]] = {v: {n: [] for n in clusters} for v in by_name}
     for run in range(args.runs):
         for n, one in clusters.items():
-            for name, extra in by_name.items():
+            for name, extra in in_turn(list(by_name.items()), run):
                 read = trainer.read(pipeline="sleep", sleep_ms=args.sleep_ms, sharding=args.sharding,
                                     address=one.address, worker_ports=one.worker_ports, warmup=args.scaleout_warmup,
                                     seconds=args.scaleout_seconds, **extra)  # fmt: skip
@@ -389,12 +397,12 @@ def part_scaleout(trainer: Trainer, clusters: dict[int, Cluster], args: argparse
 
 
 def part_compression(trainer: Trainer, one: Cluster, args: argparse.Namespace) -> dict[str, Any]:
-    """AUTO against None, 1 MB elements of each kind of data, through one worker."""
+    """AUTO against None, 1 MB elements of each kind of data, through one worker, each first in turn."""
     choices = {"AUTO": "AUTO", "None": None}
     reads: dict[str, dict[str, list[dict[str, Any]]]] = {d: {c: [] for c in choices} for d in DATA}
     for run in range(args.runs):
         for data in DATA:
-            for label, compression in choices.items():
+            for label, compression in in_turn(list(choices.items()), run):
                 read = trainer.read(pipeline="payload", data=data, bytes=SIZES["1 MB"], address=one.address,
                                     worker_ports=one.worker_ports, compression=compression, warmup=args.warmup,
                                     seconds=args.seconds)  # fmt: skip
@@ -450,7 +458,7 @@ def part_trainers(trainers: list[Trainer], one: Cluster, args: argparse.Namespac
         alone.append(rate(trainers[0].read(**request)))
         print(f"  trainers run {run + 1}/{args.runs}: 1 trainer alone: {alone[-1]:,.1f}/s", flush=True)
         for n in counts:
-            for mode in modes:
+            for mode in in_turn(modes, run):
                 job = None if mode == "own jobs" else f"trainers-{run}-{n}"
                 rates = [rate(r) for r in read_together(trainers[:n], [{**request, "job_name": job}] * n)]
                 reads[mode][n].append(rates)
@@ -484,7 +492,7 @@ def part_cache(trainers: list[Trainer], one: Cluster, args: argparse.Namespace) 
     request = {"pipeline": "burn", "burn": args.burn, "address": one.address, "worker_ports": one.worker_ports,
                "warmup": args.scaleout_warmup, "seconds": args.cache_seconds}  # fmt: skip
     for run in range(args.runs):
-        for variant in variants_:
+        for variant in in_turn(variants_, run):
             cached = variant == variants_[1]
             requests = [
                 {
@@ -532,12 +540,16 @@ def print_cost(results: dict[str, Any], pinning: str) -> None:
         for where in ("in process", "service"):
             figures = results[label][where]
             rows.append([label, where, show(figures["elements/s"]), show(figures["next() median us"], 1),
-                         show(figures["next() p90 us"], 1)])  # fmt: skip
+                         show(figures["next() p90 us"], 1), show(figures["next() mean us"], 1),
+                         show(figures["next() max us"])])  # fmt: skip
         rows.append(
-            [label, "service / in process", show(results[label]["service / in process, elements/s"], 3), "", ""]
-        )
-    print_table(f"Cost of the service: random payloads, 1 worker, compression AUTO ({pinning}); median (min-max)",
-                ["element", "read", "elements/s", "next() median µs", "next() p90 µs"], rows)  # fmt: skip
+            [label, "service / in process", show(results[label]["service / in process, elements/s"], 3), "", "", "",
+             ""]
+        )  # fmt: skip
+    print_table(f"Cost of the service: random payloads, 1 worker, compression AUTO ({pinning}); median (min-max) "
+                "over the runs; a next() mean far above its median: the rate is set by a few slow elements",
+                ["element", "read", "elements/s", "next() median µs", "next() p90 µs", "next() mean µs",
+                 "next() max µs"], rows)  # fmt: skip
 
 
 def print_scaleout(results: dict[str, Any]) -> None:
@@ -669,7 +681,10 @@ def main() -> int:
     many_pinning = (f"every trainer pinned to CPU {CLIENT_CPU}, the dispatcher and workers to CPU {SERVER_CPU}"
                     if pin else "nothing pinned")  # fmt: skip
     print(f"{pinning}; {os.cpu_count()} CPUs; runs of each point: {args.runs}", flush=True)
-    results: dict[str, Any] = {"when": now_rfc3339(), "cpus": os.cpu_count(), "pinning": pinning, "runs": args.runs}
+    results: dict[str, Any] = {
+        "when": now_rfc3339(), "cpus": os.cpu_count(), "pinning": pinning, "runs": args.runs,
+        "order": "interleaved, each run starting with the next variant (A B, B A, ...)",
+    }  # fmt: skip
     started = time.monotonic()
     with ExitStack() as stack:
         wanted = counts if "scaleout" in parts else [1] if {"cost", "compression"} & set(parts) else []
