@@ -230,21 +230,26 @@ test: ## The full suite (what CI runs), in two lanes side by side (the kind clus
 # Cold (a fresh machine: nothing cached), builds are a third of the run; each starts as soon as what
 # it needs is there, beside tiers that do not need it. Only the venvs come first. The Kubernetes
 # binaries (devcluster/k8s-binaries.sh) build in the background from the start, while the dev lane
-# runs the tiers that need no control plane (unit, server, server_oldest), then waits for them (the
-# build's lock; untimed: the total has it) before lint (helm lints the chart) and the cluster tiers.
+# runs the tiers that need no control plane (unit, then the EARLY_TIERS below while the build runs),
+# then waits for it (the build's lock; untimed: the total has it) before lint (helm lints the chart)
+# and the cluster tiers.
 # The kind lane builds the images, then the node image's parts that compile no Kubernetes and
 # metrics-server, beside that build, then waits for it (one Go cache: Kubernetes' packages are
 # compiled once, for both) and finishes the node image. Warm, each build finds its outputs and takes
 # seconds. The builds' own logs: $(BUILD_LOG), $(KIND_LANE_LOG).
 #
-# SHARED_TIERS need neither lane's cluster: each lane, once its own tiers passed, takes those not yet
-# taken, one at a time (a directory made atomically claims one). Warm, the kind lane finishes first
-# and takes them. A lane that failed takes none, so the other one still runs them. Only light tiers
-# are shared: the e2e tier's autoscaling cases compare throughputs of CPU-limited workers, so
-# nothing heavy runs beside it when it can be helped (warm, the kind tier is usually done then).
+# SHARED_TIERS need neither lane's cluster: a lane takes those not yet taken, one at a time (a
+# directory made atomically claims one), once its own tiers passed. A lane that failed takes none,
+# so the other one still runs them. EARLY_TIERS (the server tiers: real TensorFlow processes, no
+# control plane) are shared too, and the dev lane takes them first only while the Kubernetes binaries
+# are still building (cold: it would otherwise wait for them, idle). Warm, the binaries are there at
+# once: the dev lane goes straight to its cluster tiers, and the kind lane, done first (its tier is
+# shorter than integration + e2e + hostile), takes the server tiers beside the e2e tier's last
+# minutes; the dev lane takes whatever is left when it is done.
 KIND_LANE_LOG := $(ROOT)/.local/test-kind-lane.log
 BUILD_LOG := $(ROOT)/.local/test-binaries.log
-SHARED_TIERS := test-nodeagent test-images
+EARLY_TIERS := test-server test-server-oldest
+SHARED_TIERS := $(EARLY_TIERS) test-nodeagent test-images
 
 .PHONY: test-tiers
 test-tiers:
@@ -276,17 +281,21 @@ kind-image-after-binaries:
 
 .PHONY: test-dev-lane
 test-dev-lane:
-	@$(MAKE) --no-print-directory -o images test-unit test-server test-server-oldest
+	@$(MAKE) --no-print-directory -o images test-unit
+	@if ! devcluster/k8s-binaries.sh --ready; then \
+	  echo "== the Kubernetes binaries are still building: the server tiers run meanwhile"; \
+	  $(MAKE) --no-print-directory test-shared-tiers LANE=dev TIERS="$(EARLY_TIERS)"; \
+	fi
 	@echo "== the tiers that need a control plane wait for the Kubernetes binaries (log: $(BUILD_LOG))"
 	@$(MAKE) --no-print-directory binaries
 	@$(TIMED) lint $(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory -o images test-integration test-e2e test-hostile
 	@$(MAKE) --no-print-directory test-shared-tiers LANE=dev
 
-# Runs the SHARED_TIERS that no other lane took (all of them without TIER_CLAIMS).
+# Runs the SHARED_TIERS (or TIERS) that no other lane took (all of them without TIER_CLAIMS).
 .PHONY: test-shared-tiers
 test-shared-tiers:
-	@for t in $(SHARED_TIERS); do \
+	@for t in $(or $(TIERS),$(SHARED_TIERS)); do \
 	  if [ -n "$$TIER_CLAIMS" ]; then mkdir "$$TIER_CLAIMS/$$t" 2>/dev/null || continue; fi; \
 	  echo "== $$t (in the $(or $(LANE),only) lane)"; \
 	  $(MAKE) --no-print-directory -o images $$t || exit $$?; \
@@ -321,8 +330,8 @@ test-server-oldest: venv venv-oldest ## tests/server's servers and tf.data clien
 	TFDATA_TEST_SERVER_PYTHON=$(VENV_OLDEST)/bin/python $(PYTEST) -q tests/server/test_server_program.py tests/server/test_snapshots.py -k "not proto"
 
 .PHONY: test-integration
-test-integration: venv binaries ## Integration tests against a real control plane built from source.
-	$(PYTEST) -q tests/integration
+test-integration: venv binaries ## Integration tests against a real control plane built from source (always the tier's own: a TFDATA_TEST_KUBECONFIG in the environment is ignored here; test-e2e-kind's KIND_WITH_INTEGRATION runs them on kind).
+	env -u TFDATA_TEST_KUBECONFIG $(PYTEST) -q tests/integration
 
 .PHONY: test-nodeagent
 test-nodeagent: venv binaries ## The dev cluster's node agent against a real control plane (needs root).

@@ -28,7 +28,7 @@ command -v go >/dev/null || { log "Go is required to build kwok $KWOK_VERSION fr
 
 # The same Go caches as devcluster/k8s-binaries.sh: the Kubernetes client libraries are shared.
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off
-export GOFLAGS="-trimpath -buildvcs=false -modcacherw -mod=mod"
+export GOFLAGS="-trimpath -buildvcs=false -modcacherw -mod=mod -gcflags=all=-dwarf=false"
 export GOMODCACHE="$GOCACHE_DIR/mod" GOCACHE="$GOCACHE_DIR/build"
 mkdir -p "$BIN" "$CACHE/build"
 

@@ -45,7 +45,7 @@ log() { printf '[kueue %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}"
-export GOFLAGS="-trimpath -buildvcs=false -modcacherw"
+export GOFLAGS="-trimpath -buildvcs=false -modcacherw -gcflags=all=-dwarf=false"
 export GOMODCACHE="$GO_CACHE_DIR/mod" GOCACHE="$GO_CACHE_DIR/build"
 
 # The module's source directory, after checking its hash against the pin.
