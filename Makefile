@@ -114,7 +114,7 @@ crd-schemas: venv ## Rewrite the CRD's embedded Kubernetes schemas from hack/ope
 	$(MAKE) sync-crds
 
 .PHONY: api-docs
-api-docs: venv ## Rewrite docs/api.md, the API reference, from crds/ (tests/unit/test_docs.py fails when it is stale).
+api-docs: venv ## Rewrite docs/api.md, the API reference, from crds/ (tests/unit/project/test_docs.py fails when it is stale).
 	$(PY) hack/api-docs.py
 
 .PHONY: multi-worker-scripts

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes examples/multi-worker/scripts.yaml, the ConfigMap that carries the example's entry.py and
 train.py into its trainer pods, from those two files (they stay plain Python: linted and run by the
-tests; tests/unit/test_multi_worker_example.py fails when the ConfigMap differs).
+tests; tests/unit/project/test_multi_worker_example.py fails when the ConfigMap differs).
 
     hack/multi-worker-scripts.py            # rewrite scripts.yaml
     hack/multi-worker-scripts.py --check    # exit 1 if it differs from what would be written

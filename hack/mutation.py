@@ -111,12 +111,12 @@ def write_config(modules: list[str], selection: tuple[str, ...]) -> None:
         f"pytest_add_cli_args_test_selection ={select}\n"
         # Two modules check files, not the pure modules, in subprocesses that would import the
         # installed, unmutated package: the test plumbing, and the CRD's generated schemas.
-        "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    --ignore=tests/unit/test_test_plumbing.py\n"
-        "    --ignore=tests/unit/test_crd_schemas.py\n"
+        "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    --ignore=tests/unit/project/test_test_plumbing.py\n"
+        "    --ignore=tests/unit/project/test_crd_schemas.py\n"
         # One test runs the package's copy that `inject` makes on a Python without site-packages
         # (-S: an image without TensorFlow); in mutants/ that copy is the mutated one, whose
         # trampolines import mutmut, which such a Python cannot: it fails whatever the mutant.
-        "    --deselect=tests/unit/test_inject.py::"
+        "    --deselect=tests/unit/server/test_inject.py::"
         "test_bootstrap_on_a_python_without_tensorflow_exits_3_with_one_line\n"
         # Forked from a server process that ran no test: children forked from the process that
         # ran the whole suite inherit its threads' locks (the work queue's), and hang.

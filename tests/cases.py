@@ -12,11 +12,12 @@ from support import Kubectl, wait_for
 
 from tfdata_operator import __version__, cli
 from tfdata_operator.api import spec
-from tfdata_operator.api.identity import API_VERSION, KIND
+from tfdata_operator.api.identity import KIND
 from tfdata_operator.render.builders import BuildSettings
 from tfdata_operator.wire.signals import JobReading, ServiceSignals
 
 import devcluster
+from fixtures.manifests import API_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_PATH = ROOT / "crds" / "tfdata.dev_tfdataservices.yaml"
@@ -78,7 +79,7 @@ def expected_children(doc: dict[str, Any]) -> set[tuple[str, str]]:
 
 def manifest(case: BadSpec | Unready) -> str:
     body = "\n".join("  " + line for line in case.spec.strip().splitlines())
-    return f"apiVersion: tfdata.dev/v1alpha1\nkind: TFDataService\nmetadata:\n  name: {case.name}\nspec:\n{body}\n"
+    return f"apiVersion: {API_VERSION}\nkind: TFDataService\nmetadata:\n  name: {case.name}\nspec:\n{body}\n"
 
 
 BAD_SPECS = [

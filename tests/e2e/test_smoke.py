@@ -14,6 +14,7 @@ import pytest
 from support import Kubectl, OperatorProcess
 
 from devcluster import node as nodeagent
+from fixtures.manifests import API_VERSION
 
 READ_EVERYTHING = """
 import json, sys
@@ -71,7 +72,7 @@ def test_a_dynamic_service_serves_every_element_exactly_once(
 ) -> None:
     kubectl.apply(
         {
-            "apiVersion": "tfdata.dev/v1alpha1",
+            "apiVersion": API_VERSION,
             "kind": "TFDataService",
             "metadata": {"name": "smoke", "namespace": namespace},
             "spec": {

@@ -29,6 +29,7 @@ import pytest
 from support import Kubectl, OperatorProcess, wait_for
 
 from devcluster import node as nodeagent
+from fixtures.manifests import API_VERSION
 
 CLIENT = Path(__file__).resolve().parent / "clients" / "snapshot_dataset.py"
 SERVICE = "snapper"
@@ -79,7 +80,7 @@ def test_a_snapshot_is_saved_followed_loaded_exactly_once_and_deleted_safely(
     kubectl: Kubectl, namespace: str, operator: OperatorProcess, node_state_dir: Path, snapshot_dir: Path
 ) -> None:
     kubectl.apply({
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataService",
         "metadata": {"name": SERVICE, "namespace": namespace},
         "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 2},
@@ -89,7 +90,7 @@ def test_a_snapshot_is_saved_followed_loaded_exactly_once_and_deleted_safely(
                          check=False, timeout=310)  # fmt: skip
     assert waited.returncode == 0, waited.stderr
     kubectl.apply({
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataSnapshot",
         "metadata": {"name": SNAPSHOT, "namespace": namespace},
         "spec": {"service": SERVICE, "deletionPolicy": "Delete"},

@@ -27,6 +27,7 @@ from support import ROOT, Gone, Kubectl, OperatorProcess, wait_for
 from tfdata_operator.render import builders
 
 from devcluster import node as nodeagent
+from fixtures.manifests import API_VERSION
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 FILES, RECORDS = 6, 40
@@ -145,7 +146,7 @@ class Services:
 
     def create(self, name: str, policy: str, replicas: int = 2, **spec: Any) -> str:
         body = {
-            "apiVersion": "tfdata.dev/v1alpha1",
+            "apiVersion": API_VERSION,
             "kind": "TFDataService",
             "metadata": {"name": name, "namespace": self.ns},
             "spec": {"shardingPolicy": policy, "workers": {"replicas": replicas}, **spec},
@@ -401,7 +402,7 @@ def test_a_running_but_unready_dispatcher_is_explained_by_its_own_readyz(service
     status quotes the server's own /readyz ("0 of 2 workers registered"), and the workers'
     condition the scheduler's reason."""
     body = {
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataService",
         "metadata": {"name": "waits", "namespace": services.ns},
         "spec": {"shardingPolicy": "FILE", "workers": {"replicas": 2, "nodeSelector": {"tfdata.dev/no": "such-node"}}},

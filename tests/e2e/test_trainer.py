@@ -28,6 +28,8 @@ from support import ROOT, Kubectl, OperatorProcess, wait_for
 
 from tfdata_operator.wire import tfrecords
 
+from fixtures.manifests import API_VERSION
+
 CLIENTS = Path(__file__).resolve().parent / "clients"
 FILES, RECORDS = 4, 30
 ALL = [f"f{f}-r{r}" for f in range(FILES) for r in range(RECORDS)]
@@ -164,7 +166,7 @@ def trainers(
     for name, policy in ((DYNAMIC, "DYNAMIC"), (FILE, "FILE")):
         kubectl.apply(
             {
-                "apiVersion": "tfdata.dev/v1alpha1",
+                "apiVersion": API_VERSION,
                 "kind": "TFDataService",
                 "metadata": {"name": name, "namespace": namespace},
                 "spec": {"shardingPolicy": policy, "workers": {"replicas": 2}},
@@ -298,7 +300,7 @@ def test_a_keras_fit_with_stall_callback_is_autoscaled_on_an_io_bound_service(
     autoscaling = {"metric": "TFData", "minReplicas": 1, "maxReplicas": 2}
     kubectl.apply(
         {
-            "apiVersion": "tfdata.dev/v1alpha1",
+            "apiVersion": API_VERSION,
             "kind": "TFDataService",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 1}, "autoscaling": autoscaling},

@@ -31,7 +31,7 @@ from fixtures.hostile import (
     pod_ready,
     ready_condition,
 )
-from fixtures.manifests import service_manifest
+from fixtures.manifests import API_VERSION, service_manifest
 
 CLIENT = ROOT / "tests" / "e2e" / "clients" / "snapshot_dataset.py"
 SECRET = "TFDATA_TOKEN=kept-from-trainers-hostile-7e2a"
@@ -54,7 +54,7 @@ def service(name: str, directory: Path) -> dict[str, Any]:
 
 def tfsnapshot(name: str, svc: str, snapshot_name: str) -> dict[str, Any]:
     return {
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataSnapshot",
         "metadata": {"name": name},
         "spec": {"service": svc, "snapshotName": snapshot_name, "deletionPolicy": "Retain"},

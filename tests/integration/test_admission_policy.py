@@ -25,6 +25,8 @@ from support import Kubectl, OperatorProcess, holds_for, on_kwok_nodes, wait_for
 
 from tfdata_operator.api.identity import MANAGED_BY_LABEL, MANAGER
 
+from fixtures.manifests import API_VERSION
+
 NAME = "guarded"
 SAYS = "the replicas of the operator's StatefulSets are fixed in this namespace"
 TIMEOUT = 60
@@ -104,7 +106,7 @@ def refusal_events(kubectl: Kubectl, namespace: str) -> list[dict[str, Any]]:
 def on_kwok(name: str, namespace: str, workers: int) -> dict[str, Any]:
     """A DYNAMIC service whose pods the kwok node runs."""
     service: dict[str, Any] = {
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataService",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": workers}},

@@ -26,11 +26,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import CRD_DIR, ROOT, Gone, Kubectl, free_port, logged_errors, wait_for
 
 from tfdata_operator import cli
-from tfdata_operator.api.identity import API_VERSION, KIND
+from tfdata_operator.api.identity import KIND
 from tfdata_operator.plan import children
 from tfdata_operator.render.builders import BuildSettings
 
 import devcluster
+from fixtures.manifests import API_VERSION
 
 CHART = ROOT / "charts" / "tfdata-operator"
 CRD_NAME = "tfdataservices.tfdata.dev"
@@ -334,8 +335,8 @@ def test_the_operator_run_as_the_deployment_says_serves_metrics_on_the_charts_po
     assert "Traceback" not in text and not logged_errors(text), text[-3000:]
 
 
-SCRAPED_SERVICE = """
-apiVersion: tfdata.dev/v1alpha1
+SCRAPED_SERVICE = f"""
+apiVersion: {API_VERSION}
 kind: TFDataService
 metadata:
   name: scraped

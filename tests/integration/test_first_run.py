@@ -26,6 +26,7 @@ from support import Kubectl, OperatorProcess, holds_for
 
 import devcluster
 from cases import CRD_PATH
+from fixtures.manifests import API_VERSION
 
 # `kubectl wait` right after the apply failed in 8 of 60 rounds on this copy and in 9 of 60 on the
 # CRD itself, interleaved on 2 cores (12 of 20 on the CRD while the machine was busier; `make demo`
@@ -157,7 +158,7 @@ def service(name: str) -> dict[str, Any]:
     them Ready); on a cluster with kubelets they run and turn Ready as well."""
     on_kwok = {"tolerations": [devcluster.KWOK_TOLERATION]}
     return {
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataService",
         "metadata": {"name": name},
         "spec": {"shardingPolicy": "OFF", "dispatcher": on_kwok, "workers": {"replicas": 1, **on_kwok}},

@@ -21,6 +21,7 @@ from tfdata_operator.plan import children
 
 import devcluster
 from cases import BAD_SPECS, EXAMPLES, HOST_PATH, REQUESTS_ABOVE_LIMITS, ROOT, BadSpec, expected_children, manifest
+from fixtures.manifests import API_VERSION
 
 # Longer than one resync (OperatorProcess sets TFDATA_RESYNC_SECONDS=5): a state that must hold
 # is sampled through at least one reconcile.
@@ -285,7 +286,7 @@ def test_kubectl_scale_changes_dynamic_workers(k8s: Cluster) -> None:
         lambda: k8s.replicas("imagenet-worker") == 4, 30, "4 workers", show=lambda: k8s.replicas("imagenet-worker")
     )
     scale = json.loads(
-        k8s.run("get", "--raw", f"/apis/tfdata.dev/v1alpha1/namespaces/{k8s.ns}/tfdataservices/imagenet/scale").stdout
+        k8s.run("get", "--raw", f"/apis/{API_VERSION}/namespaces/{k8s.ns}/tfdataservices/imagenet/scale").stdout
     )
     assert scale["spec"]["replicas"] == 4
     assert "app.kubernetes.io/instance=imagenet" in scale["status"]["selector"]
@@ -452,7 +453,7 @@ def test_autoscaling_creates_an_hpa_that_drives_the_scale_subresource(k8s: Clust
     k8s.apply_text(manifest(BadSpec("auto", spec, "", "", name="autoscaled")))
     hpa = wait_for(lambda: k8s.get("hpa", "autoscaled-worker"), 30, "the HPA")
     assert hpa["spec"]["scaleTargetRef"] == {
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataService",
         "name": "autoscaled",
     }

@@ -25,6 +25,7 @@ from support import Kubectl, OperatorProcess, kubelet_nodes, wait_for
 from tfdata_operator.plan import drain
 
 import devcluster
+from fixtures.manifests import API_VERSION
 
 RESYNC_SECONDS = 5  # OperatorProcess's TFDATA_RESYNC_SECONDS
 # At least one re-reading of the static service's signal falls in the window.
@@ -35,7 +36,7 @@ KIND_TIMEOUT = 240
 KWOK = json.dumps(devcluster.KWOK_TOLERATION)
 
 READY = f"""\
-apiVersion: tfdata.dev/v1alpha1
+apiVersion: {API_VERSION}
 kind: TFDataService
 metadata:
   name: quiet-ready
@@ -60,7 +61,7 @@ spec:
 # client reads is unknown, which counts as reading, so drains wait; it is read again at most every 30 s.
 # Only on kwok's node: a small kind node has no CPU left for its real servers.
 STATIC = f"""\
-apiVersion: tfdata.dev/v1alpha1
+apiVersion: {API_VERSION}
 kind: TFDataService
 metadata:
   name: quiet-static
@@ -70,7 +71,7 @@ spec:
   workers: {{replicas: 2, tolerations: [{KWOK}]}}
 """
 UNREADY = f"""\
-apiVersion: tfdata.dev/v1alpha1
+apiVersion: {API_VERSION}
 kind: TFDataService
 metadata:
   name: quiet-unready

@@ -33,6 +33,7 @@ from support import ROOT, Kubectl, OperatorProcess, log_message, to_run, wait_fo
 from tfdata_operator.plan import children
 
 from cases import EXAMPLES, expected_children
+from fixtures.manifests import API_VERSION
 
 CHART = ROOT / "charts" / "tfdata-operator"
 # Its ClusterRoles are cluster-wide: a name of its own, for sessions sharing a cluster.
@@ -444,11 +445,11 @@ def can(kubectl: Kubectl, user: str, verb: str, resource: str, namespace: str) -
 
 
 DYNAMIC = ROOT / "examples" / "dynamic.yaml"  # TFDataService imagenet
-SNAPSHOT = """
-apiVersion: tfdata.dev/v1alpha1
+SNAPSHOT = f"""
+apiVersion: {API_VERSION}
 kind: TFDataSnapshot
-metadata: {name: epoch-1}
-spec: {service: imagenet}
+metadata: {{name: epoch-1}}
+spec: {{service: imagenet}}
 """
 
 
@@ -512,7 +513,7 @@ def admission_policy_example() -> str:
 
 def restricted(image: str = "registry.example.com/ml/tf:2.21", **workers: Any) -> str:
     body = {
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataService",
         "metadata": {"name": "restricted"},
         "spec": {"image": image, "workers": workers},

@@ -31,6 +31,7 @@ from support import (
 from tfdata_operator.wire.signals import SIGNALS_PATH
 
 import devcluster
+from fixtures.manifests import API_VERSION
 
 # Longer than the operator takes to see that the Job finished (it reads a running Job again every
 # lifecycle.WORKLOAD_RECHECK_SECONDS, each read kept run.NODE_READ_SECONDS), so that the
@@ -88,7 +89,7 @@ def test_a_service_suspends_after_its_job_completes_and_is_deleted_with_it(
     name = "feeds-train"
     kubectl.apply(
         {
-            "apiVersion": "tfdata.dev/v1alpha1",
+            "apiVersion": API_VERSION,
             "kind": "TFDataService",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {
@@ -104,7 +105,7 @@ def test_a_service_suspends_after_its_job_completes_and_is_deleted_with_it(
     # A second service on the same Job, deleted by the operator as soon as the Job finished.
     kubectl.apply(
         {
-            "apiVersion": "tfdata.dev/v1alpha1",
+            "apiVersion": API_VERSION,
             "kind": "TFDataService",
             "metadata": {"name": "once", "namespace": namespace},
             "spec": {

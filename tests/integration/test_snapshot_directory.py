@@ -76,7 +76,8 @@ def test_the_later_service_on_one_snapshot_directory_is_refused_until_the_first_
     events = wait_for(lambda: warnings(kubectl, namespace, "beta"), 10, f"a Warning Event {REASON} on beta")
     assert len(events) == 1 and events[0].startswith("Warning x1: spec.snapshots.directory"), events
 
-    # The first goes: the second is queued (its deletion's event does it; tests/unit/test_snapshotdir.py pins that).
+    # The first goes: the second is queued (its deletion's event does it;
+    # tests/unit/plan/test_snapshotdir.py pins that).
     kubectl.run("delete", "tfdata", "alpha", "-n", namespace, "--wait=true", "--timeout=30s", timeout=40)
     wait_for(
         lambda: children(kubectl, namespace, "beta"),

@@ -21,6 +21,8 @@ from tfdata_operator.plan import snapshot as plansnap
 from tfdata_operator.wire.signals import SIGNALS_PATH
 from tfdata_operator.wire.snapshots import SNAPSHOTS_PATH, SnapshotProgress, SnapshotsReport
 
+from fixtures.manifests import API_VERSION
+
 NAME = "saver"
 DIRECTORY = "gs://bucket/tfdata"
 SNAPSHOT = "imagenet-v3"
@@ -60,7 +62,7 @@ def service(kubectl: Kubectl, namespace: str, operator: OperatorProcess, dispatc
 
 def snapshot(name: str, service: str, **spec: Any) -> dict[str, Any]:
     return {
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataSnapshot",
         "metadata": {"name": name},
         "spec": {"service": service, **spec},

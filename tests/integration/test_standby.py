@@ -26,6 +26,7 @@ from tfdata_operator.controller import faults
 from tfdata_operator.plan import children
 
 from cases import expected_children
+from fixtures.manifests import API_VERSION
 
 CHILD_KINDS = ",".join(kind.plural for kind in children.CHILDREN)
 # What a user could set too; the takeover after a SIGKILL takes about the lease duration.
@@ -34,7 +35,7 @@ LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 4, 3.0, 1.0
 
 def service(name: str) -> dict[str, Any]:
     return {
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataService",
         "metadata": {"name": name},
         "spec": {"shardingPolicy": "DYNAMIC", "workers": {"replicas": 2}},

@@ -11,6 +11,8 @@ from support import Kubectl, wait_for
 
 from tfdata_operator import __version__
 
+from fixtures.manifests import API_VERSION
+
 SERVER_IMAGE = f"tfdata-server:{__version__}"  # kind/cluster.sh loads it
 READY_TIMEOUT = 300
 HOSTNAME = "kubernetes.io/hostname"
@@ -19,7 +21,7 @@ HOSTNAME = "kubernetes.io/hostname"
 def tfdata_service(name: str) -> dict[str, Any]:
     """examples/dynamic.yaml, scaled down to fit one 2-core node next to the control plane."""
     return {
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataService",
         "metadata": {"name": name},
         "spec": {

@@ -16,6 +16,8 @@ import yaml
 from kindpods import READY_TIMEOUT, connect_from_pod, start_pod, tfdata_service, wait_ready
 from support import Kubectl
 
+from fixtures.manifests import API_VERSION
+
 AUTOSCALING_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "autoscaling.yaml"
 
 
@@ -45,7 +47,7 @@ def autoscaled_service(kubectl: Kubectl, namespace: str, name: str, autoscaling:
     spec["dispatcher"] = {}
     spec["workers"] = {"replicas": 1, "resources": {"requests": {"cpu": "50m", "memory": "256Mi"}}}
     kubectl.apply(
-        {"apiVersion": "tfdata.dev/v1alpha1", "kind": "TFDataService",
+        {"apiVersion": API_VERSION, "kind": "TFDataService",
          "metadata": {"name": name, "namespace": namespace}, "spec": {**spec, "autoscaling": autoscaling}}
     )  # fmt: skip
     waited = kubectl.run(

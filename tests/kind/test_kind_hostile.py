@@ -46,7 +46,7 @@ from fixtures.hostile import (
     ready_condition,
     written,
 )
-from fixtures.manifests import service_manifest
+from fixtures.manifests import API_VERSION, service_manifest
 
 pytestmark = pytest.mark.kind
 
@@ -167,7 +167,7 @@ def service(name: str, namespace: str, directory: str, claim: str) -> dict[str, 
 
 def tfsnapshot(name: str, namespace: str, svc: str, snapshot_name: str) -> dict[str, Any]:
     return {
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataSnapshot",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"service": svc, "snapshotName": snapshot_name, "deletionPolicy": "Retain"},

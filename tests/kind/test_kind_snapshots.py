@@ -18,6 +18,8 @@ from kindpods import logs, shared_claim, snapshot_trainer, tfdata_service, wait_
 from kindpods import snapshot_status as status
 from support import Kubectl, wait_for
 
+from fixtures.manifests import API_VERSION
+
 pytestmark = pytest.mark.kind
 
 SERVICE = "snapper"
@@ -51,7 +53,7 @@ def test_a_snapshot_written_across_nodes_survives_a_lost_worker_loads_once_and_d
     print(f"placed: {nodes}")
 
     name = f"{namespace}-squares"  # the shared directory is every namespace's: a name of its own
-    kubectl.apply({"apiVersion": "tfdata.dev/v1alpha1", "kind": "TFDataSnapshot",
+    kubectl.apply({"apiVersion": API_VERSION, "kind": "TFDataSnapshot",
                    "metadata": {"name": "squares", "namespace": namespace},
                    "spec": {"service": SERVICE, "snapshotName": name, "deletionPolicy": "Delete"}})  # fmt: skip
     wait_for(lambda: status(kubectl, namespace, "squares"), 60, "the snapshot waiting for a trainer",

@@ -56,6 +56,7 @@ from kindpods import (
 from support import Kubectl, holds_for, wait_for
 
 from fixtures.cluster import create_namespace, delete_namespace
+from fixtures.manifests import API_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = "tfdata.dev/test-node-loss"  # the label of the two nodes the frozen pods run on
@@ -358,7 +359,7 @@ def test_a_worker_node_frozen_while_a_snapshot_is_written_gets_no_second_writer(
         worker = kubectl.json("get", "pod", f"{name}-worker-1", "-n", ns)["metadata"]["uid"]
 
         snapshot = f"{ns}-frozen"  # the shared directory is every namespace's: a name of its own
-        kubectl.apply({"apiVersion": "tfdata.dev/v1alpha1", "kind": "TFDataSnapshot",
+        kubectl.apply({"apiVersion": API_VERSION, "kind": "TFDataSnapshot",
                        "metadata": {"name": "frozen", "namespace": ns},
                        "spec": {"service": name, "snapshotName": snapshot, "deletionPolicy": "Delete"}})  # fmt: skip
         saved = snapshot_trainer(kubectl, ns, "save", name, "save", snapshot, name, f"--elements={count}",

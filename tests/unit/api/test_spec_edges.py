@@ -18,6 +18,7 @@ import pytest
 from tfdata_operator.api import spec
 
 from cases import IMAGE, body, parse
+from fixtures.manifests import API_VERSION
 
 # A valid DNS subdomain (a Secret's or ServiceAccount's name) of exactly 253 characters.
 DNS_253 = ".".join(["a" * 61, "b" * 63, "c" * 63, "d" * 63])
@@ -179,7 +180,7 @@ def test_the_first_value_outside_each_limit_is_refused_with_its_golden_sentence(
 
 def test_metadata_and_spec_are_required_and_each_missing_one_is_named() -> None:
     with pytest.raises(spec.SpecError) as err:
-        spec.parse({"apiVersion": "tfdata.dev/v1alpha1", "kind": "TFDataService", "metadata": {}}, IMAGE)
+        spec.parse({"apiVersion": API_VERSION, "kind": "TFDataService", "metadata": {}}, IMAGE)
     assert err.value.problems == ["metadata.name is required", "spec is required"]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tfdata_operator.wire import tfrecords
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WHEELHOUSE = Path(os.environ.get("TFDATA_CACHE") or Path.home() / ".cache" / "tfdata-operator") / "wheels"
 OPERATOR_ONLY = ("kopf", "kubernetes", "prometheus_client", "yaml", "tensorflow")
 

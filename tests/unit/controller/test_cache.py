@@ -11,6 +11,8 @@ from tfdata_operator.api import identity
 from tfdata_operator.controller import cache
 from tfdata_operator.controller.workqueue import WorkQueue, backoff
 
+from fixtures.manifests import API_VERSION
+
 KEY = ("ml", "demo")
 
 
@@ -318,7 +320,7 @@ def test_a_snapshots_body_is_kept_without_what_a_tenant_can_grow() -> None:
     }  # fmt: skip
     kept = cache.trim_snapshot(body)
     assert kept == {
-        "apiVersion": "tfdata.dev/v1alpha1", "kind": "TFDataSnapshot",
+        "apiVersion": API_VERSION, "kind": "TFDataSnapshot",
         "metadata": {"name": "s", "namespace": "ml", "uid": "u", "finalizers": ["tfdata.dev/snapshot-data"],
                      "creationTimestamp": "2026-11-28T10:00:00Z", "generation": 3, "resourceVersion": "41"},
         "spec": {"service": "svc", "deletionPolicy": "Delete"}, "status": {"state": "COMPLETED"},

@@ -213,7 +213,7 @@ def test_a_refusal_too_long_for_the_status_warns_once_and_writes_the_status_once
 
 
 # The answer kube-apiserver 1.34.4 sends when a ValidatingAdmissionPolicy refuses the worker StatefulSet's scale
-# (tests/unit/test_admission.py has it whole, and the webhook's).
+# (tests/unit/plan/test_admission.py has it whole, and the webhook's).
 POLICY_SAYS = "the number of replicas is fixed in this namespace"
 POLICY_DENIED = {
     "kind": "Status",

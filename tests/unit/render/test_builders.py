@@ -17,6 +17,7 @@ from tfdata_operator.wire import serverconfig
 from tfdata_operator.wire import snapshots as wire_snapshots
 
 from cases import body, parse
+from fixtures.manifests import API_VERSION
 
 
 def container(sts: dict[str, Any]) -> dict[str, Any]:
@@ -36,7 +37,7 @@ def test_names_labels_and_owner(settings: BuildSettings) -> None:
     assert sts["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tfdata-operator"
     assert sts["metadata"]["ownerReferences"] == [
         {
-            "apiVersion": "tfdata.dev/v1alpha1",
+            "apiVersion": API_VERSION,
             "kind": "TFDataService",
             "name": "demo",
             "uid": "uid-1",
@@ -327,7 +328,7 @@ def test_hpa_targets_the_scale_subresource() -> None:
     hpa = builders.build_hpa(svc)
     assert hpa is not None
     assert hpa["spec"]["scaleTargetRef"] == {
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataService",
         "name": "demo",
     }

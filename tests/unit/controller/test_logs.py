@@ -10,8 +10,10 @@ import kopf._cogs.clients.api as kopf_api
 
 from tfdata_operator.controller import logs
 
+from fixtures.manifests import API_VERSION
+
 RETRIED = (
-    "Request attempt #1/9 failed; will retry: GET https://127.0.0.1:6443/apis/tfdata.dev/v1alpha1/tfdataservices"
+    f"Request attempt #1/9 failed; will retry: GET https://127.0.0.1:6443/apis/{API_VERSION}/tfdataservices"
     " -> APITooManyRequestsError('storage is (re)initializing')"
 )
 ESCALATED = "Request attempt #9/9 failed; escalating: GET https://127.0.0.1:6443/api/v1/pods -> APIForbiddenError()"

@@ -392,7 +392,7 @@ def test_make_golden_selects_every_golden_check_of_the_unit_tier() -> None:
     recipe = re.search(r"^golden:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M)
     assert recipe and "TFDATA_UPDATE_GOLDEN=1 $(PYTEST) -q -m golden tests/unit" in recipe.group(1), recipe
     names = set()
-    for path in (TESTS / "unit").glob("test_*.py"):
+    for path in (TESTS / "unit").rglob("test_*.py"):
         names |= set(re.findall(r"\bgolden\(\s*f?\"([^\"]+)\"", path.read_text()))
     patterns = [re.compile(re.sub(r"\\\{[^}]*\\\}", ".+", re.escape(name)) + "$") for name in names]
     files = [p.name for p in (TESTS / "unit" / "golden").iterdir()]

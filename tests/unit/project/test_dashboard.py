@@ -28,7 +28,7 @@ from tfdata_operator.wire.serverconfig import DispatcherServerConfig
 
 from fixtures.fakes import Clock
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "charts" / "tfdata-operator" / "dashboards" / "tfdata-operator.json"
+DASHBOARD = Path(__file__).resolve().parents[3] / "charts" / "tfdata-operator" / "dashboards" / "tfdata-operator.json"
 # Suffixes Prometheus adds to a family's name in its samples.
 _SAMPLES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_count", "_sum", "_created")}
 

@@ -39,6 +39,7 @@ from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 from cases import SNAPSHOT_CRD_PATH, beyond_crd, status_schema
 from cases import body as service_body
 from fixtures.fakes import Clock
+from fixtures.manifests import API_VERSION
 
 NOW = datetime(2026, 11, 27, 12, 0, 0, tzinfo=timezone.utc)
 DIRECTORY = "gs://bucket/snaps"
@@ -47,7 +48,7 @@ PATH = f"{DIRECTORY}/imagenet-v3"
 
 def snapshot_body(deletion: str | None = None, status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "apiVersion": "tfdata.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "TFDataSnapshot",
         "metadata": {"name": "imagenet-v3", "namespace": "ml", "generation": 1, "resourceVersion": "7", "uid": "u1"},
         "spec": {"service": "demo", **spec},

@@ -10,8 +10,10 @@ from kubernetes.client.exceptions import ApiException
 from tfdata_operator.controller import kube as kubemodule
 from tfdata_operator.controller.kube import Kube
 
+from fixtures.manifests import API_VERSION
+
 SERVICE = {
-    "apiVersion": "tfdata.dev/v1alpha1",
+    "apiVersion": API_VERSION,
     "kind": "TFDataService",
     "metadata": {"name": "demo", "namespace": "ml", "uid": "uid-1", "resourceVersion": "5"},
 }

@@ -1,0 +1,1 @@
+"""Unit tests of tfdata_operator.api, a file per module."""

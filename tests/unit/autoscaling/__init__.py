@@ -1,0 +1,1 @@
+"""Unit tests of tfdata_operator.autoscaling, a file per module."""

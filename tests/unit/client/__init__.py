@@ -1,0 +1,1 @@
+"""Unit tests of tfdata_operator.client, a file per module."""

@@ -1,0 +1,1 @@
+"""Unit tests of tfdata_operator.controller, a file per module."""

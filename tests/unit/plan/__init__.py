@@ -1,0 +1,1 @@
+"""Unit tests of tfdata_operator.plan, a file per module."""

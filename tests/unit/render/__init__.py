@@ -1,0 +1,1 @@
+"""Unit tests of tfdata_operator.render, a file per module."""

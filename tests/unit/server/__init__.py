@@ -1,0 +1,1 @@
+"""Unit tests of tfdata_operator.server, a file per module."""

@@ -1,0 +1,1 @@
+"""Unit tests of tfdata_operator.wire, a file per module."""
