@@ -185,7 +185,9 @@ def test_a_request_that_drips_past_its_deadline_is_closed_at_the_deadline(monkey
         assert closed_by_server(sock, 0.5)
     assert answer.startswith(b"HTTP/1.0 408 "), answer
     assert answer.endswith(b"\r\n\r\nthe request was not whole within 2s\n"), answer
-    assert 2.0 <= answered_after < 4.0, answered_after  # at the deadline, give or take a loaded machine
+    # At the deadline, give or take a loaded machine; the server's clock starts when it accepts, which
+    # can be a little before this test's `started` (1.9997 s seen once).
+    assert 1.9 <= answered_after < 4.0, answered_after
 
 
 def test_a_client_that_does_not_read_its_reply_is_cut_off_at_the_reply_deadline(
