@@ -203,7 +203,8 @@ class ServerProcess:
         if not why:
             return None
         tail = log[log.index(TRACEBACK) :] if TRACEBACK in log else log
-        return f"{self.kind} {self.pod_name or ''} ({self.log_path}) {' and '.join(why)}:\n{tail[-3000:]}"
+        name = f"{self.kind} {self.pod_name}" if self.pod_name else self.kind
+        return f"{name} ({self.log_path}) {' and '.join(why)}:\n{tail[-3000:]}"
 
 
 Launch = Callable[..., ServerProcess]
