@@ -99,6 +99,7 @@ def server_tensorflow(directory: Path) -> ServerTensorFlow:
     return injected_on(Path(python), directory)
 
 
+TRACEBACK = "Traceback (most recent call last)"
 # Starting takes one TensorFlow import (a few seconds); a worker's registration retries back off.
 START_TIMEOUT = 60.0
 T = TypeVar("T")
@@ -144,6 +145,8 @@ class ServerProcess:
     log_path: Path
     pod_name: str | None = None
     last_probe: dict[str, str] = field(default_factory=dict)
+    # Set once the test stopped it or waited for it to exit: then its end is the test's to check.
+    ended_by_test: bool = False
 
     def probe(self, path: str) -> tuple[int | None, str]:
         """(HTTP status, body) of a probe; (None, why) when nothing answers."""
@@ -175,6 +178,7 @@ class ServerProcess:
         )
 
     def wait_exit(self, timeout: float) -> int:
+        self.ended_by_test = True
         try:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -187,12 +191,28 @@ class ServerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def unhealthy(self) -> str | None:
+        """Why this server is not as a test that did not stop it should leave it: it exited, or its
+        log holds a Python traceback; None when it is fine."""
+        why = []
+        if not self.ended_by_test and self.popen.poll() is not None:
+            why.append(f"exited with {self.popen.returncode}, though no test stopped it")
+        log = self.log()
+        if TRACEBACK in log:
+            why.append("logged a traceback")
+        if not why:
+            return None
+        tail = log[log.index(TRACEBACK) :] if TRACEBACK in log else log
+        name = f"{self.kind} {self.pod_name}" if self.pod_name else self.kind
+        return f"{name} ({self.log_path}) {' and '.join(why)}:\n{tail[-3000:]}"
+
 
 Launch = Callable[..., ServerProcess]
 
 
 def launcher(tmp_path_factory: pytest.TempPathFactory, server_tf: ServerTensorFlow) -> Iterator[Launch]:
-    """Starts ``tfdata-server`` processes on ``server_tf``; kills any still running at the end."""
+    """Starts ``tfdata-server`` processes on ``server_tf``; at the end, fails when one that no test
+    stopped is not running, or when one logged a traceback (tests review N5), and kills every one."""
     started: list[ServerProcess] = []
 
     def launch(
@@ -222,9 +242,12 @@ def launcher(tmp_path_factory: pytest.TempPathFactory, server_tf: ServerTensorFl
         return process
 
     yield launch
+    unhealthy = [why for why in (process.unhealthy() for process in started) if why]
     for process in started:
         # The whole group: the TensorFlow child gets SIGTERM when its supervisor dies (PR_SET_PDEATHSIG),
         # but a worker whose dispatcher is gone can take its dispatcher_timeout_ms to stop (an hour).
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.popen.pid, signal.SIGKILL)
         process.popen.wait()
+    if unhealthy:
+        pytest.fail("\n\n".join(unhealthy), pytrace=False)

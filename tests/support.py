@@ -433,3 +433,76 @@ class Pages:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class WorkerCounts:
+    """The service's ready workers over time, as the worker StatefulSet's controller counts them
+    (status.readyReplicas), not as the operator's own status tells: polled in the background,
+    every 2 s. A poll that fails stops the polling and fails the test at its next reading."""
+
+    def __init__(self, kubectl: Kubectl, namespace: str, name: str) -> None:
+        self.kubectl, self.namespace, self.name = kubectl, namespace, name
+        self.seen: list[tuple[float, int, int]] = []  # (monotonic time, ready workers, StatefulSet's spec.replicas)
+        self.failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> WorkerCounts:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        if exc[0] is None:
+            self._check()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(2.0):
+            try:
+                sts = self.kubectl.get("statefulset", f"{self.name}-worker", "-n", self.namespace)
+                if sts is None:
+                    raise AssertionError(f"the StatefulSet {self.name}-worker is gone")
+                ready = int(sts.get("status", {}).get("readyReplicas") or 0)
+                self.seen.append((time.monotonic(), ready, int(sts["spec"]["replicas"])))
+            except subprocess.TimeoutExpired:
+                continue  # a slow API server: the next poll tells
+            except BaseException as exc:
+                self.failure = exc
+                return
+
+    def _check(self) -> None:
+        if self.failure is not None:
+            raise Gone(f"reading the worker StatefulSet failed: {self.failure!r}") from self.failure
+
+    def most_ready(self) -> int:
+        self._check()
+        return max((ready for _, ready, _ in self.seen), default=0)
+
+    def phases(self, times: list[float]) -> list[tuple[int, float, int]]:
+        """(ready workers, seconds, elements read) for each stretch of one count while elements
+        arrived, from the first element to the last."""
+        if not times:
+            return []
+        start, end = times[0], times[-1]
+        cuts = [(t, ready) for t, ready, _ in self.seen if start < t < end]
+        before = [ready for t, ready, _ in self.seen if t <= start]
+        spans: list[tuple[int, float, float]] = []
+        current, since = (before[-1] if before else 1), start
+        for t, ready in cuts:
+            if ready != current:
+                spans.append((current, since, t))
+                current, since = ready, t
+        spans.append((current, since, end))
+        return [(ready, b - a, sum(1 for t in times if a <= t < b)) for ready, a, b in spans]
+
+
+def stalled_on_idle_workers_said(signals: dict[str, Any], target_cpu_percent: int) -> bool:
+    """Whether a service's ``status.autoscaling.signals`` say a trainer reported waiting on data
+    while the workers were far below their CPU target (an I/O-bound pipeline), reading."""
+    return (
+        signals.get("reportingClients", 0) >= 1
+        and signals.get("dataStallPercent", 0) >= 50
+        and signals.get("workerCPUPercent", 100) < target_cpu_percent / 2
+        and signals.get("elementsPerSecond", 0) > 0
+    )

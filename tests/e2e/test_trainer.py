@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support import ROOT, Kubectl, OperatorProcess, wait_for
+from support import ROOT, Kubectl, OperatorProcess, WorkerCounts, stalled_on_idle_workers_said, wait_for
 
 from tfdata_operator.wire import tfrecords
 
@@ -325,18 +325,34 @@ def test_a_keras_fit_with_stall_callback_is_autoscaled_on_an_io_bound_service(
     def events() -> str:
         return str(kubectl.run("describe", "tfdata", name, "-n", namespace).stdout)
 
+    # The worker StatefulSet's own count, not the operator's account of it (tests review N7).
+    counts = WorkerCounts(kubectl, namespace, name)
     try:
-        wait_for(lambda: signals().get("signals", {}).get("reportingClients", 0) >= 1, 120,
-                 "the fit to count as a reporting client", interval=1,
-                 show=lambda: f"{seen[-3:]}\n{pods.log(pod)[-2000:]}")  # fmt: skip
-        reporting = time.monotonic() - started
-        during = seen[-1]
-        wait_for(lambda: "Scaled workers from 1 to 2" in events(), 120, "the autoscaler to scale 1 -> 2", interval=2,
-                 show=lambda: f"{signals()}\n{events()[-1500:]}\n{pods.log(pod)[-1500:]}")  # fmt: skip
-        scaled = time.monotonic() - started
-        assert pods.phase(pod) == "Running", f"the fit ended before the scale:\n{pods.log(pod)[-2000:]}"
+        with counts:
+            wait_for(lambda: signals().get("signals", {}).get("reportingClients", 0) >= 1, 120,
+                     "the fit to count as a reporting client", interval=1,
+                     show=lambda: f"{seen[-3:]}\n{pods.log(pod)[-2000:]}")  # fmt: skip
+            reporting = time.monotonic() - started
+            during = seen[-1]
+            # The signals are sampled until the Event, to show what the autoscaler saw with one worker.
+            wait_for(lambda: (signals(), "Scaled workers from 1 to 2" in events())[1], 120,
+                     "the autoscaler to scale 1 -> 2", interval=2,
+                     show=lambda: f"{signals()}\n{events()[-1500:]}\n{pods.log(pod)[-1500:]}")  # fmt: skip
+            scaled = time.monotonic() - started
+            with_one = [s for s in seen if s.get("workersAnswering") == 1]
+            wait_for(counts.most_ready, 120, "the worker StatefulSet's readyReplicas to reach 2", interval=2,
+                     until=lambda ready: ready >= 2, show=lambda: counts.seen[-5:])  # fmt: skip
+            assert pods.phase(pod) == "Running", f"the fit ended before the scale:\n{pods.log(pod)[-2000:]}"
     finally:
         stop.touch()
+    # Below target before: one worker ready (spec 1) at first, and with it the trainer stalled on data
+    # while the worker's CPU was far below the target (an I/O-bound pipeline), as test_tfdata's I/O case checks.
+    assert counts.seen and counts.seen[0][1:] == (1, 1), f"(time, ready, replicas) seen: {counts.seen}"
+    target = kubectl.json("get", "tfdata", name, "-n", namespace)["spec"]["autoscaling"]
+    target_cpu = int(target["targetCPUUtilizationPercentage"])  # the CRD's default
+    assert any(stalled_on_idle_workers_said(s, target_cpu) for s in with_one), (
+        f"no sample with one worker shows the trainer stalled on idle workers (target {target_cpu}%): {with_one}"
+    )
     run = pods.finish(pod)
     summary = next((line for line in run.log.splitlines() if line.startswith("summary ")), "")
     assert run.phase == "Succeeded" and summary, run.describe()

@@ -43,16 +43,23 @@ WATCH_SECONDS = 60  # each watch request; the next resumes from the last resourc
 @dataclass(frozen=True)
 class Expected:
     """Restarts or error lines a test provokes on purpose, in the pods of ``namespace`` whose
-    names fully match ``pod``."""
+    names fully match ``pod`` (and, with ``uids``, only those pods: not the ones a StatefulSet makes
+    under the same name to replace them)."""
 
     namespace: str
     pod: re.Pattern[str]
     why: str
     restarts: bool
     errors: re.Pattern[str] | None
+    uids: frozenset[str] | None = None
+    unread: bool = False  # logs that could not be read (their node stopped answering)
 
     def covers(self, pod: PodRecord) -> bool:
-        return pod.namespace == self.namespace and self.pod.fullmatch(pod.name) is not None
+        return (
+            pod.namespace == self.namespace
+            and self.pod.fullmatch(pod.name) is not None
+            and (self.uids is None or pod.uid in self.uids)
+        )
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,13 @@ def tracked(pod: dict[str, Any], namespaces: set[str]) -> str | None:
     if meta["namespace"] in namespaces and labels.get(SERVER_NAME_LABEL[0]) == SERVER_NAME_LABEL[1]:
         return f"{labels.get('app.kubernetes.io/component')} of {labels.get('app.kubernetes.io/instance')}"
     return None
+
+
+def on_frozen_node(namespace: str, pods: dict[str, str], why: str) -> Expected:
+    """What a node that stops answering does to the pods (uid: name) it runs: they may restart once
+    it is back, log errors, and their logs may not be read. Those pods only, by uid."""
+    names = re.compile("|".join(re.escape(n) for n in sorted(set(pods.values()))))
+    return Expected(namespace, names, why, True, re.compile(""), uids=frozenset(pods), unread=True)
 
 
 def error_lines(lines: Iterable[str]) -> Iterator[str]:
@@ -143,7 +157,10 @@ def update(record: PodRecord, pod: dict[str, Any], gone: bool) -> list[Read]:
     record.deleting = record.deleting or bool(pod["metadata"].get("deletionTimestamp"))
     record.gone = record.gone or gone
     reads: list[Read] = []
-    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+    status = pod.get("status") or {}
+    # Init containers too (the injector of spec.serverProgram Injected): one that fails is restarted
+    # by the kubelet and logs like any container, and the pod never starts its servers meanwhile.
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
         name, count = container["name"], int(container.get("restartCount") or 0)
         record.restarts[name] = max(count, record.restarts.get(name, 0))
         state = container.get("state") or {}
@@ -173,7 +190,8 @@ def problems(pods: list[PodRecord], expected: list[Expected]) -> list[str]:
         for error in pod.errors:
             if not any(e.errors is not None and e.errors.search(error.text) for e in covering):
                 lines.append(f"{error.container} #{error.instance} logged: {error.text}")
-        lines += pod.unread
+        if not any(e.unread for e in covering):
+            lines += pod.unread
         if lines:
             why = "".join(f"\n    (expected by a test: {e.why})" for e in covering)
             found.append(f"{pod}:{why}\n  " + "\n  ".join(lines))
@@ -218,6 +236,14 @@ class PodHealth:
         pattern = re.compile(errors) if errors is not None else None
         with self.lock:
             self.expected.append(Expected(namespace, re.compile(pod), why, restarts, pattern))
+
+    def expect_frozen(self, namespace: str, pods: dict[str, str], why: str) -> None:
+        """Declares everything of the pods ``pods`` (uid: name) of ``namespace`` on a node a test
+        freezes: restarts, error lines, logs that cannot be read. Only those pods, by uid: their
+        replacements, under the same names, are checked as any pod."""
+        if pods:
+            with self.lock:
+                self.expected.append(on_frozen_node(namespace, pods, why))
 
     # --- the watch -------------------------------------------------------------------------
 

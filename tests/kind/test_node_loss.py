@@ -23,8 +23,9 @@ them (docs/operations.md: the split-brain argument).
 
 The services pin their pods with nodeSelectors: the control plane (the API server and the
 operator run there) is never frozen, and the pod that loses its node has another node to go to.
-This module's namespace is not watched by the tier's pod-health check: a frozen node's pods
-cannot be read.
+The tier's pod-health check watches this module's namespace too: the pods on a node when it is
+frozen (their logs cannot be read, and they may restart once it is back) are declared by uid, so
+their replacements, under the same names on the nodes that stayed up, are checked as any pod.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from kindpods import (
     wait_schedulable,
     whole_off,
 )
+from podhealth import PodHealth
 from support import Kubectl, holds_for, wait_for
 
 from fixtures.cluster import create_namespace, delete_namespace
@@ -78,8 +80,9 @@ def lab(kubectl: Kubectl) -> Iterator[tuple[str, list[str]]]:
 
 
 @pytest.fixture(scope="module")
-def namespace_unwatched(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
+def node_loss_namespace(request: pytest.FixtureRequest, kubectl: Kubectl, pod_health: PodHealth) -> Iterator[str]:
     name = create_namespace(request, kubectl, "k", 60)
+    pod_health.add_namespace(name)
     yield name
     kubectl.run(
         "delete", "tfdataservices", "--all", "-n", name, "--wait=true", "--timeout=180s", check=False, timeout=190
@@ -100,6 +103,17 @@ def node_action(kubectl: Kubectl, action: str, node: str) -> None:
         timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, f"kind/cluster.sh {action} {node}: {done.stderr[-3000:]}"
+
+
+def freeze(kubectl: Kubectl, pod_health: PodHealth, namespace: str, node: str, thaw: list[str]) -> None:
+    """Freezes ``node`` (thawed by the ``thaw`` fixture if the test does not) and declares to the
+    pod-health check the pods of ``namespace`` bound to it, listed once it is frozen (the tests
+    start no pod of theirs between the freeze and the node's unreachable taint)."""
+    thaw.append(node)
+    node_action(kubectl, "freeze", node)
+    on_node = kubectl.json("get", "pods", "-n", namespace, "--field-selector", f"spec.nodeName={node}")["items"]
+    pods = {p["metadata"]["uid"]: p["metadata"]["name"] for p in on_node}
+    pod_health.expect_frozen(namespace, pods, f"test_node_loss.py froze their node {node}")
 
 
 @pytest.fixture
@@ -144,7 +158,7 @@ def reasons_of(kubectl: Kubectl, namespace: str, name: str) -> list[str]:
 
 
 def test_a_lost_worker_node_is_replaced_without_a_human(
-    kubectl: Kubectl, lab: tuple[str, list[str]], namespace_unwatched: str, thaw: list[str]
+    kubectl: Kubectl, lab: tuple[str, list[str]], node_loss_namespace: str, pod_health: PodHealth, thaw: list[str]
 ) -> None:
     """Two services with workers on the two pool nodes and dispatchers on the control plane, a DYNAMIC
     one and a DATA one: both back at full count off the frozen node without a person.
@@ -155,7 +169,7 @@ def test_a_lost_worker_node_is_replaced_without_a_human(
     closes the connection), at most once; then a new job on each service reads exactly once. The
     figures say how long the reader waited (docs/operations.md#node-failure)."""
     plane, pool = lab
-    ns, count = namespace_unwatched, 400
+    ns, count = node_loss_namespace, 400
     on_plane, on_pool = {"kubernetes.io/hostname": plane}, {POOL: "yes"}
     kubectl.apply(service("lostdyn", ns, 2, "DYNAMIC", on_pool, on_plane))
     kubectl.apply(service("loststatic", ns, 2, "DATA", on_pool, on_plane))
@@ -168,8 +182,7 @@ def test_a_lost_worker_node_is_replaced_without_a_human(
     assert node in static_placed.values(), f"no worker of loststatic on {node}: {static_placed}"
 
     start_reader(kubectl, ns, "reader", "lostdyn", count, 0.2, plane, at_least=30)
-    thaw.append(node)
-    node_action(kubectl, "freeze", node)
+    freeze(kubectl, pod_health, ns, node, thaw)
     stopped = time.monotonic()
     wait_for(lambda: unreachable_since(kubectl, node), 180, f"{node} marked unreachable", interval=1)
     unreachable_after = time.monotonic() - stopped
@@ -226,7 +239,7 @@ def dispatcher_on_the_pool(
 
 
 def test_a_slow_node_loses_nothing(
-    kubectl: Kubectl, lab: tuple[str, list[str]], namespace_unwatched: str, thaw: list[str]
+    kubectl: Kubectl, lab: tuple[str, list[str]], node_loss_namespace: str, pod_health: PodHealth, thaw: list[str]
 ) -> None:
     """The dispatcher's node frozen for 90 s, then thawed: it is tainted unreachable meanwhile, but that
     is a guess, and dispatcherReplaceAfterSeconds (300) has not passed; the same pod, on the same
@@ -236,13 +249,12 @@ def test_a_slow_node_loses_nothing(
     that did not hear from a client for 10 s drop it, and a frozen dispatcher hears from nobody (measured
     here: with the default the reader failed with "Iteration client id not found" right after the thaw)."""
     plane = lab[0]
-    ns, name, count = namespace_unwatched, "slow", 300
+    ns, name, count = node_loss_namespace, "slow", 300
     node, claim = dispatcher_on_the_pool(kubectl, lab, ns, name, clientTimeoutMs=300_000)
     pod_uid = kubectl.json("get", "pod", f"{name}-dispatcher-0", "-n", ns)["metadata"]["uid"]
     start_reader(kubectl, ns, "slow-reader", name, count, 0.1, plane, at_least=10)
 
-    thaw.append(node)
-    node_action(kubectl, "freeze", node)
+    freeze(kubectl, pod_health, ns, node, thaw)
     frozen = time.monotonic()
     wait_for(lambda: unreachable_since(kubectl, node), 120, f"{node} marked unreachable", interval=1)
     tainted_after = time.monotonic() - frozen
@@ -268,7 +280,7 @@ def test_a_slow_node_loses_nothing(
 
 
 def test_a_node_known_to_be_off_has_its_dispatcher_replaced_within_seconds_and_its_journal_kept(
-    kubectl: Kubectl, lab: tuple[str, list[str]], namespace_unwatched: str, thaw: list[str]
+    kubectl: Kubectl, lab: tuple[str, list[str]], node_loss_namespace: str, pod_health: PodHealth, thaw: list[str]
 ) -> None:
     """The dispatcher's node frozen, tainted unreachable: nothing happens to the dispatcher (a guess).
     Then it is tainted node.kubernetes.io/out-of-service (certain): the dispatcher comes back on the
@@ -277,13 +289,12 @@ def test_a_node_known_to_be_off_has_its_dispatcher_replaced_within_seconds_and_i
     still there after the thaw; the JournalLost Warning names it; the reader's job, on the old journal,
     ends with an error; a new job reads exactly once."""
     plane = lab[0]
-    ns, name = namespace_unwatched, "fenced"
+    ns, name = node_loss_namespace, "fenced"
     node, claim = dispatcher_on_the_pool(kubectl, lab, ns, name)
     volume = claim["spec"]["volumeName"]
     start_reader(kubectl, ns, "fenced-reader", name, 100000, 0.1, plane, at_least=10)
 
-    thaw.append(node)
-    node_action(kubectl, "freeze", node)
+    freeze(kubectl, pod_health, ns, node, thaw)
     wait_for(lambda: unreachable_since(kubectl, node), 180, f"{node} marked unreachable", interval=1)
     holds_for(lambda: reasons_of(kubectl, ns, name), 15, "the dispatcher kept on a guess",
               lambda said: not {"ReplacedLostPod", "JournalLost"} & set(said))  # fmt: skip
@@ -330,7 +341,7 @@ def workers_condition(kubectl: Kubectl, namespace: str, name: str) -> dict[str, 
 
 
 def test_a_worker_node_frozen_while_a_snapshot_is_written_gets_no_second_writer(
-    kubectl: Kubectl, lab: tuple[str, list[str]], namespace_unwatched: str, thaw: list[str]
+    kubectl: Kubectl, lab: tuple[str, list[str]], node_loss_namespace: str, pod_health: PodHealth, thaw: list[str]
 ) -> None:
     """A service with spec.snapshots and replaceAfterSeconds at its least (30 s), its workers on the two
     pool nodes, writes a snapshot; one worker's node is frozen with its stream unfinished. Past the
@@ -344,7 +355,7 @@ def test_a_worker_node_frozen_while_a_snapshot_is_written_gets_no_second_writer(
     freeze; the operator's decision, not TensorFlow's, is under test here."""
     began = time.monotonic()
     plane = lab[0]
-    ns, name, count = namespace_unwatched, "frozensnap", 600
+    ns, name, count = node_loss_namespace, "frozensnap", 600
     volume = shared_claim(kubectl, ns, f"shared-{ns}")
     try:
         body = service(name, ns, 2, "DYNAMIC", {POOL: "yes"}, {"kubernetes.io/hostname": plane})
@@ -371,8 +382,7 @@ def test_a_worker_node_frozen_while_a_snapshot_is_written_gets_no_second_writer(
                  until=lambda s: (s.get("state"), s.get("streamsTotal"), s.get("streamsDone", 0)) == writing,
                  interval=0.5)  # fmt: skip
 
-        thaw.append(node)
-        node_action(kubectl, "freeze", node)
+        freeze(kubectl, pod_health, ns, node, thaw)
         frozen = time.monotonic()
         since = wait_for(lambda: unreachable_since(kubectl, node), 120, f"{node} marked unreachable", interval=1)
         tainted_after = time.monotonic() - frozen

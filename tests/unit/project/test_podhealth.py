@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kind.podhealth import Expected, LoggedError, PodRecord, error_lines, problems, tracked, update
+from kind.podhealth import Expected, LoggedError, PodRecord, error_lines, on_frozen_node, problems, tracked, update
 
 SERVER_LABELS = {
     "app.kubernetes.io/name": "tfdata-service",
@@ -62,6 +62,33 @@ def test_each_container_instance_is_read_once_the_current_one_followed() -> None
     assert reads == [("dispatcher", 3, False), ("dispatcher", 2, True)]
     assert seen.restarts == {"dispatcher": 3}
     assert seen.last_exits["dispatcher"].startswith("exit code 1 (Error)")
+
+
+def test_an_init_container_that_restarted_is_reported_and_its_logs_read() -> None:
+    # The injector of spec.serverProgram Injected failed once (the kubelet restarts it) and now runs again.
+    injector = {**running("i2", restarts=1, last="i1"), "name": "inject-server-program"}
+    waiting = {"name": "dispatcher", "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}
+    status = {"initContainerStatuses": [injector], "containerStatuses": [waiting]}
+    seen = record()
+    reads = update(seen, {"metadata": pod("u1")["metadata"], "status": status}, gone=False)
+    assert reads == [("inject-server-program", 1, False), ("inject-server-program", 0, True)]
+    (found,) = problems([seen], [])
+    assert "restarted {'inject-server-program': 1} (inject-server-program last: exit code 1 (Error)" in found
+
+
+def test_only_the_frozen_nodes_pods_are_excused_not_their_replacements() -> None:
+    # The dispatcher on the frozen node restarted after the thaw and its log could not be read; the
+    # StatefulSet's replacement, the same name on another node, restarted too.
+    frozen, replacement = record("u1"), record("u2")
+    for seen, uid in ((frozen, "u1"), (replacement, "u2")):
+        update(seen, pod(uid, running(f"{uid}-c2", restarts=1, last=f"{uid}-c1")), gone=False)
+    frozen.unread.append("reading the log of dispatcher (instance 0) broke: ProtocolError")
+    frozen.errors.append(LoggedError("dispatcher", 0, "E1125 10:00:00.000000 grpc: Failed to heartbeat"))
+    declared = on_frozen_node("ns", {"u1": "svc-dispatcher-0"}, "its node was frozen")
+    (found,) = problems([frozen, replacement], [declared])
+    assert found.startswith("pod ns/svc-dispatcher-0 (dispatcher of svc):\n  restarted {'dispatcher': 1}"), found
+    assert "ProtocolError" not in found and "heartbeat" not in found
+    assert problems([frozen], [declared]) == []
 
 
 def test_a_deleted_pod_and_its_replacement_are_no_restart() -> None:
