@@ -674,6 +674,31 @@ BAD_SPECS = [
         "spec.dispatcher.volumes must not use the name tmp, nor journal while spec.dispatcher.storage is enabled",
         "spec.dispatcher.volumes must not use the name journal: the operator adds its own journal volume",
     ),
+    # The injected server program's volume (spec.serverProgram Injected, or Auto).
+    BadSpec(
+        "volume-named-like-the-injected-program",
+        "serverProgram: Injected\nimage: example.com/trainer:1\n"
+        "dispatcher: {volumes: [{name: tfdata-server-program, emptyDir: {}}]}",
+        "must not use the name tfdata-server-program unless spec.serverProgram is FromImage",
+        "spec.dispatcher.volumes must not use the name tfdata-server-program: the operator adds its own "
+        "tfdata-server-program volume (mounted at /opt/tfdata). Rename the volume",
+    ),
+    BadSpec(
+        "mount-at-the-injected-program",
+        "image: example.com/trainer:1\n"
+        "workers: {volumes: [{name: tools, emptyDir: {}}], volumeMounts: [{name: tools, mountPath: /opt/tfdata/}]}",
+        "must not mount at or under /opt/tfdata unless spec.serverProgram is FromImage",
+        "spec.workers.volumeMounts[0].mountPath must not be /opt/tfdata/: the operator mounts its own "
+        "tfdata-server-program volume there",
+    ),
+    BadSpec(
+        "mount-under-the-injected-program",
+        "serverProgram: Injected\n"
+        "workers: {volumes: [{name: tools, emptyDir: {}}], volumeMounts: [{name: tools, mountPath: /opt/tfdata/lib}]}",
+        "must not mount at or under /opt/tfdata unless spec.serverProgram is FromImage",
+        "spec.workers.volumeMounts[0].mountPath must not be under /opt/tfdata (/opt/tfdata/lib): the operator "
+        "mounts the injected server program's tfdata-server-program volume there",
+    ),
     BadSpec(
         "mount-read-only-as-string",
         "workers:\n  volumes: [{name: data, emptyDir: {}}]\n"

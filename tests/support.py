@@ -386,7 +386,9 @@ class Pages:
     """A real HTTP server on 127.0.0.1 that answers GET ``path`` with ``pages[path]`` (JSON), and 404 otherwise.
 
     ``statuses[path]`` answers with that status (and an empty body) instead. DELETE ``path`` is
-    recorded in ``deleted`` and answered with ``delete_status`` (and ``{}``).
+    recorded in ``deleted`` and answered with ``delete_status`` (and ``{}``); ``deletes`` records
+    each with what GET ``path`` answered at that moment (None: nothing), so a test can say what
+    state the thing was in when it was deleted, not only that it was.
     """
 
     def __init__(self, pages: dict[str, str], statuses: dict[str, int] | None = None) -> None:
@@ -396,6 +398,7 @@ class Pages:
         self.statuses = statuses or {}
         self.requests: list[str] = []
         self.deleted: list[str] = []
+        self.deletes: list[tuple[str, str | None]] = []
         self.delete_status = 200
         outer = self
 
@@ -412,6 +415,7 @@ class Pages:
                 self.wfile.write(data)
 
             def do_DELETE(self) -> None:
+                outer.deletes.append((self.path, outer.pages.get(self.path)))
                 outer.deleted.append(self.path)
                 data = b"{}"
                 self.send_response(outer.delete_status)

@@ -26,7 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import Kubectl, OperatorProcess, wait_for
+from support import Kubectl, OperatorProcess, holds_for, wait_for
+
+from tfdata_operator.plan import hold
+from tfdata_operator.wire import snapshots as snapshotwire
 
 from devcluster import node as nodeagent
 from fixtures.manifests import API_VERSION
@@ -38,6 +41,8 @@ ELEMENTS = 400
 # Per element, on the workers: 400 elements over 2 workers take about 20 s.
 SLEEP_US = 100_000
 TIMEOUT = 240
+# A hold is sampled over more than one of the operator's rechecks.
+HOLD = hold.SNAPSHOT_RECHECK_SECONDS * 1.5
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +119,17 @@ def test_a_snapshot_is_saved_followed_loaded_exactly_once_and_deleted_safely(
     held = wait_for(lambda: (kubectl.get("tfdata", SERVICE, "-n", namespace).get("status") or {}).get("held") or {},
                     60, "the scale-down held", until=lambda h: "snapshot" in h.get("message", ""))  # fmt: skip
     assert str(snapshot_dir / SNAPSHOT) in held["message"], held
-    workers = kubectl.json("get", "statefulset", f"{SERVICE}-worker", "-n", namespace)
-    assert workers["spec"]["replicas"] == 2, workers["spec"]
+
+    def on_disk() -> dict[str, Any]:
+        """The workers the operator keeps, and the snapshot's state as its files say it now."""
+        names = [p.name for p in (snapshot_dir / SNAPSHOT).iterdir()] if (snapshot_dir / SNAPSHOT).is_dir() else []
+        workers = kubectl.json("get", "statefulset", f"{SERVICE}-worker", "-n", namespace)["spec"]["replicas"]
+        return {"workers": workers, "files say": snapshotwire.state_from_names(names)}
+
+    # Held across more than one recheck, not only at the first: no worker goes while the files say
+    # the snapshot is being written (it may complete meanwhile, and the scale-down then goes).
+    holds_for(on_disk, HOLD, "the scale-down held while the snapshot is written",
+              ok=lambda seen: seen["workers"] == 2 or seen["files say"] != snapshotwire.IN_PROGRESS)  # fmt: skip
     wait_for(lambda: kubectl.json("get", "pod", f"{SERVICE}-worker-1", "-n", namespace)["metadata"]["uid"],
              90, "worker-1 replaced", until=lambda uid: uid != worker["metadata"]["uid"])  # fmt: skip
 

@@ -131,7 +131,9 @@ def test_a_settled_namespace_sends_no_request_and_an_unready_service_one_list_pe
     wait_for(lambda: _only_reads_for(operator, RESYNC_SECONDS + 2), 60, "the operator to send nothing but reads",
              show=lambda: (requests(operator), operator.tail()))  # fmt: skip
 
+    names = (*ready, "quiet-unready")
     before, reads_before = requests(operator), operator.total("tfdata_operator_signal_reads_total")
+    reconciled_before = {name: operator.reconciles(namespace, name) for name in names}
     started = time.monotonic()
     touches = 0
     while time.monotonic() - started < WINDOW_SECONDS:  # each annotation is an event: a reconcile
@@ -139,9 +141,23 @@ def test_a_settled_namespace_sends_no_request_and_an_unready_service_one_list_pe
         touches += 1
         time.sleep(1)
     after, reads = requests(operator), operator.total("tfdata_operator_signal_reads_total") - reads_before
+    reconciled = {name: _grown(reconciled_before[name], operator.reconciles(namespace, name)) for name in names}
+    elapsed = time.monotonic() - started
     sent = {verb: after[verb] - before.get(verb, 0) for verb in after if after[verb] != before.get(verb, 0)}
 
     resyncs = WINDOW_SECONDS / RESYNC_SECONDS
+    # Nothing sent proves nothing unless the operator really reconciled: a stalled queue, or a
+    # reconcile that returns before reading, would send nothing too. Every service is queued at each
+    # resync (the one queued last may not have finished when the window ends), the unready one at
+    # every touch besides; and a reconcile that wrote nothing counts as idle.
+    least = int(elapsed // RESYNC_SECONDS)
+    for name in names:
+        grown = reconciled[name]
+        assert sum(grown.values()) >= (least if name == "quiet-unready" else least - 1), (
+            f"{name} reconciled {grown} over {elapsed:.0f} s ({touches} touches of quiet-unready, a resync every "
+            f"{RESYNC_SECONDS} s): the operator did not reconcile it at every resync"
+        )
+        assert set(grown) == {"idle"}, f"{name}'s reconciles over the window: {grown}"
     assert set(sent) <= {"get"}, f"requests other than the diagnosis's LISTs over the window: {sent}"
     assert sent.get("get", 0) <= resyncs + 1, (
         f"{sent.get('get', 0):.0f} LISTs of claims' Events over {WINDOW_SECONDS} s ({touches} reconciles "
@@ -154,6 +170,11 @@ def test_a_settled_namespace_sends_no_request_and_an_unready_service_one_list_pe
     # back-off, up to 2 minutes: controller/readers.py), and a window may fall between two reads.
     expected = (0, 2) if on_kwok else (0, 0)
     assert expected[0] <= reads <= expected[1], f"{reads:.0f} reads of /v1/signals over {WINDOW_SECONDS} s"
+
+
+def _grown(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """The reconciles counted between two readings of ``OperatorProcess.reconciles``, by result."""
+    return {result: n - before.get(result, 0) for result, n in after.items() if n != before.get(result, 0)}
 
 
 def _only_reads_for(operator: OperatorProcess, seconds: float) -> bool:

@@ -14,7 +14,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import Kubectl, OperatorProcess, Pages, apply_on_fake_dispatcher, service_signals, wait_for
+from support import (
+    Kubectl,
+    OperatorProcess,
+    Pages,
+    apply_on_fake_dispatcher,
+    holds_for,
+    service_signals,
+    wait_for,
+)
 
 from tfdata_operator.api.identity import SNAPSHOT_FINALIZER
 from tfdata_operator.plan import snapshot as plansnap
@@ -30,11 +38,23 @@ PATH = f"{DIRECTORY}/{SNAPSHOT}"
 QUERY = f"{SNAPSHOTS_PATH}?{urllib.parse.urlencode({'path': PATH})}"
 # A snapshot that may still change is read every POLL_SECONDS.
 TIMEOUT = plansnap.POLL_SECONDS + 30
+# A wait is sampled over more than one read of the snapshot.
+HOLD = plansnap.POLL_SECONDS * 1.5
 
 
 def answer(state: str, **counts: Any) -> str:
     progress = SnapshotProgress(PATH, state, journaled=True, started_at=1.0e9 if state != "MISSING" else None, **counts)
     return SnapshotsReport((progress,), "snapshots named in the journal").to_json()
+
+
+def served_state(page: str | None) -> str | None:
+    """The state the fake's answer gave the snapshot (None: it answered nothing)."""
+    progress = SnapshotsReport.from_json(page).get(PATH) if page is not None else None
+    return progress.state if progress is not None else None
+
+
+def snapshot_reads(pages: Pages) -> int:
+    return sum(r.startswith(SNAPSHOTS_PATH) for r in pages.requests)
 
 
 @pytest.fixture(scope="module")
@@ -103,17 +123,25 @@ def test_a_snapshot_is_followed_through_its_states_and_deleted_with_its_data_onc
                         '{"spec":{"service":"other"}}', check=False)  # fmt: skip
     assert moved.returncode != 0 and "spec.service cannot change" in moved.stderr, moved.stderr
 
-    # Deleted while it is written: it waits, and nothing is deleted.
+    # Deleted while it is written: it waits, and nothing is deleted, across more than one read.
     kubectl.run("delete", "tfsnap", SNAPSHOT, "-n", namespace, "--wait=false")
     wait_for(lambda: status(kubectl, namespace, SNAPSHOT), TIMEOUT, "the deletion to wait",
              until=lambda s: s.get("reason") == plansnap.DELETION_WAITS)  # fmt: skip
-    assert dispatcher.deleted == []
+    reads = snapshot_reads(dispatcher)
+    holds_for(lambda: (status(kubectl, namespace, SNAPSHOT).get("reason"), list(dispatcher.deleted)), HOLD,
+              "the deletion waiting while the snapshot is written",
+              ok=lambda seen: seen == (plansnap.DELETION_WAITS, []))  # fmt: skip
+    assert snapshot_reads(dispatcher) > reads, "the operator did not read the snapshot again while it waited"
 
     # Once written, the data is deleted by the dispatcher and the resource goes.
     dispatcher.pages[QUERY] = answer("COMPLETED", streams_total=2, streams_done=2, chunks=4, elements=120)
     wait_for(lambda: kubectl.get("tfdatasnapshot", SNAPSHOT, "-n", namespace) is None, TIMEOUT,
              "the snapshot deleted once completed", show=lambda: status(kubectl, namespace, SNAPSHOT))  # fmt: skip
-    assert dispatcher.deleted == [QUERY], dispatcher.deleted
+    # Each DELETE came while the dispatcher said the snapshot was COMPLETED (the rule:
+    # plan/snapshotdeletion.py deletes the data of a final snapshot only, never one being written).
+    assert [(path, served_state(page)) for path, page in dispatcher.deletes] == [(QUERY, "COMPLETED")], (
+        dispatcher.deletes
+    )
     said = reasons(kubectl, namespace, SNAPSHOT)
     assert ("Normal", "SnapshotCompleted") in said and ("Normal", plansnap.DATA_DELETED) in said, said
 

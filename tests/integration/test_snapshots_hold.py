@@ -14,7 +14,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import Kubectl, OperatorProcess, Pages, apply_on_fake_dispatcher, service_signals, wait_for
+from support import (
+    Kubectl,
+    OperatorProcess,
+    Pages,
+    apply_on_fake_dispatcher,
+    holds_for,
+    service_signals,
+    wait_for,
+)
 
 from tfdata_operator.plan import drain, hold
 from tfdata_operator.wire.signals import SIGNALS_PATH
@@ -24,6 +32,8 @@ NAME = "saving"
 PATH = "gs://bucket/tfdata/imagenet"
 # A held change is looked at again every hold.SNAPSHOT_RECHECK_SECONDS, a budget every drain.RECHECK_SECONDS.
 TIMEOUT = max(hold.SNAPSHOT_RECHECK_SECONDS, drain.RECHECK_SECONDS) + 30
+# A hold is sampled over more than one recheck.
+HOLD = hold.SNAPSHOT_RECHECK_SECONDS * 1.5
 
 
 def snapshot(state: str) -> str:
@@ -83,6 +93,11 @@ def test_a_scale_down_and_drains_wait_while_a_snapshot_is_written(
     assert seen["workers"] == 3 and seen["budget"] == 0, seen
     assert seen["held"].startswith(f"Scale-down 3→1 waits: snapshot {PATH} is being written"), seen
     assert any(SNAPSHOTS_PATH in r for r in dispatcher.requests), "the operator never read the fake's snapshots"
+    # Held across more than one recheck, not only at the first: the workers and the budget stay.
+    reads = sum(SNAPSHOTS_PATH in r for r in dispatcher.requests)
+    holds_for(lambda: observed(kubectl, namespace), HOLD, "the scale-down held while the snapshot is written",
+              ok=lambda s: s["workers"] == 3 and s["budget"] == 0 and PATH in (s["held"] or ""))  # fmt: skip
+    assert sum(SNAPSHOTS_PATH in r for r in dispatcher.requests) > reads, "no recheck of the snapshots while held"
 
     dispatcher.pages[SNAPSHOTS_PATH] = snapshot("COMPLETED")
     seen = wait_for(lambda: observed(kubectl, namespace), TIMEOUT, "the scale-down once the snapshot completed",

@@ -198,6 +198,41 @@ def test_without_an_image_and_without_a_default_the_refusal_says_both_ways_to_se
     ]
 
 
+PROGRAM = spec.PROGRAM_VOLUME
+
+
+@pytest.mark.parametrize("program", ["Injected", "Auto"])
+def test_the_injected_programs_volume_and_the_paths_at_or_under_its_mount_are_refused_unless_from_image(
+    program: str,
+) -> None:
+    workers = {
+        "volumes": [{"name": PROGRAM, "emptyDir": {}}, {"name": "tools", "emptyDir": {}}],
+        "volumeMounts": [
+            {"name": "tools", "mountPath": "/opt/tfdata/bin"},
+            {"name": PROGRAM, "mountPath": "/opt/tfdata"},
+            {"name": "tools", "mountPath": "/opt/tfdata-tools"},  # beside it, not under it: allowed
+        ],
+    }
+    with pytest.raises(spec.SpecError) as err:
+        parse(image="example.com/trainer:1", serverProgram=program, workers=workers)
+    assert err.value.problems == [
+        f"spec.workers.volumes must not use the name {PROGRAM}: the operator adds its own {PROGRAM} volume "
+        "(mounted at /opt/tfdata). Rename the volume, and its volumeMounts",
+        "spec.workers.volumeMounts[0].mountPath must not be under /opt/tfdata (/opt/tfdata/bin): the operator mounts "
+        f"the injected server program's {PROGRAM} volume there (spec.serverProgram Injected, or Auto). Mount at "
+        "another path, e.g. /data, or set spec.serverProgram: FromImage if the image has tfdata-server",
+        f"spec.workers.volumeMounts[1].mountPath must not be /opt/tfdata: the operator mounts its own {PROGRAM} "
+        "volume there. Mount at another path, e.g. /data",
+    ]
+    # The image brings the program: nothing is injected, and the name and the path are the user's.
+    svc = parse(image="example.com/tfdata-server:1", serverProgram="FromImage", workers=workers)
+    assert not svc.inject_server and [m["mountPath"] for m in svc.workers.pod.volume_mounts] == [
+        "/opt/tfdata/bin",
+        "/opt/tfdata",
+        "/opt/tfdata-tools",
+    ]
+
+
 @pytest.mark.parametrize("text", ["lots", "1Zi", ""])
 def test_parse_quantity_refuses_what_is_not_a_quantity(text: str) -> None:
     with pytest.raises(ValueError, match=f"^not a quantity: {text!r}$"):

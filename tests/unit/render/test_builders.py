@@ -696,19 +696,31 @@ def test_the_dispatcher_gets_its_own_volumes_and_env_beside_the_journal(settings
     assert "envFrom" not in container(workers)
 
 
+@pytest.mark.parametrize("injected", [False, True])
 @pytest.mark.parametrize("journal", [True, False])
-def test_the_operators_own_volumes_and_env_are_what_spec_reserves(settings: BuildSettings, journal: bool) -> None:
+def test_the_operators_own_volumes_and_env_are_what_spec_reserves(
+    settings: BuildSettings, journal: bool, injected: bool
+) -> None:
     """spec refuses a user's volume, mount or variable that collides with these: the two lists are one."""
-    svc = parse(dispatcher={} if journal else {"workDir": "gs://b/j", "storage": {"enabled": False}})
+    image = {"image": "example.com/trainer:1"} if injected else {}
+    svc = parse(dispatcher={} if journal else {"workDir": "gs://b/j", "storage": {"enabled": False}}, **image)
+    assert svc.inject_server is injected
     for sts, own in [
-        (builders.build_dispatcher_statefulset(svc, settings, 2), spec.operator_volumes(journal=journal)),
-        (builders.build_worker_statefulset(svc, settings, 2), spec.operator_volumes(journal=False)),
+        (
+            builders.build_dispatcher_statefulset(svc, settings, 2),
+            spec.operator_volumes(journal=journal, program=injected),
+        ),
+        (builders.build_worker_statefulset(svc, settings, 2), spec.operator_volumes(journal=False, program=injected)),
     ]:
         template = sts["spec"]["template"]["spec"]
         claims = [c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])]
         assert sorted([v["name"] for v in template["volumes"]] + claims) == sorted(own)
         assert {m["name"]: m["mountPath"] for m in container(sts)["volumeMounts"]} == own
-        assert sorted(e["name"] for e in container(sts)["env"]) == sorted(spec.RESERVED_ENV)
+        # The injected program's defaults (HOME, ...) are not reserved: a user's variable replaces each.
+        defaults = {name for name, _ in builders.INJECTED_ENV} if injected else set()
+        assert sorted(e["name"] for e in container(sts)["env"] if e["name"] not in defaults) == sorted(
+            spec.RESERVED_ENV
+        )
 
 
 def test_the_snapshots_claim_is_mounted_at_the_directory_in_the_dispatcher_and_every_worker(

@@ -15,7 +15,7 @@ client. Each child kind is built in its own module, and this one gathers them, s
 
 from __future__ import annotations
 
-from tfdata_operator.api.spec import JOURNAL_MOUNT, JOURNAL_VOLUME, ServiceSpec
+from tfdata_operator.api.spec import JOURNAL_MOUNT, JOURNAL_VOLUME, PROGRAM_VOLUME, ServiceSpec
 from tfdata_operator.render.clientconfigmap import build_client_configmap, client_settings
 from tfdata_operator.render.dispatcher import build_dispatcher_statefulset
 from tfdata_operator.render.disruptionbudget import build_worker_pdb
@@ -42,7 +42,7 @@ from tfdata_operator.render.names import (
     workers_name,
 )
 from tfdata_operator.render.networkpolicy import build_network_policy, egress_peers, operator_peer, reads_signals
-from tfdata_operator.render.pod import INJECTED_ENV, PROGRAM_VOLUME, SERVER_UID
+from tfdata_operator.render.pod import INJECTED_ENV, SERVER_UID
 from tfdata_operator.render.podconfig import (
     STATIC_HEARTBEAT_MS,
     config_hash,

@@ -9,14 +9,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfdata_operator.api.identity import CONFIG_HASH_ANNOTATION
-from tfdata_operator.api.spec import SNAPSHOTS_VOLUME, TMP_MOUNT, TMP_VOLUME, PodSettings, ServiceSpec, default_requests
+from tfdata_operator.api.spec import (
+    PROGRAM_VOLUME,
+    SNAPSHOTS_VOLUME,
+    TMP_MOUNT,
+    TMP_VOLUME,
+    PodSettings,
+    ServiceSpec,
+    default_requests,
+)
 from tfdata_operator.render.names import WORKER, labels, selector_labels
 from tfdata_operator.render.podconfig import config_hash
 from tfdata_operator.render.settings import BuildSettings, Manifest
 from tfdata_operator.wire import serverconfig
 
-# The emptyDir the injected server program lives in (serverconfig.INJECT_MOUNT).
-PROGRAM_VOLUME = "tfdata-server-program"
 # What an image of the user's may lack that the server program needs in its environment: a
 # writable home (Keras writes ~/.keras) under the read-only root, and logs as they come. Defaults
 # only: a variable of the same name in spec.<component>.env replaces the operator's.

@@ -22,7 +22,7 @@ from tfdata_operator.api.spec.types import (
 _WORK_DIR = re.compile(r"^(/|(file|gs)://)\S*$")
 
 
-def parse_dispatcher(r: Reader, snapshots: SnapshotsSpec | None = None) -> DispatcherSpec:
+def parse_dispatcher(r: Reader, snapshots: SnapshotsSpec | None = None, program: bool = False) -> DispatcherSpec:
     d = DispatcherSpec()
     port = r.integer("port", d.port, 1, 65535)
     health_port = r.integer("healthPort", d.health_port, 1, 65535)
@@ -43,7 +43,7 @@ def parse_dispatcher(r: Reader, snapshots: SnapshotsSpec | None = None) -> Dispa
         r.problems.append("spec.dispatcher.jobGcTimeoutMs must be -1 (keep jobs forever) or at least 1")
     concurrent_snapshots = r.integer("workerMaxConcurrentSnapshots", None, 0, 1000)
     gc_dynamic = r.boolean("gcDynamicShardingJobs", True) if r.has("gcDynamicShardingJobs") else None
-    pod = pod_settings(r, operator_volumes(journal=storage.enabled, snapshots=snapshots), "dispatcher")
+    pod = pod_settings(r, operator_volumes(journal=storage.enabled, snapshots=snapshots, program=program), "dispatcher")
     r.finish()
     if port == health_port:
         r.problems.append(same_ports(r, port))

@@ -34,6 +34,7 @@ from tfdata_operator.api.spec.types import (
     MAX_VOLUMES,
     MIN_TMP_SIZE_LIMIT,
     NODE_VOLUME_SOURCES,
+    PROGRAM_VOLUME,
     RESERVED_ENV,
     RESERVED_LABELS,
     PodSettings,
@@ -157,6 +158,12 @@ def _volume_mounts(
             problems.append(
                 f"{where}.mountPath must not be {path}: the operator mounts its own "
                 f"{owners[path.rstrip('/')]} volume there. Mount at another path, e.g. /data"
+            )
+        elif PROGRAM_VOLUME in own and path.startswith(own[PROGRAM_VOLUME] + "/"):
+            problems.append(
+                f"{where}.mountPath must not be under {own[PROGRAM_VOLUME]} ({path}): the operator mounts the "
+                f"injected server program's {PROGRAM_VOLUME} volume there (spec.serverProgram Injected, or Auto). "
+                "Mount at another path, e.g. /data, or set spec.serverProgram: FromImage if the image has tfdata-server"
             )
         if r.has("volumes") and volumes is None:
             continue  # the volumes are wrong already: each mount's name cannot be checked

@@ -25,6 +25,7 @@ from tfdata_operator.api.spec.snapshots import parse_snapshots
 from tfdata_operator.api.spec.types import (
     MAX_PRELOADS,
     SERVER_PROGRAM_AUTO,
+    SERVER_PROGRAM_FROM_IMAGE,
     SERVER_PROGRAM_INJECTED,
     SERVER_PROGRAMS,
     PreloadSpec,
@@ -69,8 +70,10 @@ def _read(spec: Reader, metadata: Mapping[str, Any], name: str, default_image: s
     pull_secrets = _pull_secrets(spec.raw("imagePullSecrets"), spec.problems)
     suspend = spec.boolean("suspend", False)
     snapshots = parse_snapshots(spec.child("snapshots")) if spec.has("snapshots") else None
-    dispatcher = parse_dispatcher(spec.child("dispatcher"), snapshots)
-    workers = parse_workers(spec.child("workers"), snapshots)
+    # The injected program's volume is reserved unless the image brings the program (types.PROGRAM_VOLUME).
+    program = server_program != SERVER_PROGRAM_FROM_IMAGE
+    dispatcher = parse_dispatcher(spec.child("dispatcher"), snapshots, program)
+    workers = parse_workers(spec.child("workers"), snapshots, program)
     autoscaling = parse_autoscaling(spec.child("autoscaling")) if spec.has("autoscaling") else None
     network_policy = parse_network_policy(spec.child("networkPolicy"))
     node_loss = parse_node_loss(spec.child("nodeLoss"))

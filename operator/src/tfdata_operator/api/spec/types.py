@@ -55,6 +55,10 @@ TMP_VOLUME, TMP_MOUNT = "tmp", "/tmp"  # readOnlyRootFilesystem: TensorFlow stil
 JOURNAL_VOLUME, JOURNAL_MOUNT = "journal", "/var/lib/tfdata"  # the dispatcher's, with spec.dispatcher.storage
 DEFAULT_WORK_DIR = f"{JOURNAL_MOUNT}/journal"  # where it journals on that volume
 SNAPSHOTS_VOLUME = "snapshots"  # spec.snapshots.volume, mounted at spec.snapshots.directory
+# The emptyDir the injected server program lives in, at serverconfig.INJECT_MOUNT: reserved unless
+# spec.serverProgram is FromImage (Auto injects for any image but the operator's default, which the
+# CRD cannot see, so both doors reserve it under Auto too).
+PROGRAM_VOLUME = "tfdata-server-program"
 RESERVED_ENV = (serverconfig.CONFIG_ENV, serverconfig.POD_NAME_ENV, serverconfig.POD_NAMESPACE_ENV)
 # spec.<component>.tmpSizeLimit: the sizeLimit of the /tmp emptyDir, and (unless resources sets one) the
 # container's ephemeral-storage request. The dispatcher writes next to nothing there; a worker's
@@ -111,11 +115,14 @@ class PodSettings:
     tmp_size_limit: str = "1Gi"
 
 
-def operator_volumes(journal: bool, snapshots: SnapshotsSpec | None = None) -> dict[str, str]:
+def operator_volumes(journal: bool, snapshots: SnapshotsSpec | None = None, program: bool = False) -> dict[str, str]:
     """The volumes the operator mounts into a server container (name -> mount path): the tmp
-    emptyDir always, the journal claim on a dispatcher with ``spec.dispatcher.storage``, and the
-    snapshots claim in every server with ``spec.snapshots.volume``."""
+    emptyDir always, the journal claim on a dispatcher with ``spec.dispatcher.storage``, the
+    snapshots claim in every server with ``spec.snapshots.volume``, and the injected server
+    program's emptyDir where ``program`` (spec.serverProgram is not FromImage)."""
     mounts = {TMP_VOLUME: TMP_MOUNT, **({JOURNAL_VOLUME: JOURNAL_MOUNT} if journal else {})}
+    if program:
+        mounts[PROGRAM_VOLUME] = serverconfig.INJECT_MOUNT
     if snapshots is not None and snapshots.claim_name is not None:
         mounts[SNAPSHOTS_VOLUME] = snapshots.directory.rstrip("/") or "/"
     return mounts

@@ -26,7 +26,7 @@ from tfdata_operator.api.spec.types import (
 )
 
 
-def parse_workers(r: Reader, snapshots: SnapshotsSpec | None = None) -> WorkersSpec:
+def parse_workers(r: Reader, snapshots: SnapshotsSpec | None = None, program: bool = False) -> WorkersSpec:
     d = WorkersSpec()
     # 0 only for a service scaled to zero (spec.autoscaling.minReplicas 0; parse checks).
     replicas = r.integer("replicas", d.replicas, 0, 1000)
@@ -39,7 +39,7 @@ def parse_workers(r: Reader, snapshots: SnapshotsSpec | None = None) -> WorkersS
     rescale_policy = r.enum("rescalePolicy", RESCALE_POLICIES, RESCALE_WHEN_IDLE)
     max_wait = r.integer("rescaleMaxWaitSeconds", None, 1, 604_800)
     unreadable_wait = r.integer("drainUnreadableMaxWaitSeconds", d.drain_unreadable_max_wait_seconds, 60, 604_800)
-    pod = pod_settings(r, operator_volumes(journal=False, snapshots=snapshots), "worker")
+    pod = pod_settings(r, operator_volumes(journal=False, snapshots=snapshots, program=program), "worker")
     cache = _cross_trainer_cache(r, pod)
     r.finish()
     if port == health_port:
