@@ -68,9 +68,9 @@ download_all() {
 # --- Builds from the Go module proxy ----------------------------------------
 
 # -gcflags=all=-dwarf=false: the compiler writes no debug information, which `-ldflags "-s -w"`
-# strips from every binary anyway (Go's compile of local-path-provisioner from an empty cache:
-# 201-238 CPU seconds without it, 237-318 with it, 2026-11-29); every Go build of the project's
-# scripts sets it.
+# strips from every binary anyway (Go's compile of local-path-provisioner from an empty cache, 4
+# runs a side in turn on a shared machine, 2026-11-29: 217-337 CPU seconds, mean 265, without it;
+# 273-401, mean 332, with it: a fifth less); every Go build of the project's scripts sets it.
 goenv() {
   export CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off
   export GOFLAGS="-trimpath -buildvcs=false -modcacherw -mod=mod -gcflags=all=-dwarf=false"
