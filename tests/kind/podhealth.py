@@ -36,6 +36,13 @@ SERVER_NAME_LABEL = ("app.kubernetes.io/name", "tfdata-service")
 ERROR_LINE = re.compile(r"\b(ERROR|CRITICAL)\b|^[EF]\d{4} \d\d:\d\d:")
 SEVERE = frozenset({"error", "critical", "fatal"})
 TRACEBACK = "Traceback (most recent call last)"
+# A container the runtime could not start, before any of our code ran: runc failing to freeze the
+# container's cgroup while it sets it up, which a node under heavy load does now and then (seen in
+# the kind tier beside the dev lane's tiers, load 18: "runc create failed: ... error setting cgroup
+# config for procHooks process: unable to freeze"); the kubelet starts it again. Only this one
+# runtime failure is not counted as a restart: a StartError of another kind (a missing executable,
+# a bad mount) is ours, and is.
+RUNTIME_START_FAILURE = re.compile(r"runc create failed: .*unable to freeze")
 TRACEBACK_MAX_LINES = 60
 WATCH_SECONDS = 60  # each watch request; the next resumes from the last resourceVersion
 
@@ -77,6 +84,8 @@ class PodRecord:
     what: str  # "the operator" or "<component> of <instance>"
     restarts: dict[str, int] = field(default_factory=dict)  # container -> highest restartCount seen
     last_exits: dict[str, str] = field(default_factory=dict)  # container -> how it last exited
+    # container -> the instances the runtime failed to start (RUNTIME_START_FAILURE), not counted
+    runtime_failures: dict[str, set[str]] = field(default_factory=dict)
     read: set[str] = field(default_factory=set)  # the IDs of the container instances whose log is read
     errors: list[LoggedError] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)  # logs that could not be read, and why
@@ -171,6 +180,9 @@ def update(record: PodRecord, pod: dict[str, Any], gone: bool) -> list[Read]:
         last = (container.get("lastState") or {}).get("terminated")
         if last:
             record.last_exits[name] = _exit(last)
+            if last.get("reason") == "StartError" and RUNTIME_START_FAILURE.search(str(last.get("message") or "")):
+                key = str(last.get("containerID") or last.get("finishedAt"))
+                record.runtime_failures.setdefault(name, set()).add(key)
             if last.get("containerID") and last["containerID"] not in record.read:
                 record.read.add(last["containerID"])
                 reads.append((name, max(count - 1, 0), True))
@@ -183,7 +195,8 @@ def problems(pods: list[PodRecord], expected: list[Expected]) -> list[str]:
     for pod in sorted(pods, key=lambda r: (r.namespace, r.name, r.uid)):
         covering = [e for e in expected if e.covers(pod)]
         lines = []
-        restarts = {c: n for c, n in pod.restarts.items() if n}
+        restarts = {c: n - len(pod.runtime_failures.get(c, ())) for c, n in pod.restarts.items()}
+        restarts = {c: n for c, n in restarts.items() if n > 0}
         if restarts and not any(e.restarts for e in covering):
             exits = "; ".join(f"{c} last: {pod.last_exits.get(c, '?')}" for c in restarts)
             lines.append(f"restarted {restarts} ({exits})")
@@ -352,10 +365,12 @@ class PodHealth:
             pods = list(self.pods.values())
             logs = sum(len(r.read) for r in pods)
             restarts = sum(n for r in pods for n in r.restarts.values())
+            runtime = sum(len(ids) for r in pods for ids in r.runtime_failures.values())
             errors = sum(len(r.errors) for r in pods)
             reconnects = len(self.watch_failures)
         return (
             f"{len(pods)} pods watched ({sum(r.what == 'the operator' for r in pods)} of the operator), "
-            f"{logs} container logs read, {restarts} restarts, {errors} error lines or tracebacks, "
+            f"{logs} container logs read, {restarts} restarts ({runtime} of them the runtime failing to "
+            f"start a container: not counted), {errors} error lines or tracebacks, "
             f"{len(self.expected)} expectations declared by tests, {reconnects} watch reconnects"
         )

@@ -108,6 +108,38 @@ def test_a_restart_fails_unless_a_test_expected_it_for_that_pod() -> None:
     assert problems([seen], [expect(restarts=True)]) == []
 
 
+def test_only_the_runtime_failing_to_freeze_a_new_containers_cgroup_is_not_a_restart() -> None:
+    """runc failing to freeze the cgroup of a container it starts (a loaded node; the kubelet starts it
+    again) is no restart of ours; any other StartError, or a second restart, still is."""
+
+    def started_again(reason: str, message: str, restarts: int = 1) -> dict[str, Any]:
+        status = running("c2", restarts=restarts)
+        terminated = {"containerID": "c1", "exitCode": 128, "reason": reason, "message": message}
+        status["lastState"] = {"terminated": terminated}
+        return status
+
+    freeze = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+        "failed: unable to start container process: error during container init: error setting cgroup config "
+        "for procHooks process: unable to freeze"
+    )
+    seen = record()
+    update(seen, pod("u1", started_again("StartError", freeze)), gone=False)
+    assert problems([seen], []) == []
+    twice = record()
+    update(twice, pod("u1", started_again("StartError", freeze, restarts=2)), gone=False)
+    (found,) = problems([twice], [])
+    assert "restarted {'dispatcher': 1}" in found
+    for reason, message in (
+        ("StartError", 'exec: "tfdata-server": executable file not found in $PATH'),
+        ("Error", freeze),
+    ):
+        other = record()
+        update(other, pod("u1", started_again(reason, message)), gone=False)
+        (found,) = problems([other], [])
+        assert "restarted {'dispatcher': 1}" in found, (reason, message)
+
+
 def test_an_error_line_fails_unless_the_expectation_matches_it() -> None:
     seen = record()
     seen.errors.append(LoggedError("dispatcher", 0, "10:00 ERROR tfdata-server: dispatcher failed to start: disk"))
