@@ -233,6 +233,12 @@ BAD_SPECS = [
         "must not set app.kubernetes.io/name",
         "must not set app.kubernetes.io/instance",
     ),
+    BadSpec(
+        "kueue-label-on-pods",
+        "workers: {labels: {kueue.x-k8s.io/queue-name: team-a}}",
+        "labels must not set kueue.x-k8s.io/* keys",
+        "spec.workers.labels must not set kueue.x-k8s.io/queue-name",
+    ),
     BadSpec("bad-storage-size", "dispatcher: {storage: {size: lots}}", "should match", "must be a quantity"),
     BadSpec("unknown-pull-policy", "imagePullPolicy: Sometimes", 'Unsupported value: "Sometimes"', "must be one of"),
     BadSpec(

@@ -69,6 +69,7 @@ def custom_values(watch: list[str]) -> dict[str, Any]:
         "watchNamespaces": watch,
         "allowHostPathVolumes": True,
         "drainMaxWaitSeconds": 0,
+        "kueue": {"enabled": True},
         "aggregateRoles": {"enabled": False},
         "clusterDomain": "corp.internal",
         "networkPolicy": {"operatorNamespace": "infra", "operatorPodLabels": {"example.com/tier": "platform"}},
@@ -221,6 +222,7 @@ def test_custom_render_is_accepted_by_the_api_server(
         "TFDATA_LOG_FORMAT": "plain",
         "TFDATA_ALLOW_HOST_PATH_VOLUMES": "true",
         "TFDATA_DRAIN_MAX_WAIT_SECONDS": "0",
+        "TFDATA_KUEUE": "true",
         "TFDATA_OPERATOR_NAMESPACE": "infra",
         "TFDATA_OPERATOR_POD_LABELS": "example.com/tier=platform",
     }
@@ -503,6 +505,23 @@ BAD_VALUES = [
 ]
 
 
+def granted_rules(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["default", "kueue"])
+def test_kueue_permissions_are_granted_only_with_kueue_enabled(helm: Helm, namespace: str, enabled: bool) -> None:
+    """kueue.enabled grants what children.kueue_rules() says (Workloads where the operator watches; flavors and
+    priority classes at cluster scope), in both RBAC layouts; off, nothing of Kueue's."""
+    namespaced, cluster = children.kueue_rules()
+    for values in ({}, {"watchNamespaces": [namespace]}):
+        objects = helm.template(namespace, {**values, "kueue": {"enabled": enabled}})
+        roles = [o for o in objects if o["kind"] in ("Role", "ClusterRole") and "aggregate" not in str(o["metadata"])]
+        found = set().union(*(granted_rules(r["rules"]) for r in roles))
+        kueue_rules = {rule for rule in found if rule[0] == "kueue.x-k8s.io"}
+        assert kueue_rules == ((namespaced | cluster) if enabled else set()), values
+
+
 def test_two_replicas_elect_a_leader_on_a_lease_in_the_release_namespace(
     helm: Helm, kubectl: Kubectl, namespace: str
 ) -> None:
@@ -632,6 +651,7 @@ def test_install_upgrade_uninstall_leaves_no_orphans(
     assert env["TFDATA_SERVER_IMAGE"] == "tfdata-server:0.1.0"
     assert env["TFDATA_ALLOW_HOST_PATH_VOLUMES"] == "false"
     assert env["TFDATA_DRAIN_MAX_WAIT_SECONDS"] == "3600"
+    assert env["TFDATA_KUEUE"] == "false"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTP"}
     assert container["securityContext"] == {
         "runAsNonRoot": True,

@@ -165,6 +165,18 @@ operator/src/tfdata_operator/children.py says it does. */}}
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "delete"]
+{{- if .Values.kueue.enabled }}
+# kueue.enabled: each queued TFDataService's Kueue Workload, written by server-side apply, watched,
+# deleted when the service is suspended or leaves the queue (children.kueue_rules()); its status
+# patched to release an evicted Workload's quota and to say its pods are Ready (without: an evicted
+# service keeps its quota, and waitForPodsReady evicts a running one).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["patch"]
+{{- end }}
 {{- end }}
 
 {{- define "tfdata-operator.clusterRules" -}}
@@ -180,6 +192,13 @@ operator/src/tfdata_operator/children.py says it does. */}}
 - apiGroups: [""]
   resources: ["persistentvolumes"]
   verbs: ["get", "patch"]
+{{- if .Values.kueue.enabled }}
+# kueue.enabled: an admitted Workload's ResourceFlavors (their node labels and tolerations go into the
+# pods) and a service's WorkloadPriorityClass (its value), each read by name.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["resourceflavors", "workloadpriorityclasses"]
+  verbs: ["get"]
+{{- end }}
 {{- end }}
 
 {{/* resources: only the quantities that are set (null removes a default). */}}

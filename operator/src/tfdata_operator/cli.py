@@ -123,6 +123,12 @@ def main() -> None:
     "drains go ahead with a Warning Event. A service's spec.workers.rescaleMaxWaitSeconds can only make it "
     "shorter. 0: no bound, so one namespace's readers can hold node drains and upgrades as long as they read.",
 )  # fmt: skip
+@click.option(
+    "--kueue", is_flag=True, envvar="TFDATA_KUEUE",
+    help="Admit TFDataServices labelled kueue.x-k8s.io/queue-name through Kueue (v0.19 or later), each as one "
+    "Workload the operator writes: no pod runs before Kueue admits it, an eviction suspends it (journal "
+    "kept). Needs Kueue installed, and the chart's kueue.enabled for the permissions (docs/training-runs.md).",
+)  # fmt: skip
 @click.option("--verbose", is_flag=True, envvar="TFDATA_VERBOSE", help="Log debug messages.")
 def run(
     namespaces: tuple[str, ...],
@@ -145,6 +151,7 @@ def run(
     operator_pod_labels: str,
     allow_host_path: bool,
     drain_max_wait: int,
+    kueue: bool,
     verbose: bool,
 ) -> None:
     """Runs the operator until SIGTERM or SIGINT."""
@@ -160,6 +167,7 @@ def run(
         namespaces=tuple(watched),
         allow_host_path=allow_host_path,
         drain_max_wait_seconds=drain_max_wait or None,
+        kueue=kueue,
         resync_seconds=resync_seconds,
         concurrent_reconciles=concurrent_reconciles,
         election=election_config(
@@ -191,6 +199,8 @@ def _operate(
 
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
     logs.install()
+    if config.kueue:
+        handlers.watch_workloads()
     memory.limit_malloc_arenas()
     if not verbose:
         # kopf logs every handler run; the operator logs what it changed.

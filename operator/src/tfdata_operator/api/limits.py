@@ -80,6 +80,12 @@ SERVICE_STATUS: Mapping[str, int] = {
     "lifecycle.nextAction.at": 64,
     "lifecycle.lastReadTime": 64,
     "lifecycle.readError": 1024,
+    "kueue.workload": 253,
+    "kueue.queue": 63,
+    "kueue.state": 32,
+    "kueue.since": 64,
+    "kueue.message": 4096,
+    "kueue.clusterQueue": 253,
 }
 SNAPSHOT_STATUS: Mapping[str, int] = {
     "reason": 128,

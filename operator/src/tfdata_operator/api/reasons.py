@@ -90,3 +90,14 @@ WORKLOAD_NOT_FOUND = "WorkloadNotFound"
 WORKLOAD_UNREADABLE = "WorkloadUnreadable"
 LIFECYCLE_SUSPEND = "LifecycleSuspend"
 LIFECYCLE_DELETE = "LifecycleDelete"
+# Kueue (plan/kueue.py): the service's Workload queued, admitted, evicted (Warning), going through the
+# queue again after an edit of what Kueue accounts for, finished by Kueue (Warning), not writable or its
+# flavors not readable (Warning), and deleted when the service's queue label was removed. While no pod
+# may run, Ready is False with the first five as its reason.
+KUEUE_QUEUED = "KueueQueued"
+KUEUE_ADMITTED = "KueueAdmitted"
+KUEUE_EVICTED = "KueueEvicted"
+KUEUE_REQUEUEING = "KueueRequeueing"
+KUEUE_FINISHED = "KueueFinished"
+KUEUE_UNAVAILABLE = "KueueUnavailable"
+KUEUE_LEFT = "KueueLeft"

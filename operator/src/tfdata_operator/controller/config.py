@@ -26,6 +26,9 @@ class OperatorConfig:
     resync_seconds: float = 60.0
     # How many reconciles run at once (each one service; one service is never reconciled twice at once).
     concurrent_reconciles: int = 8
+    # --kueue: TFDataServices labelled kueue.x-k8s.io/queue-name are admitted through Kueue (the
+    # operator watches Workloads); off, such a service runs no pod and says how to turn it on.
+    kueue: bool = False
     # Leader election on a Lease (several replicas: one reconciles, the others stand by); None: this
     # process reconciles from the start, as the only operator.
     election: ElectionConfig | None = None

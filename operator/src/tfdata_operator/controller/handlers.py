@@ -53,7 +53,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **indi
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     # Watch only what the operator manages, filtered by the API server.
-    for kind in children.OBSERVED:
+    for kind in (*children.OBSERVED, children.WORKLOAD):
         settings.watching.label_selectors[kind.group, kind.version, kind.plural] = MANAGED_SELECTOR
     config = memo.config
     api = load_client_config()
@@ -209,6 +209,31 @@ for _kind in children.OBSERVED:
     _watch(_kind)
 
 
+def watch_workloads() -> None:
+    """With --kueue: the Kueue Workloads the operator wrote, each kept by its service (outside kopf's
+    indexes, as the TFDataSnapshots are: an index of a kind whose CRD is not installed would hold up
+    every reconcile), and its service queued on each change (``controller/kueue.py``)."""
+    kind = children.WORKLOAD
+
+    async def workload_event(event: kopf.RawEvent, body: kopf.Body, memo: OperatorState, **_: Any) -> None:
+        full = {**body, "apiVersion": kind.api_version, "kind": kind.kind}
+        key = cache.instance_of(full)
+        if key is None:
+            return
+        name = full["metadata"]["name"]
+        if event.get("type") == "DELETED":
+            kept = memo.workloads.get(key, {})
+            kept.pop((kind.kind, name), None)
+            if not kept:
+                memo.workloads.pop(key, None)
+        else:
+            memo.workloads.setdefault(key, {})[(kind.kind, name)] = cache.pack(cache.trim(full))
+        _trigger(memo, key)
+
+    selector = {INSTANCE_LABEL: kopf.PRESENT}
+    kopf.on.event(kind.group, kind.version, kind.plural, id=f"{kind.plural}_event", labels=selector)(workload_event)
+
+
 async def _resync_forever(memo: OperatorState) -> None:
     """Queues every TFDataService periodically, whether or not anything signalled a change, and counts
     them by their Ready condition for the metrics.
@@ -238,11 +263,13 @@ def snapshot(memo: OperatorState, key: cache.InstanceKey) -> tuple[dict[str, Any
         objects.update(cache.by_key(indices[kind.index].get(key, ())))
     pods = cache.by_key(indices[children.POD.index].get(key, ()))
     service = cache.by_key(indices[SERVICES_INDEX].get(key, ()))
-    merged = memo.overlay.merge(key, {**objects, **pods, **service})
+    workloads = {k: packed.unpack() for k, packed in memo.workloads.get(key, {}).items()}
+    merged = memo.overlay.merge(key, {**objects, **pods, **service, **workloads})
     body = merged.get((children.TFDATASERVICE.kind, key[1]))
     pod_list = [v for (kind, _), v in merged.items() if kind == "Pod"]
     kinds = {k.kind for k in children.CHILDREN}
-    return body, Observed({k: v for k, v in merged.items() if k[0] in kinds}, pod_list)
+    queued = tuple(v for (kind, _), v in merged.items() if kind == children.WORKLOAD.kind)
+    return body, Observed({k: v for k, v in merged.items() if k[0] in kinds}, pod_list, workloads=queued)
 
 
 def _nested(

@@ -39,6 +39,10 @@ class Api(Protocol):
 
     def patch(self, api_version: str, kind: str, namespace: str, name: str, patch: Manifest) -> Manifest: ...
 
+    def patch_subresource(
+        self, api_version: str, kind: str, namespace: str, name: str, subresource: str, patch: Manifest
+    ) -> Manifest: ...
+
     def event(self, owner: Mapping[str, Any], event_type: str, reason: str, message: str) -> None: ...
 
     def scale(self, namespace: str, name: str, replicas: int) -> Manifest: ...
@@ -56,6 +60,8 @@ class Observed:
     pods: list[Manifest] = field(default_factory=list)
     # The other services' snapshot directories that may be this one's (``handlers.directory_claims``).
     directories: tuple[snapshotdir.DirectoryClaim, ...] = ()
+    # With --kueue: the Kueue Workloads labelled with the service's name (``controller/kueue.py``).
+    workloads: tuple[Manifest, ...] = ()
 
 
 @dataclass

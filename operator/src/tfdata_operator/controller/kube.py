@@ -220,6 +220,18 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
+    def patch_subresource(
+        self, api_version: str, kind: str, namespace: str, name: str, subresource: str, patch: Manifest
+    ) -> Manifest:
+        """A JSON merge patch of a subresource (a Kueue Workload's status, with its resourceVersion:
+        refused with 409 if the object changed since it was read)."""
+        return self.call(
+            "PATCH",
+            path(api_version, kind, namespace, name, subresource),
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
+
     def scale(self, namespace: str, name: str, replicas: int) -> Manifest:
         """Sets a TFDataService's worker count through its scale subresource (what `kubectl scale` does)."""
         return self.call(

@@ -8,10 +8,10 @@ not own, or a child the API server refuses changes no child: it only sets
 
 It reads as its steps (``STEPS``), each a small function of one ``Run`` (``run.py``): observe,
 validate, claim the snapshot directory (``validate.py``), follow the lifecycle (``lifecycle.py``),
-autoscale and hold changes that would break readers (``decide.py``), plan the children, dry-run the
-changes and apply them (``apply.py``), repair pods and replace pods on lost nodes (``repair.py``),
-delete what is no longer wanted (``apply.py``), announce a hold and report the status
-(``report.py``).
+take Kueue's admission into account (``kueue.py``), autoscale and hold changes that would break
+readers (``decide.py``), plan the children, dry-run the changes and apply them (``apply.py``),
+repair pods and replace pods on lost nodes (``repair.py``), delete what is no longer wanted
+(``apply.py``), announce a hold and report the status (``report.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from tfdata_operator.controller.apply import apply, delete, dry_run, plan_childr
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.decide import autoscale, hold_changes
 from tfdata_operator.controller.interface import Api, Manifest, Observed, Outcome
+from tfdata_operator.controller.kueue import follow_kueue
 from tfdata_operator.controller.lifecycle import follow_lifecycle
 from tfdata_operator.controller.readers import Readers
 from tfdata_operator.controller.repair import repair_pods, replace_lost_pods
@@ -70,6 +71,7 @@ STEPS: tuple[Step, ...] = (
     validate,
     claim_snapshot_directory,
     follow_lifecycle,
+    follow_kueue,
     autoscale,
     hold_changes,
     plan_children,

@@ -5,15 +5,17 @@ recomputed from the children as they are now, with why a StatefulSet does not se
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from tfdata_operator.api import reasons
+from tfdata_operator.api import limits, reasons
 from tfdata_operator.controller import cache
 from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.interface import Api, Manifest
 from tfdata_operator.controller.readers import Readers, readiness, server_info
 from tfdata_operator.controller.run import Run, sooner
 from tfdata_operator.plan import hold, scaling, status
+from tfdata_operator.plan import kueue as queueing
 from tfdata_operator.plan.diagnose import Finding, claims_to_read, explain, from_readiness, needs_events, unready_server
 from tfdata_operator.render import builders
 
@@ -62,6 +64,13 @@ def report_status(run: Run) -> bool:
         ),
         **_server_info(run),
     )
+    queued = None
+    if run.kueue.gated:
+        # Not the user's suspend: the spec says run, Kueue says not yet.
+        svc = dataclasses.replace(svc, suspend=False)
+        queued = status.Condition(
+            reasons.READY, False, queueing.REASONS.get(run.kueue.state or "", reasons.KUEUE_QUEUED), run.kueue.message
+        )
     new_status = status.compute_status(
         svc,
         run.body,
@@ -71,9 +80,11 @@ def report_status(run: Run) -> bool:
         waiting=run.desired.waiting,
         decision=run.decision,
         drains=run.drains,
+        queued=queued,
     )
     new_status["autoscaling"] = run.auto_status
     new_status["lifecycle"] = run.lifecycle_status
+    new_status["kueue"] = limits.fit(run.kueue.status, limits.SERVICE_STATUS, "kueue")
     run.report.write(new_status)
     return True
 

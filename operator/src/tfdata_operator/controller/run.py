@@ -18,6 +18,7 @@ from tfdata_operator.controller.readers import Dispatcher, Readers, retry_after
 from tfdata_operator.controller.reporter import Reporter
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.plan import drain, hold, nodeloss
+from tfdata_operator.plan import kueue as queueing
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class Run:
     node_loss: nodeloss.NodeLoss = field(default_factory=nodeloss.NodeLoss)
     # status.lifecycle (spec.lifecycle), as follow_lifecycle decided it.
     lifecycle_status: Manifest | None = None
+    # Kueue's turn (spec labels kueue.x-k8s.io/*), as follow_kueue decided it.
+    kueue: queueing.Decision = field(default_factory=queueing.Decision)
 
     @property
     def report(self) -> Reporter:

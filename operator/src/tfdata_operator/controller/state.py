@@ -46,6 +46,8 @@ class OperatorState:
     snapshot_readers: SnapshotReaders = field(default_factory=SnapshotReaders)
     # Each TFDataService's snapshot directory as last watched: who to requeue when it moves or goes.
     directories: dict[tuple[str, str], snapshotdir.DirectoryClaim] = field(default_factory=dict)
+    # With --kueue: each service's Kueue Workloads as last watched, packed as the indexes' bodies are.
+    workloads: dict[tuple[str, str], dict[tuple[str, str], cache.Packed]] = field(default_factory=dict)
     pool: ThreadPoolExecutor = field(init=False)
     tasks: list[asyncio.Task[None]] = field(init=False)
     kube: Kube = field(init=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tfdata_operator.api import kueue
 from tfdata_operator.api.identity import API_GROUP, API_VERSION, KIND, PLURAL, SNAPSHOT_KIND, SNAPSHOT_PLURAL
 from tfdata_operator.api.spec import ServiceSpec
 from tfdata_operator.render import builders
@@ -140,11 +141,44 @@ TFDATASNAPSHOT = Kind(
     ("patch",),
     "a snapshot's progress; its finalizer (deletionPolicy Delete)",
 )
+# With --kueue (plan/kueue.py): the Kueue Workload of each queued service, written by server-side
+# apply, deleted when the service is suspended or leaves the queue, watched (labelled as the
+# children, outside kopf's indexes); its status patched to release an evicted Workload's quota and to
+# say its pods are Ready. At cluster scope, read by name: the admitted ResourceFlavors (their node
+# labels and tolerations go into the pods) and a service's WorkloadPriorityClass (its value).
+WORKLOAD = Kind(
+    kueue.WORKLOAD_API_VERSION,
+    kueue.WORKLOAD_KIND,
+    kueue.WORKLOAD_PLURAL,
+    (*APPLY, "delete"),
+    "a queued service's Kueue Workload (--kueue)",
+)
+FLAVOR = Kind(
+    f"{kueue.GROUP}/v1beta2", kueue.FLAVOR_KIND, kueue.FLAVOR_PLURAL, ("get",), "an admitted Workload's flavors"
+)
+PRIORITY_CLASS = Kind(
+    f"{kueue.GROUP}/v1beta2",
+    kueue.PRIORITY_CLASS_KIND,
+    kueue.PRIORITY_CLASS_PLURAL,
+    ("get",),
+    "a queued service's priority (its label kueue.x-k8s.io/priority-class)",
+)
 BY_KIND: dict[str, Kind] = {
-    k.kind: k for k in (*OBSERVED, *NODE_LOSS_READS, TFDATASERVICE, TFDATASNAPSHOT, LEASE, *WORKLOADS)
+    k.kind: k
+    for k in (
+        *OBSERVED,
+        *NODE_LOSS_READS,
+        TFDATASERVICE,
+        TFDATASNAPSHOT,
+        LEASE,
+        *WORKLOADS,
+        WORKLOAD,
+        FLAVOR,
+        PRIORITY_CLASS,
+    )
 }
 # Kinds without a namespace (their objects' paths have none).
-CLUSTER_SCOPED: tuple[Kind, ...] = (NODE, PERSISTENT_VOLUME)
+CLUSTER_SCOPED: tuple[Kind, ...] = (NODE, PERSISTENT_VOLUME, FLAVOR, PRIORITY_CLASS)
 EVENT = Kind(
     "v1",
     "Event",
@@ -214,7 +248,16 @@ def namespaced_rules() -> set[Rule]:
 
 def cluster_rules() -> set[Rule]:
     """What the operator reads at cluster scope, wherever it watches: the Nodes and volumes of spec.nodeLoss."""
-    return {(kind.group, kind.plural, verb) for kind in CLUSTER_SCOPED for verb in kind.verbs}
+    return {(kind.group, kind.plural, verb) for kind in (NODE, PERSISTENT_VOLUME) for verb in kind.verbs}
+
+
+def kueue_rules() -> tuple[set[Rule], set[Rule]]:
+    """With --kueue (the chart's kueue.enabled): what the operator does with Workloads in a namespace it
+    watches, and what it reads at cluster scope (flavors, priority classes)."""
+    namespaced = {(WORKLOAD.group, WORKLOAD.plural, verb) for verb in ("list", "watch", *WORKLOAD.verbs)}
+    namespaced.add((WORKLOAD.group, f"{WORKLOAD.plural}/status", "patch"))
+    cluster = {(kind.group, kind.plural, verb) for kind in (FLAVOR, PRIORITY_CLASS) for verb in kind.verbs}
+    return namespaced, cluster
 
 
 def leader_election_rules() -> set[Rule]:

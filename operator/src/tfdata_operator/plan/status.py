@@ -191,8 +191,11 @@ def compute_status(
     reason: str = INVALID_SPEC,
     decision: hold.HoldDecision | None = None,
     drains: drain.DrainDecision | None = None,
+    queued: Condition | None = None,
 ) -> dict[str, Any]:
     """The whole status. ``svc`` is None when the spec is invalid and cannot be parsed at all.
+
+    ``queued`` is why Kueue lets no pod run (``plan.kueue``): it is then ``Ready``'s reason and message.
 
     ``decision`` is the hold decision of this reconcile: a held change shows in ``held``, in
     ``WorkersReady`` (a rescale) or ``Suspended`` (a suspend), and so in ``Ready``. ``drains`` is
@@ -204,6 +207,8 @@ def compute_status(
     held = decision if decision is not None and decision.action == hold.HOLD and decision.pending else None
     address = builders.dispatcher_address(svc, settings) if svc else old.get("dispatcherAddress")
     conditions = _conditions(svc, old, observed, held, drains, str(address), invalid, waiting, reason)
+    if queued is not None and invalid is None:
+        conditions = _queued(conditions, queued)
     worker_status = (observed.workers or {}).get("status") or {}
     desired = svc.workers.replicas if svc else int(body.get("spec", {}).get("workers", {}).get("replicas", 0))
     ready_replicas = int(worker_status.get("readyReplicas", 0))
@@ -267,6 +272,18 @@ def _conditions(
     else:
         ready = summary_condition(dispatcher, workers, invalid, reason)
     return [ready, dispatcher, workers] + ([suspended] if suspended is not None else [])
+
+
+def _queued(conditions: list[Condition], queued: Condition) -> list[Condition]:
+    """The conditions while Kueue lets no pod run: Ready says why, and so do the servers' conditions."""
+    said = {
+        READY: queued,
+        DISPATCHER_READY: Condition(
+            DISPATCHER_READY, False, queued.reason, "Not admitted by Kueue: no dispatcher runs."
+        ),
+        WORKERS_READY: Condition(WORKERS_READY, False, queued.reason, "Not admitted by Kueue: no worker runs."),
+    }
+    return [said.get(c.type, c) for c in conditions]
 
 
 def _held_status(held: hold.HoldDecision | None, old: Mapping[str, Any], now: str) -> dict[str, Any] | None:

@@ -10,7 +10,8 @@ client. Each child kind is built in its own module, and this one gathers them, s
 - ``journal``: where the dispatcher journals, and its claim;
 - ``pod``: the pod template both StatefulSets share;
 - ``dispatcher``, ``workers``: the two StatefulSets;
-- ``services``, ``clientconfigmap``, ``hpa``, ``disruptionbudget``, ``networkpolicy``: the rest.
+- ``services``, ``clientconfigmap``, ``hpa``, ``disruptionbudget``, ``networkpolicy``: the rest;
+- ``workload``: the Kueue Workload of a queued service (not a row of the table: ``plan/kueue.py``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from tfdata_operator.render.services import (
 )
 from tfdata_operator.render.settings import DEFAULT_INJECTOR_IMAGE, BuildSettings, Counts, Manifest, Named
 from tfdata_operator.render.workers import build_worker_statefulset
+from tfdata_operator.render.workload import build_workload, worker_counts, workload_name
 
 __all__ = [
     "DEFAULT_INJECTOR_IMAGE",
@@ -84,6 +86,7 @@ __all__ = [
     "build_worker_pdb",
     "build_worker_service",
     "build_worker_statefulset",
+    "build_workload",
     "client_configmap_name",
     "client_settings",
     "config_hash",
@@ -109,6 +112,7 @@ __all__ = [
     "render_pdbs",
     "render_services",
     "render_statefulsets",
+    "render_workload",
     "selector_labels",
     "static_journal",
     "worker_address_format",
@@ -116,6 +120,7 @@ __all__ = [
     "worker_config",
     "worker_selector",
     "workers_name",
+    "workload_name",
 ]
 
 
@@ -152,3 +157,12 @@ def render_pdbs(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> li
 
 def render_network_policies(svc: ServiceSpec, settings: BuildSettings, counts: Counts) -> list[Named]:
     return [(network_policy_name(svc), build_network_policy(svc, settings))]
+
+
+def render_workload(svc: ServiceSpec, settings: BuildSettings, priority: int | None = None) -> Manifest:
+    """The Kueue Workload of a queued service: its pod sets' templates are the StatefulSets' as they
+    run at the pod sets' counts, before an admission's flavors are merged in (``plan/kueue.py``)."""
+    count, _ = worker_counts(svc)
+    dispatcher = build_dispatcher_statefulset(svc, settings, count)["spec"]["template"]
+    workers = build_worker_statefulset(svc, settings, count)["spec"]["template"]
+    return build_workload(svc, dispatcher, workers, priority)

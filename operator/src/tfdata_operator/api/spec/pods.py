@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from tfdata_operator.api import coretypes
+from tfdata_operator.api import coretypes, kueue
 from tfdata_operator.api.coretypes import describe
 from tfdata_operator.api.quantity import canonical as canonical_quantity
 from tfdata_operator.api.quantity import parse_quantity
@@ -55,6 +55,12 @@ def pod_settings(r: Reader, own_volumes: Mapping[str, str], component: str) -> P
     if reserved:
         r.problems.append(
             f"{r.path}.labels must not set {', '.join(reserved)}: the operator uses them to select its pods"
+        )
+    if queued := sorted(k for k in labels if k.startswith(kueue.PREFIX)):
+        r.problems.append(
+            f"{r.path}.labels must not set {', '.join(queued)}: on the service's StatefulSets and pods Kueue "
+            f"would queue and freeze them one by one; label the TFDataService itself ({kueue.QUEUE_LABEL}) "
+            "to have it admitted through Kueue as one workload (docs/training-runs.md)"
         )
     tolerations = _core_list(r, "tolerations", coretypes.TOLERATION, 32)
     volumes = _volumes(r, own_volumes)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from tfdata_operator.api import kueue
 from tfdata_operator.api.spec import checks
 from tfdata_operator.api.spec.autoscaling import parse_autoscaling
 from tfdata_operator.api.spec.dispatcher import parse_dispatcher
@@ -28,6 +30,7 @@ from tfdata_operator.api.spec.types import (
     SERVER_PROGRAM_FROM_IMAGE,
     SERVER_PROGRAM_INJECTED,
     SERVER_PROGRAMS,
+    KueueSpec,
     PreloadSpec,
     ServiceSpec,
     SpecError,
@@ -50,6 +53,7 @@ def parse(body: Mapping[str, Any], default_image: str | None, *, allow_host_path
     if body.get("spec") is None:
         problems.append("spec is required")
     service = _read(Reader(body.get("spec"), "spec", problems), metadata, name, default_image)
+    service = replace(service, kueue=_kueue(metadata.get("labels"), problems))
     if not allow_host_path:
         problems += node_volumes("spec.dispatcher", service.dispatcher.pod)
         problems += node_volumes("spec.workers", service.workers.pod)
@@ -101,6 +105,36 @@ def _read(spec: Reader, metadata: Mapping[str, Any], name: str, default_image: s
         or (server_program == SERVER_PROGRAM_AUTO and image != default_image),
         preload=preload,
     )
+
+
+# A LocalQueue's name, as Kueue's Workload takes it in spec.queueName (a DNS label), and a
+# WorkloadPriorityClass's (a DNS subdomain; a label value holds at most 63 characters of it).
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def _kueue(labels: Any, problems: list[str]) -> KueueSpec | None:
+    """The Kueue labels of the service (metadata.labels): its LocalQueue and priority class."""
+    labels = labels if isinstance(labels, Mapping) else {}
+    queue, priority = labels.get(kueue.QUEUE_LABEL), labels.get(kueue.PRIORITY_LABEL)
+    found = []
+    for key, value, pattern in (
+        (kueue.QUEUE_LABEL, queue, _DNS_LABEL),
+        (kueue.PRIORITY_LABEL, priority, DNS_SUBDOMAIN),
+    ):
+        if value is not None and (not isinstance(value, str) or len(value) > 63 or not pattern.fullmatch(value)):
+            found.append(
+                f"metadata.labels[{key}] must name a Kueue object (lowercase letters, digits and '-', "
+                f"at most 63 characters), got {value!r}"
+            )
+    if priority is not None and queue is None:
+        found.append(
+            f"metadata.labels[{kueue.PRIORITY_LABEL}] needs {kueue.QUEUE_LABEL}: a priority class applies "
+            "to a service admitted through a Kueue LocalQueue; set both, or neither"
+        )
+    problems.extend(found)
+    if found or queue is None:
+        return None
+    return KueueSpec(queue=queue, priority_class=priority)
 
 
 def _preload(r: Reader) -> PreloadSpec:

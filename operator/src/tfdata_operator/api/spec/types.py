@@ -327,6 +327,15 @@ class LifecycleSpec:
 
 
 @dataclass(frozen=True)
+class KueueSpec:
+    """The labels ``kueue.x-k8s.io/queue-name`` and ``kueue.x-k8s.io/priority-class`` of the
+    TFDataService: admitted through Kueue, in that LocalQueue (``plan/kueue.py``)."""
+
+    queue: str
+    priority_class: str | None = None
+
+
+@dataclass(frozen=True)
 class ServiceSpec:
     """One TFDataService, fully defaulted: everything the builders need."""
 
@@ -351,6 +360,8 @@ class ServiceSpec:
     # spec.serverProgram resolved: the server program is copied into the pods.
     inject_server: bool = False
     preload: PreloadSpec = PreloadSpec()
+    # Admitted through Kueue (None: not queued).
+    kueue: KueueSpec | None = None
 
     @property
     def is_static(self) -> bool:
