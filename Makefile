@@ -271,11 +271,12 @@ test-tiers:
 
 # The node image, its non-Kubernetes parts first, beside the binaries' build (see test-tiers), and
 # metrics-server's image, which `kind/cluster.sh up` would otherwise build (cold: 7 minutes) with the
-# cluster already made.
+# cluster already made, and Kueue's, which tests/kind/test_kueue.py installs.
 .PHONY: kind-image-after-binaries
 kind-image-after-binaries:
 	@kind/node-image.sh --parts >/dev/null
 	@kind/metrics-server.sh image >/dev/null
+	@kind/kueue.sh image >/dev/null
 	@$(MAKE) --no-print-directory binaries
 	@kind/node-image.sh >/dev/null
 

@@ -154,6 +154,7 @@ up() {
   helm upgrade --install "$RELEASE" "$REPO/charts/tfdata-operator" \
     --namespace "$NAMESPACE" --create-namespace \
     --set image.pullPolicy=Never \
+    --set kueue.enabled=true \
     --set-string 'nodeSelector.kubernetes\.io/hostname'="$CLUSTER-control-plane" \
     --wait --timeout 5m >&2
   kubectl -n "$NAMESPACE" rollout status deployment --timeout=3m >&2

@@ -1,0 +1,319 @@
+"""TFDataServices admitted through Kueue (issue 39, item 3): Kueue v0.19.2, built here from its Go
+module (kind/kueue.sh), installed for this module only, and the chart's operator with kueue.enabled
+(kind/cluster.sh).
+
+A ClusterQueue with room for one service: the first is admitted and no pod of it exists before
+its admission, carrying the flavor's node labels and toleration; the second waits, no pod, until
+the first is deleted. Then the ClusterQueue is stopped (HoldAndDrain): Kueue evicts the service,
+its pods stop, the operator releases the quota; started again, Kueue admits it again and it is
+Ready on the same journal claim. Each wait prints how long it took.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kindpods import SERVER_IMAGE, wait_ready
+from support import ROOT, Kubectl, holds_for, wait_for
+
+from tfdata_operator.api import kueue, spec
+from tfdata_operator.api.quantity import parse_quantity
+from tfdata_operator.render import builders
+from tfdata_operator.render.builders import BuildSettings
+
+from fixtures.manifests import API_VERSION
+
+pytestmark = pytest.mark.kind
+
+CLUSTER_QUEUE = "tfdata-room-for-one"
+FLAVOR = "tfdata-flavor"
+QUEUE = "tfdata-queue"
+TOLERATION = {"key": "tfdata.dev/kueue-test", "operator": "Exists", "effect": "NoSchedule"}
+# Kueue's own default Configuration, with TFDataService made a kind it knows (docs/training-runs.md).
+KUEUE_CONFIG = """\
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+health:
+  healthProbeBindAddress: :8081
+metrics:
+  bindAddress: :8443
+webhook:
+  port: 9443
+leaderElection:
+  leaderElect: true
+  resourceName: c1f6bfd2.kueue.x-k8s.io
+integrations:
+  frameworks: ["batch/job", "jobset.x-k8s.io/jobset", "pod", "deployment", "statefulset"]
+  externalFrameworks: ["TFDataService.v1alpha1.tfdata.dev"]
+"""
+KUEUE_READS_SERVICES = [
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "kueue-reads-tfdataservices"},
+        "rules": [{"apiGroups": ["tfdata.dev"], "resources": ["tfdataservices"], "verbs": ["get", "list", "watch"]}],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kueue-reads-tfdataservices"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "kueue-reads-tfdataservices",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "kueue-controller-manager", "namespace": "kueue-system"}],
+    },
+]
+TIMEOUT = 300
+
+
+def queued_service(name: str) -> dict[str, Any]:
+    """A small DYNAMIC service in the LocalQueue: one worker."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TFDataService",
+        "metadata": {"name": name, "labels": {kueue.QUEUE_LABEL: QUEUE}},
+        "spec": {
+            "shardingPolicy": "DYNAMIC",
+            "dispatcher": {"faultTolerantMode": True, "storage": {"size": "1Gi"}},
+            "workers": {
+                "replicas": 1,
+                "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
+            },
+        },
+    }
+
+
+def requests_of(name: str, namespace: str) -> dict[str, float]:
+    """What one service's Workload asks for in all, rendered as the operator renders it."""
+    body = {**queued_service(name), "metadata": {**queued_service(name)["metadata"], "namespace": namespace}}
+    svc = spec.parse(body, SERVER_IMAGE)
+    total: dict[str, float] = {}
+    for pod_set in builders.render_workload(svc, BuildSettings())["spec"]["podSets"]:
+        pod = pod_set["template"]["spec"]
+        for container in pod["containers"]:
+            for resource, value in ((container.get("resources") or {}).get("requests") or {}).items():
+                total[resource] = total.get(resource, 0.0) + pod_set["count"] * parse_quantity(value)
+    return total
+
+
+def kueue_sh(*args: str, config: Path | None = None) -> None:
+    env = {**os.environ}
+    if config is not None:
+        env["KUEUE_CONFIG"] = str(config)
+    started = time.monotonic()
+    result = subprocess.run(
+        [str(ROOT / "kind" / "kueue.sh"), *args], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert result.returncode == 0, f"kind/kueue.sh {' '.join(args)} failed:\n{result.stderr[-4000:]}"
+    print(f"\nkind/kueue.sh {args[0]}: {time.monotonic() - started:.0f}s")
+
+
+@pytest.fixture(scope="module")
+def queue(kubectl: Kubectl, namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Kueue installed, a ClusterQueue with room for one service, and its LocalQueue in the namespace;
+    everything deleted after the module (Kueue too: its webhooks would see every later pod)."""
+    config = tmp_path_factory.mktemp("kueue") / "config.yaml"
+    config.write_text(KUEUE_CONFIG)
+    kubectl.run(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": KUEUE_READS_SERVICES})
+    )
+    kueue_sh("install", config=config)
+    one = requests_of("probe", namespace)
+    quota = {r: _quantity(1.5 * v, r) for r, v in one.items()}
+    objects = [
+        {
+            "apiVersion": kueue.WORKLOAD_API_VERSION,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": FLAVOR},
+            "spec": {"nodeLabels": {"kubernetes.io/os": "linux"}, "tolerations": [TOLERATION]},
+        },
+        {
+            "apiVersion": kueue.WORKLOAD_API_VERSION,
+            "kind": "ClusterQueue",
+            "metadata": {"name": CLUSTER_QUEUE},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": sorted(quota),
+                        "flavors": [
+                            {
+                                "name": FLAVOR,
+                                "resources": [{"name": r, "nominalQuota": q} for r, q in sorted(quota.items())],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": kueue.WORKLOAD_API_VERSION,
+            "kind": "LocalQueue",
+            "metadata": {"name": QUEUE, "namespace": namespace},
+            "spec": {"clusterQueue": CLUSTER_QUEUE},
+        },
+    ]
+    print(f"\none service asks for {one}; the ClusterQueue holds {quota}")
+    kubectl.run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    yield namespace
+    kubectl.run("delete", "tfdata", "--all", "-n", namespace, "--wait=true", "--timeout=120s", timeout=130, check=False)
+    for kind, name in (("localqueue", QUEUE), ("clusterqueue", CLUSTER_QUEUE), ("resourceflavor", FLAVOR)):
+        kubectl.run(
+            "delete", kind, name, "-n", namespace, "--ignore-not-found", "--wait=true", "--timeout=60s", check=False
+        )
+    kueue_sh("uninstall")
+    kubectl.run(
+        "delete",
+        "-f",
+        "-",
+        "--ignore-not-found",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": KUEUE_READS_SERVICES}),
+    )
+
+
+def _quantity(value: float, resource: str) -> str:
+    return f"{int(value * 1000)}m" if resource == "cpu" else str(int(value))
+
+
+def workload(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any] | None:
+    found = kubectl.json("get", "workloads.kueue.x-k8s.io", "-n", namespace, "-l", f"app.kubernetes.io/instance={name}")
+    items = found.get("items") or []
+    return items[0] if items else None
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
+
+
+def pods_of(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
+    listed = kubectl.json("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={name}")
+    return list(listed.get("items") or [])
+
+
+def service(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    return kubectl.json("get", f"tfdata/{name}", "-n", namespace)
+
+
+def state(kubectl: Kubectl, namespace: str, name: str) -> str:
+    return str((service(kubectl, namespace, name).get("status") or {}).get("kueue", {}).get("state"))
+
+
+def when(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def test_a_queued_service_starts_only_once_admitted_and_a_second_waits_for_the_first_to_go(
+    kubectl: Kubectl, queue: str
+) -> None:
+    namespace = queue
+    created = time.monotonic()
+    kubectl.run("apply", "-n", namespace, "-f", "-", input=json.dumps(queued_service("first")))
+    wl = wait_for(
+        lambda: (w := workload(kubectl, namespace, "first")) and condition(w, "Admitted").get("status") == "True" and w,
+        TIMEOUT,
+        "the first service's Workload admitted",
+        interval=1,
+        show=lambda: kubectl.run("get", "workloads,tfdata,pods", "-n", namespace, "-o", "wide", check=False).stdout,
+    )
+    admitted_after = time.monotonic() - created
+    assert [s["count"] for s in wl["spec"]["podSets"]] == [1, 1]
+    wait_ready(kubectl, namespace, "first", TIMEOUT)
+    ready_after = time.monotonic() - created
+    admitted_at = when(condition(wl, "Admitted")["lastTransitionTime"])
+    pods = pods_of(kubectl, namespace, "first")
+    assert len(pods) == 2
+    for pod in pods:
+        # Seconds resolution on both sides: no pod was made before the second Kueue admitted it.
+        assert when(pod["metadata"]["creationTimestamp"]) >= admitted_at, pod["metadata"]["name"]
+        assert pod["spec"]["nodeSelector"]["kubernetes.io/os"] == "linux"
+        assert TOLERATION in pod["spec"]["tolerations"]
+        assert not any(k.startswith(kueue.PREFIX) for k in pod["metadata"].get("labels", {}))
+    status = service(kubectl, namespace, "first")["status"]["kueue"]
+    assert (status["state"], status["clusterQueue"], status["admittedWorkers"]) == ("Admitted", CLUSTER_QUEUE, 1)
+    print(f"\nfirst: admitted {admitted_after:.1f}s after it was applied, Ready after {ready_after:.1f}s")
+
+    kubectl.run("apply", "-n", namespace, "-f", "-", input=json.dumps(queued_service("second")))
+    wait_for(lambda: workload(kubectl, namespace, "second"), 60, "the second service's Workload")
+
+    def waits() -> tuple[str, int, str]:
+        return (
+            state(kubectl, namespace, "second"),
+            len(pods_of(kubectl, namespace, "second")),
+            str(condition(workload(kubectl, namespace, "second"), "QuotaReserved").get("status", "absent")),
+        )
+
+    holds_for(
+        waits,
+        20,
+        "the second service queued without a pod",
+        ok=lambda s: s[0] == "Queued" and s[1] == 0 and s[2] != "True",
+    )
+    ready = next(c for c in service(kubectl, namespace, "second")["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "KueueQueued", ready
+    print(f"\nsecond, while the first runs: {ready['message']}")
+
+    deleted = time.monotonic()
+    kubectl.run("delete", "tfdata/first", "-n", namespace, "--wait=false")
+    wait_ready(kubectl, namespace, "second", TIMEOUT)
+    print(f"\nsecond: Ready {time.monotonic() - deleted:.1f}s after the first was deleted")
+
+
+def test_an_eviction_suspends_the_service_and_its_readmission_resumes_it_on_the_same_journal(
+    kubectl: Kubectl, queue: str
+) -> None:
+    namespace = queue
+    wait_ready(kubectl, namespace, "second", TIMEOUT)
+    claims = kubectl.json("get", "pvc", "-n", namespace)["items"]
+    (claim,) = [c for c in claims if "second-dispatcher" in c["metadata"]["name"]]
+    uid = claim["metadata"]["uid"]
+
+    stopped = time.monotonic()
+    kubectl.run("patch", "clusterqueue", CLUSTER_QUEUE, "--type=merge", "-p", '{"spec":{"stopPolicy":"HoldAndDrain"}}')
+
+    def released() -> dict[str, Any] | None:
+        wl = workload(kubectl, namespace, "second")
+        gone = not pods_of(kubectl, namespace, "second")
+        free = wl is not None and "admission" not in (wl.get("status") or {})
+        return wl if gone and free and condition(wl, "QuotaReserved").get("status") == "False" else None
+
+    wl = wait_for(
+        released,
+        TIMEOUT,
+        "the evicted service's pods gone and its quota released",
+        interval=1,
+        show=lambda: kubectl.run("get", "workloads,tfdata,pods", "-n", namespace, "-o", "yaml", check=False).stdout[
+            -6000:
+        ],
+    )
+    evicted = condition(wl, "Evicted")
+    assert (evicted.get("status"), evicted.get("reason")) == ("True", "ClusterQueueStopped"), evicted
+    body = service(kubectl, namespace, "second")
+    assert body["status"]["kueue"]["state"] == "Evicted"
+    assert next(c for c in body["status"]["conditions"] if c["type"] == "Ready")["reason"] == "KueueEvicted"
+    print(f"\nevicted: pods gone and quota released {time.monotonic() - stopped:.1f}s after the ClusterQueue stopped")
+    assert [
+        c["metadata"]["uid"]
+        for c in kubectl.json("get", "pvc", "-n", namespace)["items"]
+        if c["metadata"]["name"] == claim["metadata"]["name"]
+    ] == [uid]
+
+    restarted = time.monotonic()
+    kubectl.run("patch", "clusterqueue", CLUSTER_QUEUE, "--type=merge", "-p", '{"spec":{"stopPolicy":"None"}}')
+    wait_ready(kubectl, namespace, "second", TIMEOUT)
+    after = [
+        c["metadata"]["uid"]
+        for c in kubectl.json("get", "pvc", "-n", namespace)["items"]
+        if c["metadata"]["name"] == claim["metadata"]["name"]
+    ]
+    assert after == [uid], "the dispatcher must start again on the same journal claim"
+    print(f"\nadmitted again and Ready {time.monotonic() - restarted:.1f}s after the ClusterQueue started again")
