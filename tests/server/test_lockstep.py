@@ -42,8 +42,12 @@ def tf_configs(trainers: int = 2) -> list[dict[str, Any]]:
     return [{"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}} for i in range(trainers)]
 
 
-def train(cluster: Cluster, way: str, job_name: str) -> list[dict[str, Any]]:
-    """Both trainers, started together; each must finish within the trainer timeout (no hang)."""
+def train(
+    cluster: Cluster, way: str, job_name: str, linger: dict[int, float] | None = None, slow_us: int = 0
+) -> list[dict[str, Any]]:
+    """Both trainers, started together; each must finish within the trainer timeout (no hang). ``linger``:
+    seconds a trainer (by index) stays in ``model.fit`` after its last step; ``slow_us``: the workers'
+    sleep before each element."""
     started = time.monotonic()
     trainers = [
         start_trainer(
@@ -56,8 +60,10 @@ def train(cluster: Cluster, way: str, job_name: str) -> list[dict[str, Any]]:
             batch=BATCH,
             epochs=EPOCHS,
             way=way,
+            linger=(linger or {}).get(i, 0),
+            slow_us=slow_us,
         )
-        for config in tf_configs()
+        for i, config in enumerate(tf_configs())
     ]
     results = [result_of(trainer) for trainer in trainers]
     print(f"{way}: both trainers done in {time.monotonic() - started:.1f}s")
@@ -72,8 +78,9 @@ def test_two_trainers_in_a_custom_loop_get_equal_full_batches_and_every_element(
 
 @pytest.mark.parametrize("cluster", ["DYNAMIC"], indirect=True)
 def test_two_trainers_in_keras_fit_stay_in_step_and_read_every_element(cluster: Cluster) -> None:
-    """tf-keras's ``model.fit`` (TF_USE_LEGACY_KERAS=1) on the helper's dataset batched by the global
-    batch size, 2 epochs of ``steps_per_epoch``: the same checks as the custom loop, and one model."""
+    """tf-keras's ``model.fit`` (TF_USE_LEGACY_KERAS=1) on each trainer's batches from
+    ``distribute_datasets_from_function``, 2 epochs of ``steps_per_epoch``: the same checks as the custom
+    loop, and one model."""
     results = train(cluster, "fit", "lockstep-fit")
     assert_lockstep(results)
     # MultiWorkerMirroredStrategy sums the gradients of both trainers' batches: after every step both
@@ -86,6 +93,17 @@ def test_two_trainers_in_keras_fit_stay_in_step_and_read_every_element(cluster: 
         assert wa == pytest.approx(wb, abs=1e-6), f"step {step}: trainer 0 has {wa}, trainer 1 {wb}"
     assert a[0] != a[-1], a
     assert len(results[0]["epochs"]) == EPOCHS
+
+
+@pytest.mark.parametrize("cluster", ["DYNAMIC"], indirect=True)
+def test_a_trainer_still_in_fit_after_the_other_has_gone_ends_too(cluster: Cluster) -> None:
+    """Trainer 0 stays in ``model.fit`` for 5 s after its last step, its input still alive, while trainer 1
+    lets go of its own and exits; the workers are slow, so neither trainer's input is far ahead of its
+    steps. TensorFlow's distributed iterator, let go of, waits for the batch it was prefetching; in
+    lockstep that batch needs rounds trainer 1 no longer asks for, so a trainer whose batches went on past
+    the training waited there forever (issue 40). Ended with the training, trainer 0's input has nothing
+    left to wait for: both finish, every element read as in the other cases."""
+    assert_lockstep(train(cluster, "fit", "lockstep-linger", linger={0: 5.0}, slow_us=10_000))
 
 
 @pytest.mark.parametrize("cluster", ["DYNAMIC"], indirect=True)
