@@ -3,8 +3,11 @@ TFDataService in lockstep through the client helper (docs/trainers.md, "Many tra
 
 Run by entry.py, which sets TF_CONFIG; the pod sets TF_USE_LEGACY_KERAS=1 (Keras 3's ``model.fit`` fails
 under MultiWorkerMirroredStrategy, keras-team/keras#20585) and takes the service's published settings
-with ``envFrom``. Each epoch is one pass over the data, counted in steps; every trainer ends with the
-same model and prints the same losses.
+with ``envFrom``. Each epoch is one pass over the data, counted in steps. Each trainer's dataset
+(``distribute_datasets_from_function``: its own batches) ends with the training's last step: TensorFlow
+prefetches each trainer's input ahead of its steps, and at the end of ``fit`` it waits for the batch it
+was prefetching, which in lockstep only comes if every trainer still asks for it. Every trainer ends
+with the same model and prints the same losses.
 """
 
 import argparse
@@ -38,8 +41,8 @@ def pipeline() -> tf.data.Dataset:
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()  # TF_CONFIG: this trainer's place
 trainers = strategy.num_replicas_in_sync
-global_batch = args.batch * trainers  # Keras splits each batch among the trainers
-steps_per_epoch = args.elements // global_batch
+steps_per_epoch = args.elements // (args.batch * trainers)  # one pass over the data, all trainers together
+steps = args.epochs * steps_per_epoch
 
 with strategy.scope():
     model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
@@ -49,9 +52,16 @@ if args.address:
     read = distribute(address=args.address, sharding_policy="DYNAMIC", job_name=args.job_name)
 else:
     read = distribute(args.service, job_name=args.job_name)
-dataset = pipeline().repeat().apply(read)  # infinite, as coordinated reads need: epochs are counted in steps
+
+
+def trainer_dataset(_: tf.distribute.InputContext) -> tf.data.Dataset:
+    """This trainer's batches: read from an endless pipeline, as coordinated reads need, and ended by
+    ``take`` at the training's last step, so that no trainer's input waits for a round at the end."""
+    return pipeline().repeat().apply(read).batch(args.batch, drop_remainder=True).take(steps)
+
+
 history = model.fit(
-    dataset.batch(global_batch, drop_remainder=True),
+    strategy.distribute_datasets_from_function(trainer_dataset),
     epochs=args.epochs,
     steps_per_epoch=steps_per_epoch,
     verbose=2,

@@ -1,14 +1,19 @@
 """One trainer of a synchronous MultiWorkerMirroredStrategy job, for tests/server/test_lockstep.py.
 
 Argument: one JSON object: address, policy, job_name, tf_config, n (elements per pass), batch (per
-trainer), epochs, way ("loop": a custom loop over ``distribute_datasets_from_function``; "refuse":
-only apply the helper to a finite dataset). Prints one JSON line: ``{"steps": [[ids of each step's batch], ...],
-"epochs": [mean loss, ...]}`` or ``{"error": "<type>", "message": "..."}``.
+trainer), epochs, way ("loop": a custom loop over ``distribute_datasets_from_function``; "fit": tf-keras
+``model.fit`` over the same; "refuse": only apply the helper to a finite dataset), and optionally
+linger (seconds this trainer stays in ``model.fit`` after its last step, its input still alive) and
+slow_us (microseconds the workers sleep before each element). Both
+ways read as docs/trainers.md says: each trainer's batches end with ``.take(epochs * steps_per_epoch)``.
+Prints one JSON line: ``{"steps": [[ids of each step's batch], ...], "epochs": [mean loss, ...]}`` or
+``{"error": "<type>", "message": "..."}``.
 """
 
 import json
 import os
 import sys
+import time
 
 args = json.loads(sys.argv[1])
 os.environ["TF_CONFIG"] = json.dumps(args["tf_config"])  # before TensorFlow reads it
@@ -16,6 +21,7 @@ if args["way"] == "fit":
     os.environ["TF_USE_LEGACY_KERAS"] = "1"  # tf.keras is tf-keras: Keras 3's fit fails under MWMS (keras#20585)
 
 import tensorflow as tf  # noqa: E402
+from tensorflow.python.data.experimental.ops import testing  # noqa: E402
 
 from tfdata_operator import client  # noqa: E402
 
@@ -27,14 +33,17 @@ def pipeline() -> tf.data.Dataset:
         x = tf.stack([tf.cast(i % 7, tf.float32), tf.cast(i % 3, tf.float32)])
         return {"id": i, "x": x, "y": tf.cast(i % 2, tf.float32)}
 
-    return tf.data.Dataset.range(N).map(element)
+    dataset = tf.data.Dataset.range(N).map(element)
+    if args.get("slow_us"):  # the workers sleep before each element: the trainers wait for data, their buffers low
+        dataset = dataset.apply(testing.sleep(args["slow_us"]))
+    return dataset
 
 
-def read(repeat: bool = True, batch: int = BATCH) -> tf.data.Dataset:
+def read(repeat: bool = True) -> tf.data.Dataset:
     dataset = pipeline().repeat() if repeat else pipeline()
     dataset = dataset.apply(client.distribute(address=args["address"], sharding_policy=args["policy"],
                                               job_name=args["job_name"], check_servers=False))  # fmt: skip
-    return dataset.batch(batch, drop_remainder=True)
+    return dataset.batch(BATCH, drop_remainder=True)
 
 
 def coordinated(dataset: tf.data.Dataset) -> list[int]:
@@ -64,6 +73,11 @@ GLOBAL = BATCH * strategy.num_replicas_in_sync
 STEPS = N // GLOBAL  # one pass over the data, the whole job together, per epoch
 
 
+def trainer_batches(_: tf.distribute.InputContext) -> tf.data.Dataset:
+    """This trainer's batches, ending with the training's last step."""
+    return read().take(EPOCHS * STEPS)
+
+
 if args["way"] == "fit":
 
     class Recorded(tf.keras.Model):
@@ -82,6 +96,9 @@ if args["way"] == "fit":
             self.losses: list[float] = []
             self.weights: list[list[float]] = []
 
+        def on_train_end(self, logs: dict | None = None) -> None:
+            time.sleep(args.get("linger", 0))  # in fit, its input still alive, after the other may have gone
+
         def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
             assert logs is not None
             self.steps.append([int(i) for i in logs["ids"][strategy.cluster_resolver.task_id]])
@@ -92,19 +109,18 @@ if args["way"] == "fit":
         inputs = tf.keras.Input((2,), name="x")
         model = Recorded(inputs, tf.keras.layers.Dense(1)(inputs))
         model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
-    # Keras splits each global batch among the trainers, so the dataset is batched by the global size.
     record = Record()
-    dataset = read(batch=GLOBAL)
-    history = model.fit(dataset, epochs=EPOCHS, steps_per_epoch=STEPS, callbacks=[record], verbose=0)
+    dist = strategy.distribute_datasets_from_function(trainer_batches)
+    history = model.fit(dist, epochs=EPOCHS, steps_per_epoch=STEPS, callbacks=[record], verbose=0)
     emit({"steps": record.steps, "losses": record.losses, "epochs": history.history["loss"],
-          "weights": record.weights, "steps_per_epoch": STEPS, "coordinated": coordinated(dataset)})  # fmt: skip
+          "weights": record.weights, "steps_per_epoch": STEPS, "coordinated": coordinated(read())})  # fmt: skip
     raise SystemExit(0)
 
 with strategy.scope():
     model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
     optimizer = tf.keras.optimizers.SGD(0.01)
 
-dist = strategy.distribute_datasets_from_function(lambda ctx: read())
+dist = strategy.distribute_datasets_from_function(trainer_batches)
 
 
 @tf.function

@@ -42,8 +42,18 @@ def tf_configs(trainers: int = 2) -> list[dict[str, Any]]:
     return [{"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}} for i in range(trainers)]
 
 
-def train(cluster: Cluster, way: str, job_name: str) -> list[dict[str, Any]]:
-    """Both trainers, started together; each must finish within the trainer timeout (no hang)."""
+def train(
+    cluster: Cluster,
+    way: str,
+    job_name: str,
+    linger: dict[int, float] | None = None,
+    slow_us: int = 0,
+    sizes: tuple[int, int, int] = (N, BATCH, EPOCHS),
+) -> list[dict[str, Any]]:
+    """Both trainers, started together; each must finish within the trainer timeout (no hang). ``linger``:
+    seconds a trainer (by index) stays in ``model.fit`` after its last step; ``slow_us``: the workers'
+    sleep before each element; ``sizes``: elements per pass, batch per trainer, epochs."""
+    n, batch, epochs = sizes
     started = time.monotonic()
     trainers = [
         start_trainer(
@@ -52,12 +62,14 @@ def train(cluster: Cluster, way: str, job_name: str) -> list[dict[str, Any]]:
             policy=cluster.policy,
             job_name=job_name,
             tf_config=config,
-            n=N,
-            batch=BATCH,
-            epochs=EPOCHS,
+            n=n,
+            batch=batch,
+            epochs=epochs,
             way=way,
+            linger=(linger or {}).get(i, 0),
+            slow_us=slow_us,
         )
-        for config in tf_configs()
+        for i, config in enumerate(tf_configs())
     ]
     results = [result_of(trainer) for trainer in trainers]
     print(f"{way}: both trainers done in {time.monotonic() - started:.1f}s")
@@ -72,8 +84,9 @@ def test_two_trainers_in_a_custom_loop_get_equal_full_batches_and_every_element(
 
 @pytest.mark.parametrize("cluster", ["DYNAMIC"], indirect=True)
 def test_two_trainers_in_keras_fit_stay_in_step_and_read_every_element(cluster: Cluster) -> None:
-    """tf-keras's ``model.fit`` (TF_USE_LEGACY_KERAS=1) on the helper's dataset batched by the global
-    batch size, 2 epochs of ``steps_per_epoch``: the same checks as the custom loop, and one model."""
+    """tf-keras's ``model.fit`` (TF_USE_LEGACY_KERAS=1) on each trainer's batches from
+    ``distribute_datasets_from_function``, 2 epochs of ``steps_per_epoch``: the same checks as the custom
+    loop, and one model."""
     results = train(cluster, "fit", "lockstep-fit")
     assert_lockstep(results)
     # MultiWorkerMirroredStrategy sums the gradients of both trainers' batches: after every step both
@@ -86,6 +99,19 @@ def test_two_trainers_in_keras_fit_stay_in_step_and_read_every_element(cluster: 
         assert wa == pytest.approx(wb, abs=1e-6), f"step {step}: trainer 0 has {wa}, trainer 1 {wb}"
     assert a[0] != a[-1], a
     assert len(results[0]["epochs"]) == EPOCHS
+
+
+@pytest.mark.parametrize("cluster", ["DYNAMIC"], indirect=True)
+def test_a_trainer_still_in_fit_after_the_other_has_gone_ends_too(cluster: Cluster) -> None:
+    """Trainer 0 stays in ``model.fit`` for 5 s after its last step, its input still alive, while trainer 1
+    lets go of its own and exits; the workers are slow, so neither trainer's input is far ahead of its
+    steps. TensorFlow's distributed iterator, let go of, waits for the batch it was prefetching; in
+    lockstep that batch needs rounds trainer 1 no longer asks for, so a trainer whose batches went on past
+    the training waited there forever (issue 40). Ended with the training, trainer 0's input has nothing
+    left to wait for: both finish, every element read as in the other cases."""
+    sizes = (1024, 64, 2)  # batches far larger than what the read fetches ahead of them: 2 epochs of 8 steps
+    results = train(cluster, "fit", "lockstep-linger", linger={0: 5.0}, slow_us=5_000, sizes=sizes)
+    assert_lockstep(results, sizes)
 
 
 @pytest.mark.parametrize("cluster", ["DYNAMIC"], indirect=True)
@@ -142,16 +168,17 @@ def two_free_ports() -> int:
     raise AssertionError("no two free ports in a row on 127.0.0.1")
 
 
-def assert_lockstep(results: list[dict[str, Any]]) -> None:
+def assert_lockstep(results: list[dict[str, Any]], sizes: tuple[int, int, int] = (N, BATCH, EPOCHS)) -> None:
+    n, batch, epochs = sizes
     """Each step every trainer got a full batch of its own elements, and two epochs read two passes' worth."""
     # The helper read each trainer's place from TF_CONFIG (under tf-keras too): coordinated reads of 2
     # consumers. (The element checks below also hold first-come-first-served on an endless dataset.)
     assert [result["coordinated"] for result in results] == [[0, 2], [1, 2]]
-    steps = N // (BATCH * 2)
+    steps = n // (batch * 2)
     for i, result in enumerate(results):
         sizes = [len(batch) for batch in result["steps"]]
         assert result["steps_per_epoch"] == steps
-        assert sizes == [BATCH] * (EPOCHS * steps), f"trainer {i}'s batch sizes per step: {sizes}"
+        assert sizes == [batch] * (epochs * steps), f"trainer {i}'s batch sizes per step: {sizes}"
     # Each round gives every trainer its own elements: no step's batches share one.
     for step, (a, b) in enumerate(zip(results[0]["steps"], results[1]["steps"], strict=True)):
         assert not set(a) & set(b), f"step {step}: both trainers got {sorted(set(a) & set(b))}"
@@ -159,10 +186,10 @@ def assert_lockstep(results: list[dict[str, Any]]) -> None:
     # rounds take from the workers in turn. Either way two epochs read two passes' worth: every element
     # was read, and none more often than the passes the workers had begun (at most one ahead).
     counts = Counter(i for result in results for batch in result["steps"] for i in batch)
-    assert sum(counts.values()) == EPOCHS * N
-    missing = sorted(set(range(N)) - set(counts))
-    assert not missing, f"never read in {EPOCHS} passes' worth: {missing[:20]} ({len(missing)})"
-    too_often = {i: c for i, c in counts.items() if c > EPOCHS + 1}
+    assert sum(counts.values()) == epochs * n
+    missing = sorted(set(range(n)) - set(counts))
+    assert not missing, f"never read in {epochs} passes' worth: {missing[:20]} ({len(missing)})"
+    too_often = {i: c for i, c in counts.items() if c > epochs + 1}
     assert not too_often, f"read more often than the passes begun: {too_often}"
     for result in results:
         assert all(loss == loss for loss in result["epochs"]), result["epochs"]  # not NaN

@@ -204,7 +204,8 @@ def distribute(
     training task (chief and workers), or ``consumer_index`` and ``num_consumers`` are given, the
     trainers read the shared ``job_name`` with TensorFlow's coordinated reads, so that every trainer
     gets one element per round; the dataset must then be infinite (``.repeat()``; bound epochs
-    with ``steps_per_epoch``). A setup that would fail or give the trainers unequal work raises
+    with ``steps_per_epoch``), and each trainer's batches after the read end with the training
+    (``.take(epochs * steps_per_epoch)``). A setup that would fail or give the trainers unequal work raises
     ``LockstepError`` saying what to change. ``lockstep=False`` reads first-come-first-served
     instead; ``lockstep=True`` requires a place. See ``lockstep``.
 

@@ -10,7 +10,10 @@ and ``consumer_index`` the workers serve the job in rounds, one element to every
 round (``RoundRobinTaskRunner``). They need a named job, an infinite dataset (a task refuses a
 finite one, and a dataset of unknown length that ends fails one consumer and leaves the others
 waiting for their round), workers outside the trainer
-(``target_workers`` not ``LOCAL``), and no cross-trainer cache.
+(``target_workers`` not ``LOCAL``), and no cross-trainer cache. After the read, each trainer's batches
+must end with the training (``.take(epochs * steps_per_epoch)``): TensorFlow's distributed iterator,
+let go of, waits for the batch it was prefetching without cancelling the read, and in lockstep a
+batch past the last step needs rounds a finished trainer no longer asks for (docs/trainers.md).
 
 Everything here is pure: the trainer's place from ``TF_CONFIG`` or from arguments, and the
 decision of how to read (``plan``), with an error saying what to change for a setup that would
