@@ -169,8 +169,8 @@ def two_free_ports() -> int:
 
 
 def assert_lockstep(results: list[dict[str, Any]], sizes: tuple[int, int, int] = (N, BATCH, EPOCHS)) -> None:
-    n, batch, epochs = sizes
     """Each step every trainer got a full batch of its own elements, and two epochs read two passes' worth."""
+    n, batch, epochs = sizes
     # The helper read each trainer's place from TF_CONFIG (under tf-keras too): coordinated reads of 2
     # consumers. (The element checks below also hold first-come-first-served on an endless dataset.)
     assert [result["coordinated"] for result in results] == [[0, 2], [1, 2]]
