@@ -1,0 +1,68 @@
+"""examples/multi-worker/ applied as its README says, on the dev node: two trainer pods of an indexed Job
+train one tf-keras model under MultiWorkerMirroredStrategy, reading the DYNAMIC TFDataService
+``multi-worker`` in lockstep through the client helper.
+
+Nothing of the example is changed: the dev node runs the project's venv instead of the image (which it
+ignores), mounts the scripts' ConfigMap at /scripts, gives each pod its completion index and resolves the
+pods' names under the headless Service, as a kubelet and cluster DNS would. tests/server/test_lockstep.py
+checks the same scripts' batches element by element with the trainers as processes; this proves the
+folder as a user applies it: the Job completes, both trainers end every epoch with one model, and the
+model learned.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from support import ROOT, Kubectl, OperatorProcess, wait_for
+
+EXAMPLE = ROOT / "examples" / "multi-worker"
+JOB = "multi-worker-trainer"
+JOB_TIMEOUT = 480.0  # the service Ready, two TensorFlow imports and 3 epochs of 64 steps on a loaded 2-core machine
+END = re.compile(r"^trainer (\d) of 2: 3 epochs of 64 steps, losses \[(.*)\], weights (.*)$", re.M)
+
+
+def test_the_multi_worker_example_trains_one_model_in_two_trainer_pods(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess, node_state_dir: Path
+) -> None:
+    kubectl.run("apply", "-n", namespace, "-f", str(EXAMPLE))
+
+    def pods() -> list[dict]:
+        return list(kubectl.json("get", "pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={JOB}")["items"])
+
+    def log(pod: dict) -> str:
+        path = node_state_dir / "logs" / "pods" / f"{namespace}_{pod['metadata']['name']}" / "trainer.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def seen() -> str:
+        job = kubectl.json("get", "job", JOB, "-n", namespace).get("status", {})
+        counts = {k: job.get(k) for k in ("active", "succeeded", "failed")}
+        lines = [f"job: {counts}"]
+        for pod in pods():
+            lines.append(f"pod {pod['metadata']['name']}: {pod['status'].get('phase')}; log tail:\n{log(pod)[-1500:]}")
+        lines.append(kubectl.run("get", "tfdata,pods", "-n", namespace, "-o", "wide", check=False).stdout)
+        return "\n".join(lines)
+
+    status = wait_for(
+        lambda: kubectl.json("get", "job", JOB, "-n", namespace).get("status", {}),
+        JOB_TIMEOUT,
+        f"the Job {JOB} to end",
+        interval=2,
+        until=lambda s: s.get("succeeded") == 2 or bool(s.get("failed")),
+        show=seen,
+    )
+    assert status.get("succeeded") == 2 and not status.get("failed"), seen()
+
+    ends = {}
+    for pod in pods():
+        out = log(pod)
+        index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+        assert f'"task": {{"type": "worker", "index": {index}}}' in out, out[-3000:]
+        (end,) = END.findall(out)  # one end line each, naming its own place
+        assert end[0] == index, f"pod {pod['metadata']['name']} of index {index} ended as trainer {end[0]}"
+        ends[index] = end[1:]
+    assert sorted(ends) == ["0", "1"], seen()
+    assert ends["0"] == ends["1"], f"the trainers ended with different losses or weights: {ends}"
+    losses = [float(loss) for loss in ends["0"][0].split(", ")]
+    assert losses[-1] < losses[0], f"the model did not learn: losses {losses}"
