@@ -18,6 +18,7 @@ published settings in its environment) see at the same path. In one run, as a us
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import Kubectl, OperatorProcess, holds_for, wait_for
+from support import Kubectl, KubectlError, OperatorProcess, holds_for, wait_for
 
 from tfdata_operator.plan import hold
 from tfdata_operator.wire import snapshots as snapshotwire
@@ -120,18 +121,29 @@ def test_a_snapshot_is_saved_followed_loaded_exactly_once_and_deleted_safely(
                     60, "the scale-down held", until=lambda h: "snapshot" in h.get("message", ""))  # fmt: skip
     assert str(snapshot_dir / SNAPSHOT) in held["message"], held
 
+    # Every uid worker-1 was seen with: its replacement may come, finish its stream, and (the snapshot
+    # complete) go with the scale-down between two looks, so each look counts.
+    worker_uids: set[str] = set()
+
+    def look_at_worker_1() -> set[str]:
+        # Not there now (KubectlError): deleted, not yet made again, or scaled away after the snapshot completed.
+        with contextlib.suppress(KubectlError):
+            worker_uids.add(kubectl.json("get", "pod", f"{SERVICE}-worker-1", "-n", namespace)["metadata"]["uid"])
+        return worker_uids - {worker["metadata"]["uid"]}
+
     def on_disk() -> dict[str, Any]:
         """The workers the operator keeps, and the snapshot's state as its files say it now."""
         names = [p.name for p in (snapshot_dir / SNAPSHOT).iterdir()] if (snapshot_dir / SNAPSHOT).is_dir() else []
         workers = kubectl.json("get", "statefulset", f"{SERVICE}-worker", "-n", namespace)["spec"]["replicas"]
+        look_at_worker_1()
         return {"workers": workers, "files say": snapshotwire.state_from_names(names)}
 
     # Held across more than one recheck, not only at the first: no worker goes while the files say
     # the snapshot is being written (it may complete meanwhile, and the scale-down then goes).
     holds_for(on_disk, HOLD, "the scale-down held while the snapshot is written",
               ok=lambda seen: seen["workers"] == 2 or seen["files say"] != snapshotwire.IN_PROGRESS)  # fmt: skip
-    wait_for(lambda: kubectl.json("get", "pod", f"{SERVICE}-worker-1", "-n", namespace)["metadata"]["uid"],
-             90, "worker-1 replaced", until=lambda uid: uid != worker["metadata"]["uid"])  # fmt: skip
+    wait_for(look_at_worker_1, 90, "worker-1 replaced (seen with a new uid)",
+             show=lambda: f"worker-1 seen with {sorted(worker_uids)}, deleted {worker['metadata']['uid']}")  # fmt: skip
 
     # 5. It completes with every element, and the held scale-down is carried out.
     done = wait_for(lambda: snapshot_status(kubectl, namespace), TIMEOUT, "COMPLETED",
