@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tfdata_operator.api import limits
+from tfdata_operator.api import kueue, limits
 
 Manifest = dict[str, Any]
 
@@ -62,9 +62,9 @@ _QUOTA = re.compile(
     re.DOTALL,
 )
 
-# The label Kueue's webhook puts on a StatefulSet it manages (its queue's name).
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KUEUE_FRAMEWORK = "TFDataService.v1alpha1.tfdata.dev"
+# The label Kueue's webhook puts on a StatefulSet it manages (its queue's name), and the name that
+# makes a TFDataService a kind Kueue knows: api/kueue.py.
+KUEUE_QUEUE_LABEL, KUEUE_FRAMEWORK = kueue.QUEUE_LABEL, kueue.FRAMEWORK
 
 
 @dataclass(frozen=True)
