@@ -326,6 +326,33 @@ def test_a_trial_that_did_not_help_stays_under_when_idle_until_nobody_reads() ->
     assert kept.history.plateau is not None and kept.history.plateau.replicas == 4
 
 
+def test_a_kept_step_judged_before_its_workers_served_is_judged_again() -> None:
+    # Judged while the new workers had not yet started serving the trainers' job (a loaded node):
+    # the rate had not moved. The workers stay (WhenIdle), and so does the rate before the step.
+    samples = after_scale_up({"stall": 1.0, "cpu": 0.1, "rate": 50.0}, {"stall": 1.0, "cpu": 0.05, "rate": 51.0})
+    kept = autoscaler.decide(WHEN_IDLE, 4, samples, trial_history(), NOW)
+    assert kept.history.plateau is not None and kept.history.plateau.before == (2, 50.0), kept.history
+    # A wobble at the kept count (a fifth faster: less than half of what 2 more workers could give) holds ...
+    wobble = steady(60, until=NOW + 60, stall=1.0, cpu=0.05, answering=4, rate=60.0)
+    held = autoscaler.decide(WHEN_IDLE, 4, wobble, kept.history, NOW + 60)
+    assert held.replicas == 4 and "adding workers stopped helping at 4" in held.reason
+    # ... the trainers reading twice as fast there shows the step helped: the plateau ends, adding goes on.
+    served = steady(60, until=NOW + 60, stall=1.0, cpu=0.05, answering=4, rate=99.0)
+    going_on = autoscaler.decide(WHEN_IDLE, 4, served, kept.history, NOW + 60)
+    assert going_on.replicas == 8, going_on.reason
+    assert "the step from 2 to 4 workers helped after all (50.0 then 99.0 elements/s)" in going_on.reason
+    assert going_on.history.plateau is None and going_on.history.last == LastScale(NOW + 60, 4, 8, trial=True)
+
+
+def test_an_undone_step_is_not_judged_again() -> None:
+    # Under Always the trial's workers went: readings at the count before it cannot judge it.
+    samples = after_scale_up({"stall": 1.0, "cpu": 0.1, "rate": 50.0}, {"stall": 1.0, "cpu": 0.05, "rate": 50.0})
+    undone = autoscaler.decide(ALWAYS, 4, samples, trial_history(), NOW)
+    assert undone.replicas == 2 and undone.history.plateau is not None and undone.history.plateau.before is None
+    faster = steady(60, until=NOW + 60, stall=1.0, cpu=0.12, rate=99.0)
+    assert autoscaler.decide(ALWAYS, 2, faster, undone.history, NOW + 60).replicas == 2
+
+
 def test_the_trainers_rate_judges_a_step_before_their_stall() -> None:
     # Stall fell from 40% to 20% (a 33% speedup) but the elements read per second did not move:
     # another trainer's reports, not the step, changed the mean stall.

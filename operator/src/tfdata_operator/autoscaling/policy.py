@@ -29,7 +29,9 @@ down):
   trainer reporting, the workers' total busy CPU (a throughput proxy) by half of what the added
   workers could give. If not, hold at this count (a plateau) until the load grows or
   ``PLATEAU_SECONDS`` pass; a trial that did not help is undone, and the plateau is the count
-  before it.
+  before it. Where such a step's workers stay (``scaleDown: WhenIdle``), later readings can still
+  end the plateau: a rate at least half of what the added workers could give above the one before
+  the step (the first judgement can come before a slow node's new worker serves the trainers).
 - Remove workers slowly: with ``scaleDown: WhenIdle`` only once no client has read for the
   stabilization window (then straight to minReplicas: nothing is read, so nothing is lost);
   with ``Always`` also while clients read, when every reading of the whole window says SPARE,
@@ -166,6 +168,9 @@ class Plateau:
     busy: float | None
     # Found by a trial: the workers' CPU says nothing of that load, more reporting trainers do.
     clients: int | None = None
+    # Found while the step's workers are kept (scaleDown WhenIdle): the count before the step and the
+    # trainers' rate then, so that later readings can still show the step helped (see ``add``).
+    before: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -348,7 +353,10 @@ class _Deciding:
             and current >= plateau.replicas
             and not _load_grew(plateau, recent[-1], stall, busy, self.now)
         ):
-            return self.hold(f"{why}; adding workers stopped helping at {plateau.replicas}")
+            helped = _helped_after_all(plateau, current, _mean([s.rate for s in recent]))
+            if helped is None:
+                return self.hold(f"{why}; adding workers stopped helping at {plateau.replicas}")
+            why = f"{why}; {helped}"
         last = history.last
         # Judge the last scale-up only once: after the load grew past a plateau, the readings before
         # and after it no longer compare like with like.
@@ -380,7 +388,9 @@ class _Deciding:
         why = f"{why}; adding workers stopped helping: {tried}"
         if last.trial:
             why += " (scaleDown WhenIdle keeps them until no client reads)"
-        plateau = Plateau(self.current, self.now, stall, busy, clients)
+        rate_before = _mean([s.rate for s in self.samples if last.at - UP_WINDOW_SECONDS <= s.at < last.at])
+        before = None if rate_before is None else (last.from_replicas, rate_before)
+        plateau = Plateau(self.current, self.now, stall, busy, clients, before)
         return self.hold(why, history=replace(history, plateau=plateau))
 
     def remove_while_reading(self, fresh: list[Sample], why: str) -> ScaleDecision:
@@ -425,6 +435,23 @@ def _not_helped(last: LastScale, before: list[Sample], after: list[Sample]) -> s
     if busy / busy_before - 1 >= MIN_SCALING_EFFICIENCY * could:
         return None
     return f"workers, their busy CPU went from {busy_before:.2f} to only {busy:.2f} workers' worth"
+
+
+def _helped_after_all(plateau: Plateau, current: int, rate: float | None) -> str | None:
+    """Why a step judged not to help did help after all, or None.
+
+    A step is judged over the readings just after its workers settle; on a loaded node a new worker
+    can take longer than that to start serving the trainers' jobs, and the step then looks useless.
+    Where its workers stayed (scaleDown WhenIdle), the readings at that count keep being compared with
+    the rate before the step: a rise of half of what the added workers could give (far above noise)
+    ends the plateau, and adding goes on.
+    """
+    if plateau.before is None or rate is None or current != plateau.replicas:
+        return None
+    frm, rate_before = plateau.before
+    if rate_before <= 0 or rate / rate_before - 1 < MIN_SCALING_EFFICIENCY * (current / frm - 1):
+        return None
+    return f"the step from {frm} to {current} workers helped after all ({rate_before:.1f} then {rate:.1f} elements/s)"
 
 
 def _load_grew(plateau: Plateau, latest: Sample, stall: float | None, busy: float | None, now: float) -> bool:
