@@ -200,14 +200,13 @@ def distribute(
     refused (``MissingOpError``, ``IncompatibleTensorFlowError``); ``check_servers=False`` skips
     that. Other keyword arguments go to TensorFlow's ``distribute``.
 
-    Many trainers of one synchronous job (``lockstep``): when ``TF_CONFIG`` names more than one
-    training task (chief and workers), or ``consumer_index`` and ``num_consumers`` are given, the
-    trainers read the shared ``job_name`` with TensorFlow's coordinated reads, so that every trainer
-    gets one element per round; the dataset must then be infinite (``.repeat()``; bound epochs
-    with ``steps_per_epoch``), and each trainer's batches after the read end with the training
-    (``.take(epochs * steps_per_epoch)``). A setup that would fail or give the trainers unequal work raises
-    ``LockstepError`` saying what to change. ``lockstep=False`` reads first-come-first-served
-    instead; ``lockstep=True`` requires a place. See ``lockstep``.
+    Many trainers of one synchronous job (``lockstep``): when ``TF_CONFIG`` names more than one training task
+    (chief and workers), or ``consumer_index`` and ``num_consumers`` are given, the trainers read the shared
+    ``job_name`` with TensorFlow's coordinated reads, so that every trainer gets one element per round; the
+    dataset must then be infinite (``.repeat()``; bound epochs with ``steps_per_epoch``), and each trainer's
+    batches after the read end with the training (``.take(epochs * steps_per_epoch)``). A setup that would
+    fail or give the trainers unequal work raises ``LockstepError`` saying what to change. ``lockstep=False``
+    reads first-come-first-served instead; ``lockstep=True`` requires a place. See ``lockstep``.
 
     Trials of a sweep that share one preprocessing (``trial``): with ``trial=k`` (a number or a
     name) and the same ``job_name`` in every trial, each trial reads the whole stream of the shared
