@@ -246,6 +246,35 @@ def test_each_run_writes_its_counts_and_the_table_shows_them(tiny: Path, tmp_pat
     assert re.fullmatch(r"make test\s+0:\d\d\s+\d+:\d\d", table[-1]), table
 
 
+def test_each_failure_is_said_before_the_table(tiny: Path, tmp_path: Path) -> None:
+    """CI's log keeps the tail: each failed test's message is printed there, cut to a bounded length."""
+    (tiny / "test_tiny.py").write_text(
+        TINY
+        + "\ndef test_fails():\n    assert 1 == 2, 'the dispatcher said ' + 'x' * 5000\n"
+        + "\n@pytest.fixture\ndef broken():\n    raise RuntimeError('no cluster')\n"
+        + "\ndef test_errors(broken):\n    pass\n"
+    )
+    results = tmp_path / "results"
+    run = run_tiny(tiny, TFDATA_TEST_RESULTS=str(results))
+    assert run.returncode == 1, run.stdout
+    said = json.loads((results / "other.json").read_text())["failures"]
+    assert [line.split(": ", 1)[0] for line in said] == [
+        "test_tiny.py::test_fails (call)",
+        "test_tiny.py::test_errors (setup)",
+    ], said
+    assert "the dispatcher said xxx" in said[0] and len(said[0]) < 700 and said[0].endswith("…"), said[0]
+    assert "RuntimeError: no cluster" in said[1], said[1]
+    shown = subprocess.run(
+        [sys.executable, str(TESTS / "fixtures" / "results.py"), str(results)], capture_output=True, text=True
+    ).stdout.splitlines()
+    start = shown.index("why each failed (the first lines of each; the tier's log has the rest):")
+    assert shown[start + 1].startswith(
+        "  other: test_tiny.py::test_fails (call): AssertionError: the dispatcher said"
+    ), shown
+    assert shown[start + 2].startswith("  other: test_tiny.py::test_errors (setup): RuntimeError: no cluster"), shown
+    assert shown[start + 3].startswith("step "), shown
+
+
 def test_a_step_over_its_budget_fails_make_test_and_says_which(tmp_path: Path) -> None:
     """`make test` exits with results.py's status: a step (or the whole) past tests/budgets.toml fails it."""
     results, budgets = tmp_path / "results", tmp_path / "budgets.toml"
