@@ -243,7 +243,6 @@ def test_a_queued_service_starts_only_once_admitted_and_a_second_waits_for_the_f
     print(f"\nfirst: admitted {admitted_after:.1f}s after it was applied, Ready after {ready_after:.1f}s")
 
     kubectl.run("apply", "-n", namespace, "-f", "-", input=json.dumps(queued_service("second")))
-    wait_for(lambda: workload(kubectl, namespace, "second"), 60, "the second service's Workload")
 
     def waits() -> tuple[str, int, str]:
         return (
@@ -252,12 +251,13 @@ def test_a_queued_service_starts_only_once_admitted_and_a_second_waits_for_the_f
             str(condition(workload(kubectl, namespace, "second"), "QuotaReserved").get("status", "absent")),
         )
 
-    holds_for(
-        waits,
-        20,
-        "the second service queued without a pod",
-        ok=lambda s: s[0] == "Queued" and s[1] == 0 and s[2] != "True",
-    )
+    def queued(seen: tuple[str, int, str]) -> bool:
+        return seen[0] == "Queued" and seen[1] == 0 and seen[2] != "True"
+
+    # The operator writes the Workload, then the service's status once Kueue has looked at it: the
+    # hold starts from the first reading that says Queued (until then, no pod either).
+    wait_for(waits, 60, "the second service queued (its Workload written, its status saying so)", until=queued)
+    holds_for(waits, 20, "the second service queued without a pod", ok=queued)
     ready = next(c for c in service(kubectl, namespace, "second")["status"]["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "KueueQueued", ready
     print(f"\nsecond, while the first runs: {ready['message']}")
