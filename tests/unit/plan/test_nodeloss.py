@@ -450,6 +450,31 @@ def test_a_local_journal_is_set_to_retain_before_its_claim_goes_and_with_wait_no
     assert [c for c in api.take_calls() if c[0] != "status"] == [("get", "Node/node-a")]
 
 
+def test_a_journal_let_go_is_said_when_kubernetes_deleted_the_pod_first() -> None:
+    # Out of service: the pod garbage collector force-deletes the node's pods too, and may come first.
+    # The volume and the claim still changed now: the Warning says so, without claiming the deletion.
+    api, body = FakeApi(), service()
+    started(api, body)
+    claim, dispatcher = "journal-demo-dispatcher-0", with_local_journal(api)
+    del api.objects[("Pod", "demo-dispatcher-0")]
+    with_node(api, 5, taint=nodeloss.OUT_OF_SERVICE_TAINT)
+    reconcile_with(api, body, [dispatcher])
+    calls = [c for c in api.take_calls() if c[0] in ("retain", "delete", "force-delete", "event")]
+    assert calls == [
+        ("retain", "PersistentVolume/pv-1"),
+        ("delete", f"PersistentVolumeClaim/{claim}"),
+        ("force-delete", "Pod/demo-dispatcher-0"),
+        ("event", "JournalLost"),
+    ]
+    kind, _, message = api.events[-1]
+    assert kind == "Warning" and message.startswith("The dispatcher pod demo-dispatcher-0 was already deleted"), message
+    assert "the volume pv-1 (on node node-a) was first set to persistentVolumeReclaimPolicy Retain" in message
+    # Nothing changed now (the claim gone, the volume kept already): nothing is said again.
+    api.objects[("PersistentVolume", "pv-1")]["spec"]["persistentVolumeReclaimPolicy"] = "Retain"
+    reconcile_with(api, body, [dispatcher])
+    assert not [c for c in api.take_calls() if c[0] == "event"]
+
+
 def test_a_claim_is_never_deleted_when_its_volume_could_not_be_set_to_retain() -> None:
     class Refusing(FakeApi):
         def retain(self, volume: str) -> Manifest:

@@ -85,22 +85,28 @@ def _replace_lost_pod(run: Run, replacement: nodeloss.Replacement, kept: nodelos
     says so, then the pod force-deleted."""
     svc, namespace = run.svc, run.body["metadata"]["namespace"]
     meta = replacement.pod["metadata"]
+    changed = False  # the volume or the claim, now: said even when the pod turns out to be gone already
     if replacement.retain is not None:
         # Before the claim goes: with reclaim Delete (local-path's), the provisioner would delete the old
         # journal's data when the node comes back. A failed patch raises, and nothing is deleted.
         run.api.retain(replacement.retain)
         log.info("%s/%s: set PersistentVolume %s (the journal of pod %s) to Retain", namespace, svc.name,
                  replacement.retain, meta["name"])  # fmt: skip
+        changed = True
     if replacement.claim is not None:
         # First, or the StatefulSet controller would recreate the pod on the old claim, bound to the lost
         # node. The claim stays Terminating (pvc-protection) until the pod object is gone, and meanwhile the
         # controller refuses to create the pod ("pvc ... is being deleted", stateful_pod_control.go's
         # createPersistentVolumeClaims) and retries; then it creates a new claim and the pod.
         uid = kept.uid if kept is not None and kept.claim == replacement.claim else None
-        run.api.delete("v1", "PersistentVolumeClaim", namespace, replacement.claim, uid=uid)
+        changed = run.api.delete("v1", "PersistentVolumeClaim", namespace, replacement.claim, uid=uid) or changed
     # gracePeriodSeconds 0 removes the object at once: no kubelet will ever confirm the pod stopped.
     if run.api.delete("v1", "Pod", namespace, meta["name"], uid=meta.get("uid"), grace_period_seconds=0):
         run.record(replacement.reason, replacement.message, replacement.event_type)
+        run.outcome.result = "changed"
+    elif changed:
+        # Kubernetes deleted the pod first (a node tainted out-of-service: the pod garbage collector).
+        run.record(replacement.reason, replacement.gone or replacement.message, replacement.event_type)
         run.outcome.result = "changed"
 
 

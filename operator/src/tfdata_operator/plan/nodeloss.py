@@ -90,7 +90,13 @@ class Journal:
 
 @dataclass(frozen=True)
 class Replacement:
-    """A pod to force-delete; first, when set, ``retain`` (a volume set to Retain) and ``claim`` (deleted)."""
+    """A pod to force-delete; first, when set, ``retain`` (a volume set to Retain) and ``claim`` (deleted).
+
+    ``message`` is the Event's once the pod is deleted; ``gone`` (when set) the Event's when the pod
+    was deleted before the operator got to it (Kubernetes deletes the pods of a node tainted
+    out-of-service itself) while its volume or claim still changed now: the journal was let go all the
+    same, and the user must hear of it.
+    """
 
     pod: Manifest
     reason: str
@@ -98,6 +104,7 @@ class Replacement:
     event_type: str = "Normal"
     claim: str | None = None
     retain: str | None = None
+    gone: str | None = None
 
 
 @dataclass(frozen=True)
@@ -394,21 +401,26 @@ def _dispatcher(
 def _dispatcher_replacement(svc: ServiceSpec, one: Lost, where: str, kept: Journal | None) -> Replacement:
     over = "" if one.certain is not None else f" (over {_setting(svc, True)})"
     head = f"Deleted the dispatcher pod {one.name} at once: {where}{over}"
+    gone = f"The dispatcher pod {one.name} was already deleted (by Kubernetes): {where}{over}"
     if kept is not None:
         volume = f"volume {kept.volume}" if kept.volume else "its volume"
         at = f" ({kept.path} on node {one.node})" if kept.path else f" (on node {one.node})"
         retain = "was already" if kept.retained else "was first set to"
-        return Replacement(
-            one.pod,
-            reasons.JOURNAL_LOST,
-            f"{head}. Its journal claim {kept.claim} was let go (only that node reaches its volume); the {volume}"
+        said = (
+            f". Its journal claim {kept.claim} was let go (only that node reaches its volume); the {volume}"
             f"{at} {retain} persistentVolumeReclaimPolicy Retain, so the old journal is kept there. The new "
             "dispatcher starts elsewhere on a fresh journal: the jobs that were running are lost, and clients must "
             'start new ones. To replay the old journal instead, see docs/operations.md, "Recovering a kept '
-            'journal".',
+            'journal".'
+        )
+        return Replacement(
+            one.pod,
+            reasons.JOURNAL_LOST,
+            f"{head}{said}",
             "Warning",
             kept.claim,
             kept.volume if kept.volume and not kept.retained else None,
+            gone=f"{gone}{said}",
         )
     if not svc.dispatcher.fault_tolerant_mode:
         return Replacement(
