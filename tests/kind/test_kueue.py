@@ -36,6 +36,8 @@ pytestmark = pytest.mark.kind
 CLUSTER_QUEUE = "tfdata-room-for-one"
 FLAVOR = "tfdata-flavor"
 QUEUE = "tfdata-queue"
+# The default LocalQueue's ClusterQueue: room for any pod of the last case.
+ROOMY = "tfdata-roomy"
 TOLERATION = {"key": "tfdata.dev/kueue-test", "operator": "Exists", "effect": "NoSchedule"}
 # Kueue's own default Configuration, with TFDataService made a kind it knows (docs/training-runs.md).
 KUEUE_CONFIG = """\
@@ -317,3 +319,84 @@ def test_an_eviction_suspends_the_service_and_its_readmission_resumes_it_on_the_
     ]
     assert after == [uid], "the dispatcher must start again on the same journal claim"
     print(f"\nadmitted again and Ready {time.monotonic() - restarted:.1f}s after the ClusterQueue started again")
+
+
+def test_a_default_local_queue_leaves_an_unlabelled_service_alone_and_it_scales(kubectl: Kubectl, queue: str) -> None:
+    """A namespace with a LocalQueue named ``default`` (Kueue's queue defaulting), with TFDataService
+    registered as an external framework (the module's Kueue Configuration): an unlabelled service's
+    StatefulSets are not claimed (no queue label, no Workload of theirs), and a change of the worker
+    count, the write the TFData autoscaler makes too, reaches the workers. Without the registration
+    Kueue's webhook claims them and refuses such a change (docs/training-runs.md). Kueue's pod
+    integration still queues each pod on its own (as that page says), so the default LocalQueue's
+    ClusterQueue has room for them."""
+    namespace = queue
+    roomy = {
+        "apiVersion": kueue.WORKLOAD_API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": {"name": ROOMY},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory", "ephemeral-storage"],
+                    "flavors": [
+                        {
+                            "name": FLAVOR,
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "100"},
+                                {"name": "memory", "nominalQuota": "1000Gi"},
+                                {"name": "ephemeral-storage", "nominalQuota": "1000Gi"},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+    default = {
+        "apiVersion": kueue.WORKLOAD_API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": {"name": "default", "namespace": namespace},
+        "spec": {"clusterQueue": ROOMY},
+    }
+    kubectl.run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [roomy, default]}))
+    free = queued_service("free")
+    del free["metadata"]["labels"]
+    try:
+        kubectl.run("apply", "-n", namespace, "-f", "-", input=json.dumps(free))
+        wait_ready(kubectl, namespace, "free", TIMEOUT)
+        for part in ("dispatcher", "worker"):
+            labels = kubectl.json("get", "statefulset", f"free-{part}", "-n", namespace)["metadata"].get("labels", {})
+            assert kueue.QUEUE_LABEL not in labels, (part, labels)
+        names = [
+            w["metadata"]["name"] for w in kubectl.json("get", "workloads.kueue.x-k8s.io", "-n", namespace)["items"]
+        ]
+        # Kueue's StatefulSet integration would make one of each StatefulSet ("statefulset-free-…"); its
+        # pod integration makes one per pod ("pod-free-…"), as docs/training-runs.md says.
+        assert not [n for n in names if n.startswith("statefulset-")], names
+        print(f"\nfree: Kueue's Workloads in the namespace: {names}")
+
+        scaled = time.monotonic()
+        kubectl.run("scale", "tfdata/free", "-n", namespace, "--replicas=2")
+
+        def workers() -> tuple[int, str]:
+            sts = kubectl.json("get", "statefulset", "free-worker", "-n", namespace)
+            ready = next(c for c in service(kubectl, namespace, "free")["status"]["conditions"] if c["type"] == "Ready")
+            return int((sts.get("status") or {}).get("readyReplicas") or 0), str(ready.get("reason"))
+
+        seen = wait_for(
+            workers,
+            TIMEOUT,
+            "2 ready workers of the unlabelled service",
+            interval=1,
+            until=lambda w: w[0] == 2 or w[1] == "ChildRefusedByAdmission",
+        )
+        assert seen[0] == 2, f"the worker count did not reach the workers: {seen}"
+        print(f"\nfree (a default LocalQueue in its namespace): 2 workers ready {time.monotonic() - scaled:.1f}s later")
+    finally:
+        kubectl.run("delete", "tfdata/free", "-n", namespace, "--ignore-not-found", "--wait=true", "--timeout=120s",
+                    timeout=130, check=False)  # fmt: skip
+        kubectl.run(
+            "delete", "localqueue", "default", "-n", namespace, "--ignore-not-found", "--wait=true", check=False
+        )
+        kubectl.run("delete", "clusterqueue", ROOMY, "--ignore-not-found", "--wait=true", "--timeout=60s", check=False)
