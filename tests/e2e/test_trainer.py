@@ -6,7 +6,7 @@ address or mode, so the settings it reads come from that environment alone (the 
 container nothing of the host's environment). The trainer is tests/e2e/clients/read_dataset.py
 with ``--discover``, or examples/trainer.py run by the example Job. Two services, one DYNAMIC and
 one FILE, serve every case; each case uses a job name of its own. The Keras case
-(tests/e2e/clients/fit_dataset.py) has an autoscaled service of its own.
+(tests/e2e/clients/fit_dataset.py, two trainer pods) has an autoscaled service of its own.
 """
 
 from __future__ import annotations
@@ -287,16 +287,21 @@ def test_the_example_trainer_job_shares_one_pass(trainers: Trainers) -> None:
     assert sum(int(line.split()[1]) for line in done) == len(ALL), logs()
 
 
-def test_a_keras_fit_with_stall_callback_is_autoscaled_on_an_io_bound_service(
+def test_two_keras_fits_with_stall_callback_are_autoscaled_on_an_io_bound_service(
     kubectl: Kubectl, namespace: str, operator: OperatorProcess, node_state_dir: Path
 ) -> None:
-    """Issue 24: ``model.fit(dataset, callbacks=[StallCallback()])`` in a trainer pod, on a DYNAMIC service
-    whose pipeline waits 100 ms a batch in the workers and costs them almost no CPU (a read from a bucket).
-    During the fit the dispatcher counts the trainer as a reporting client, and the TFData autoscaler,
-    seeing it wait on idle workers, adds the second worker. The pod runs this checkout's client helper."""
+    """Issues 24 and 40: ``model.fit(dataset, callbacks=[StallCallback()])`` in two trainer pods that share
+    one job (``job_name="fit"``), on a DYNAMIC service whose pipeline waits 100 ms
+    a batch in the workers and costs them almost no CPU (a read from a bucket). The dispatcher counts both
+    trainers, the service's status lists their job with 2 trainers, and the TFData autoscaler, seeing them
+    wait on an idle worker, adds the second worker as it does for one trainer. A trainer whose pod is
+    deleted (no final report) stops counting while the other still reads. The pods run this checkout's
+    client helper."""
     name = "tr-keras"
-    stop = ROOT / ".local" / f"e2e-keras-stop-{namespace}"  # under the repository: the pod sees it
-    stop.unlink(missing_ok=True)
+    # Under the repository: the pods see them.
+    stops = [ROOT / ".local" / f"e2e-keras-stop-{namespace}-{i}" for i in (0, 1)]
+    for stop in stops:
+        stop.unlink(missing_ok=True)
     autoscaling = {"metric": "TFData", "minReplicas": 1, "maxReplicas": 2}
     kubectl.apply(
         {
@@ -309,11 +314,17 @@ def test_a_keras_fit_with_stall_callback_is_autoscaled_on_an_io_bound_service(
     waited = kubectl.run("wait", "--for=condition=Ready", f"tfdata/{name}", "-n", namespace, "--timeout=120s",
                          check=False, timeout=130)  # fmt: skip
     assert waited.returncode == 0, f"{name} not Ready: {waited.stderr}"
-    pods = Trainers(kubectl, namespace, node_state_dir, stop.parent)
-    command = ["python", str(CLIENTS / "fit_dataset.py"), name, f"--stop-file={stop}", "--sleep-ms=100",
-               "--timeout=150"]  # fmt: skip
-    # The venv's editable install may point at another checkout than this one: run this one's helper.
-    pod = pods.start_pod("keras-fit", name, command, env={"PYTHONPATH": str(ROOT / "operator" / "src")})
+    pods = Trainers(kubectl, namespace, node_state_dir, ROOT / ".local")
+    fits = [
+        pods.start_pod(
+            f"keras-fit-{i}", name,
+            ["python", str(CLIENTS / "fit_dataset.py"), name, f"--stop-file={stop}", "--sleep-ms=100", "--timeout=180",
+             "--job-name=fit"],
+            # The venv's editable install may point at another checkout than this one: run this one's helper.
+            env={"PYTHONPATH": str(ROOT / "operator" / "src")},
+        )
+        for i, stop in enumerate(stops)
+    ]  # fmt: skip
     started = time.monotonic()
     seen: list[dict[str, Any]] = []
 
@@ -322,48 +333,69 @@ def test_a_keras_fit_with_stall_callback_is_autoscaled_on_an_io_bound_service(
         seen.append(got.get("signals", {}))
         return got
 
+    def reporting() -> int:
+        return int(signals().get("signals", {}).get("reportingClients") or 0)
+
     def events() -> str:
         return str(kubectl.run("describe", "tfdata", name, "-n", namespace).stdout)
+
+    def logs() -> str:
+        return "\n".join(f"{pod}:\n{pods.log(pod)[-1500:]}" for pod in fits)
 
     # The worker StatefulSet's own count, not the operator's account of it (tests review N7).
     counts = WorkerCounts(kubectl, namespace, name)
     try:
         with counts:
-            wait_for(lambda: signals().get("signals", {}).get("reportingClients", 0) >= 1, 120,
-                     "the fit to count as a reporting client", interval=1,
-                     show=lambda: f"{seen[-3:]}\n{pods.log(pod)[-2000:]}")  # fmt: skip
-            reporting = time.monotonic() - started
+            wait_for(reporting, 180, "both fits to count as reporting clients", interval=1, until=lambda n: n >= 2,
+                     show=lambda: f"{seen[-3:]}\n{logs()}")  # fmt: skip
+            both = time.monotonic() - started
             during = seen[-1]
             # The signals are sampled until the Event, to show what the autoscaler saw with one worker.
             wait_for(lambda: (signals(), "Scaled workers from 1 to 2" in events())[1], 120,
                      "the autoscaler to scale 1 -> 2", interval=2,
-                     show=lambda: f"{signals()}\n{events()[-1500:]}\n{pods.log(pod)[-1500:]}")  # fmt: skip
+                     show=lambda: f"{signals()}\n{events()[-1500:]}\n{logs()}")  # fmt: skip
             scaled = time.monotonic() - started
             with_one = [s for s in seen if s.get("workersAnswering") == 1]
             wait_for(counts.most_ready, 120, "the worker StatefulSet's readyReplicas to reach 2", interval=2,
                      until=lambda ready: ready >= 2, show=lambda: counts.seen[-5:])  # fmt: skip
-            assert pods.phase(pod) == "Running", f"the fit ended before the scale:\n{pods.log(pod)[-2000:]}"
+            assert [pods.phase(pod) for pod in fits] == ["Running"] * 2, f"a fit ended before the scale:\n{logs()}"
+            # A trainer that goes without a final report (its pod deleted) stops counting once its reports
+            # are older than client_report_timeout_ms (15 s); the other one still counts.
+            kubectl.run("delete", "pod", fits[0], "-n", namespace, "--wait=true", "--timeout=60s", timeout=70)
+            gone = time.monotonic()
+            wait_for(reporting, 60, "the deleted trainer to stop counting", interval=1, until=lambda n: n == 1,
+                     show=lambda: f"{seen[-3:]}\n{logs()}")  # fmt: skip
+            forgotten = time.monotonic() - gone
+            assert pods.phase(fits[1]) == "Running", f"the other fit ended:\n{logs()}"
     finally:
-        stop.touch()
-    # Below target before: one worker ready (spec 1) at first, and with it the trainer stalled on data
+        for stop in stops:
+            stop.touch()
+    # Below target before: one worker ready (spec 1) at first, and with it the trainers stalled on data
     # while the worker's CPU was far below the target (an I/O-bound pipeline), as test_tfdata's I/O case checks.
     assert counts.seen and counts.seen[0][1:] == (1, 1), f"(time, ready, replicas) seen: {counts.seen}"
     target = kubectl.json("get", "tfdata", name, "-n", namespace)["spec"]["autoscaling"]
     target_cpu = int(target["targetCPUUtilizationPercentage"])  # the CRD's default
-    assert any(stalled_on_idle_workers_said(s, target_cpu) for s in with_one), (
-        f"no sample with one worker shows the trainer stalled on idle workers (target {target_cpu}%): {with_one}"
+    two = [s for s in with_one if s.get("reportingClients") == 2]
+    assert any(stalled_on_idle_workers_said(s, target_cpu) for s in two), (
+        f"no sample with one worker shows both trainers stalled on an idle worker (target {target_cpu}%): {with_one}"
     )
-    run = pods.finish(pod)
+    # One job, read by both: the status lists it with its two trainers.
+    jobs = [s.get("jobs") for s in two if s.get("jobs")]
+    assert any(j == [{**j[0], "name": "fit", "trainers": 2}] for j in jobs), f"the shared job with 2 trainers: {jobs}"
+    run = pods.finish(fits[1])
     summary = next((line for line in run.log.splitlines() if line.startswith("summary ")), "")
     assert run.phase == "Succeeded" and summary, run.describe()
     result = json.loads(summary.split(" ", 1)[1])
     assert result["helper"].startswith(str(ROOT)), f"the pod ran another checkout's helper: {result}"
     print(
-        f"\n{name}: reportingClients {during['reportingClients']} {reporting:.0f}s after the pod was created "
-        f"(dataStallPercent {during.get('dataStallPercent')}, workerCPUPercent {during.get('workerCPUPercent')}); "
-        f"scaled 1 -> 2 at {scaled:.0f}s; the trainer: {result}"
+        f"\n{name}: 2 reportingClients {both:.0f}s after the pods were created (dataStallPercent "
+        f"{during.get('dataStallPercent')}, workerCPUPercent {during.get('workerCPUPercent')}, "
+        f"jobs {during.get('jobs')}); "
+        f"scaled 1 -> 2 at {scaled:.0f}s; the deleted trainer stopped counting {forgotten:.1f}s after its pod "
+        f"was gone; the other trainer: {result}"
     )
     text = events()
     print(text[text.index("Events:") :])
-    stop.unlink(missing_ok=True)
+    for stop in stops:
+        stop.unlink(missing_ok=True)
     kubectl.run("delete", "tfdata", name, "-n", namespace, "--wait=false", check=False)

@@ -244,6 +244,29 @@ def test_a_queued_service_starts_only_once_admitted_and_a_second_waits_for_the_f
     assert (status["state"], status["clusterQueue"], status["admittedWorkers"]) == ("Admitted", CLUSTER_QUEUE, 1)
     print(f"\nfirst: admitted {admitted_after:.1f}s after it was applied, Ready after {ready_after:.1f}s")
 
+    # PodsReady on the Workload follows the pods as Kueue's own integrations write it: a worker lost after
+    # the start is WaitForRecovery (what Kueue's recoveryTimeout counts from), then Recovered.
+    def pods_ready() -> tuple[str, str]:
+        c = condition(workload(kubectl, namespace, "first"), "PodsReady")
+        return str(c.get("status")), str(c.get("reason"))
+
+    wait_for(pods_ready, 60, "PodsReady True (Started) on the first Workload", interval=1,
+             until=lambda seen: seen == ("True", "Started"))  # fmt: skip
+    lost = time.monotonic()
+    kubectl.run("delete", "pod", "first-worker-0", "-n", namespace, "--wait=false")
+    seen: list[tuple[str, str]] = []
+
+    def recorded() -> tuple[str, str]:
+        now = pods_ready()
+        if not seen or seen[-1] != now:
+            seen.append(now)
+        return now
+
+    wait_for(recorded, TIMEOUT, "PodsReady False (WaitForRecovery), then True (Recovered)", interval=0.5,
+             until=lambda now: now == ("True", "Recovered"), show=lambda: seen)  # fmt: skip
+    assert ("False", "WaitForRecovery") in seen, seen
+    print(f"first: a worker deleted; PodsReady went {seen} in {time.monotonic() - lost:.1f}s")
+
     kubectl.run("apply", "-n", namespace, "-f", "-", input=json.dumps(queued_service("second")))
 
     def waits() -> tuple[str, int, str]:

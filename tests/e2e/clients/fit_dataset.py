@@ -1,9 +1,10 @@
 """A Keras trainer for tests/e2e/test_trainer.py: ``model.fit`` on an I/O-bound service, with ``StallCallback``.
 
-    python fit_dataset.py SERVICE --stop-file PATH [--sleep-ms 100] [--timeout 150]
+    python fit_dataset.py SERVICE --stop-file PATH [--sleep-ms 100] [--timeout 150] [--job-name NAME]
 
 Reads through ``tfdata_operator.client.distribute(SERVICE)`` (the settings from the environment the
-service's ConfigMap gives with ``envFrom``); each batch waits ``--sleep-ms`` in the workers, as a
+service's ConfigMap gives with ``envFrom``; ``--job-name``: a job shared with the trainers that give the
+same name); each batch waits ``--sleep-ms`` in the workers, as a
 read from a bucket does, and costs them almost no CPU. The fit's one addition for reporting is
 ``callbacks=[StallCallback()]``. It prints ``fit started``, trains until PATH exists (or
 ``--timeout`` seconds), then prints one JSON line, ``summary {...}``: the seconds, and what the
@@ -26,6 +27,7 @@ def main() -> None:
     parser.add_argument("--stop-file", required=True)
     parser.add_argument("--sleep-ms", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=150)
+    parser.add_argument("--job-name", default=None)
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -34,7 +36,9 @@ def main() -> None:
     from tfdata_operator import client
 
     dataset = tf.data.Dataset.range(10**6).map(lambda i: (tf.fill([8], tf.cast(i % 7, tf.float32)), i % 3)).batch(4)
-    dataset = dataset.apply(testing.sleep(args.sleep_ms * 1000)).apply(client.distribute(args.service))
+    dataset = dataset.apply(testing.sleep(args.sleep_ms * 1000)).apply(
+        client.distribute(args.service, job_name=args.job_name)
+    )
     model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(3)])
     model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     began = time.monotonic()

@@ -241,7 +241,9 @@ def test_an_admitted_service_runs_with_its_flavors_and_at_most_the_admitted_work
         "cq",
         2,
     )
-    assert decision.status_patch is None  # not Ready yet: no PodsReady
+    assert decision.status_patch is not None  # not Ready yet: PodsReady False, WaitForStart
+    (pods_ready,) = [c for c in decision.status_patch["status"]["conditions"] if c["type"] == "PodsReady"]
+    assert (pods_ready["status"], pods_ready["reason"]) == ("False", "WaitForStart")
 
 
 def test_the_autoscalers_ceiling_is_the_admitted_count() -> None:
@@ -262,14 +264,52 @@ def test_ready_pods_are_said_to_kueue_once_with_the_workloads_resource_version()
     patch = decide(svc, found, pods=3, ready=True).status_patch
     assert patch is not None and patch["metadata"] == {"resourceVersion": "41"}
     (ready,) = [c for c in patch["status"]["conditions"] if c["type"] == "PodsReady"]
-    assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == (
-        "True",
-        "PodsReady",
-        NOW,
-    )
+    assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == ("True", "Started", NOW)
     assert len(patch["status"]["conditions"]) == 3  # Kueue's own kept
     found["status"]["conditions"].append(ready)
     assert decide(svc, found, pods=3, ready=True).status_patch is None
+
+
+def pods_ready_after(found: Manifest, svc: spec.ServiceSpec, ready: bool) -> tuple[str, str, str] | None:
+    """What the decision writes as PodsReady (status, reason, lastTransitionTime), kept on ``found``."""
+    patch = decide(svc, found, pods=3, ready=ready).status_patch
+    if patch is None:
+        return None
+    found["status"]["conditions"] = patch["status"]["conditions"]
+    (c,) = [c for c in found["status"]["conditions"] if c["type"] == "PodsReady"]
+    return c["status"], c["reason"], c["lastTransitionTime"]
+
+
+def test_pods_ready_follows_the_pods_as_kueues_own_integrations_write_it() -> None:
+    """Kueue's generatePodsReadyCondition: False WaitForStart until every pod is Ready, True Started,
+    a pod lost after that False WaitForRecovery (its recoveryTimeout counts from that transition),
+    True Recovered; each written once."""
+    svc = queued()
+    found = live(svc, cond(kueue.QUOTA_RESERVED), cond(kueue.ADMITTED), admitted=admission())
+    assert pods_ready_after(found, svc, ready=False) == ("False", "WaitForStart", NOW)
+    assert pods_ready_after(found, svc, ready=False) is None
+    for c in found["status"]["conditions"]:
+        c["lastTransitionTime"] = "2026-11-29T11:30:00Z"
+    assert pods_ready_after(found, svc, ready=True) == ("True", "Started", NOW)
+    assert pods_ready_after(found, svc, ready=True) is None
+    (message,) = [c["message"] for c in found["status"]["conditions"] if c["type"] == "PodsReady"]
+    assert message == "All pods reached readiness and the workload is running"
+    assert pods_ready_after(found, svc, ready=False) == ("False", "WaitForRecovery", NOW)
+    assert pods_ready_after(found, svc, ready=False) is None
+    assert pods_ready_after(found, svc, ready=True) == ("True", "Recovered", NOW)
+    assert pods_ready_after(found, svc, ready=True) is None
+    # Lost again: waiting for recovery again, and Recovered once more after it.
+    assert pods_ready_after(found, svc, ready=False) == ("False", "WaitForRecovery", NOW)
+    assert pods_ready_after(found, svc, ready=True) == ("True", "Recovered", NOW)
+
+
+def test_an_old_pods_ready_reason_is_brought_to_kueues_own() -> None:
+    """A Workload whose PodsReady True has the reason this operator wrote before (``PodsReady``): the
+    reason Kueue's integrations write now replaces it once, and a pod lost after that waits for recovery."""
+    svc = queued()
+    found = live(svc, cond(kueue.QUOTA_RESERVED), cond(kueue.ADMITTED), cond(kueue.PODS_READY), admitted=admission())
+    assert pods_ready_after(found, svc, ready=True) == ("True", "Started", "2026-11-29T11:00:00Z")
+    assert pods_ready_after(found, svc, ready=False) == ("False", "WaitForRecovery", NOW)
 
 
 def test_an_admitted_flavor_that_cannot_be_read_runs_nothing_and_says_which() -> None:

@@ -39,6 +39,9 @@ QUOTA_RESERVED, ADMITTED, EVICTED, PREEMPTED, REQUEUED, FINISHED, PODS_READY = (
     "Finished",
     "PodsReady",
 )
+# PodsReady's reasons (workload_types.go): not Ready yet since the admission; Ready; not Ready after
+# having been; Ready again.
+WAIT_FOR_START, STARTED, WAIT_FOR_RECOVERY, RECOVERED = "WaitForStart", "Started", "WaitForRecovery", "Recovered"
 # Evictions after which Kueue queues the Workload again at once (Requeued True); after the
 # others it waits for what evicted it to change (a ClusterQueue started again, say).
 REQUEUED_AFTER = ("Preempted", "NodeFailures")

@@ -7,8 +7,11 @@ Kueue's own integrations do for a Job (``jobframework/reconciler.go`` in Kueue v
 - **Queued**: the Workload is written; no pod. While it holds no quota, a spec edit rewrites it.
 - **Admitted**: the pods start, with the admitted flavors' node labels and tolerations (and any
   admission check's pod set updates) merged into their templates, and at most the admitted
-  worker count; the autoscaler's ceiling is that count. Once the dispatcher and the workers are
-  Ready, ``PodsReady`` is set on the Workload (Kueue's ``waitForPodsReady`` waits for it).
+  worker count; the autoscaler's ceiling is that count. ``PodsReady`` on the Workload says whether
+  the dispatcher and the workers are Ready, as Kueue's own integrations write it (False
+  ``WaitForStart``, then True ``Started``; a pod lost after that: False ``WaitForRecovery``, then
+  True ``Recovered``): Kueue's ``waitForPodsReady`` waits for it, and its ``recoveryTimeout``
+  evicts a service that stays short of a pod.
 - **Evicted** (preempted, its ClusterQueue stopped, deactivated...): every pod stops at once,
   readers or not (the preemptor waits for the quota); the Services, address and journal claim
   stay. Once no pod is left, the operator releases the quota as Kueue's integrations do: the
@@ -314,7 +317,7 @@ def _admitted(
             f"; the spec wants {wanted} workers, Kueue admitted {ceiling}: {ceiling} run. Suspend and resume the "
             "service to queue for more"
         )
-    patch = None if is_true(live, kueue.PODS_READY) or not ready else pods_ready(live, draft.now)
+    patch = pods_ready(live, ready, draft.now)
     return draft.done(
         ADMITTED,
         message + ".",
@@ -401,12 +404,32 @@ def release(live: Manifest, now: str) -> Manifest:
     return _patch(live, {"admission": None, "conditions": conditions})
 
 
-def pods_ready(live: Manifest, now: str) -> Manifest:
-    """The merge patch that tells Kueue the admitted pods are Ready (``waitForPodsReady``)."""
+# Kueue's PodsReady reasons and messages (``generatePodsReadyCondition`` in jobframework/reconciler.go).
+PODS_READY_SAID = {
+    kueue.WAIT_FOR_START: "Not all pods are ready or succeeded",
+    kueue.WAIT_FOR_RECOVERY: "At least one pod has failed, waiting for recovery",
+    kueue.STARTED: "All pods reached readiness and the workload is running",
+    kueue.RECOVERED: "All pods reached readiness and the workload is running",
+}
+
+
+def pods_ready(live: Manifest, ready: bool, now: str) -> Manifest | None:
+    """The merge patch that tells Kueue whether the admitted pods are Ready (``waitForPodsReady``),
+    as Kueue's ``generatePodsReadyCondition`` decides it for its own integrations; None when the
+    Workload already says so. Not Ready after having been: ``WaitForRecovery``, which Kueue's
+    ``recoveryTimeout`` counts from."""
+    before = condition(live, kueue.PODS_READY) or {}
+    was_true, was = before.get("status") == "True", before.get("reason")
+    if ready:
+        reason = kueue.RECOVERED if was in (kueue.WAIT_FOR_RECOVERY, kueue.RECOVERED) else kueue.STARTED
+    else:
+        reason = kueue.WAIT_FOR_RECOVERY if was_true or was == kueue.WAIT_FOR_RECOVERY else kueue.WAIT_FOR_START
+    if before and was_true == ready and was == reason:
+        return None
     generation = (live.get("metadata") or {}).get("generation")
     conditions = list(((live.get("status") or {}).get("conditions")) or [])
-    message = "All pods reached readiness and the workload is running"
-    return _patch(live, {"conditions": _set(conditions, kueue.PODS_READY, True, "PodsReady", message, now, generation)})
+    said = _set(conditions, kueue.PODS_READY, ready, reason, PODS_READY_SAID[reason], now, generation)
+    return _patch(live, {"conditions": said})
 
 
 def _patch(live: Manifest, status: Manifest) -> Manifest:
