@@ -291,12 +291,12 @@ def test_two_keras_fits_with_stall_callback_are_autoscaled_on_an_io_bound_servic
     kubectl: Kubectl, namespace: str, operator: OperatorProcess, node_state_dir: Path
 ) -> None:
     """Issues 24 and 40: ``model.fit(dataset, callbacks=[StallCallback()])`` in two trainer pods that share
-    one job (``job_name="fit"``), on a DYNAMIC service whose pipeline waits 100 ms
-    a batch in the workers and costs them almost no CPU (a read from a bucket). The dispatcher counts both
-    trainers, the service's status lists their job with 2 trainers, and the TFData autoscaler, seeing them
-    wait on an idle worker, adds the second worker as it does for one trainer. A trainer whose pod is
-    deleted (no final report) stops counting while the other still reads. The pods run this checkout's
-    client helper."""
+    one job (``job_name="fit"``), on a DYNAMIC service whose pipeline waits 100 ms a batch in the workers
+    and costs them almost no CPU (a read from a bucket). The dispatcher counts both trainers, the
+    service's status lists their job with 2 trainers (and 2 clients by the dispatcher's journal), and
+    the TFData autoscaler, seeing them wait on an idle worker, adds the second worker as it does for one
+    trainer. A trainer whose pod is deleted (no final report) stops counting while the other still
+    reads. The pods run this checkout's client helper."""
     name = "tr-keras"
     # Under the repository: the pods see them.
     stops = [ROOT / ".local" / f"e2e-keras-stop-{namespace}-{i}" for i in (0, 1)]
@@ -379,9 +379,12 @@ def test_two_keras_fits_with_stall_callback_are_autoscaled_on_an_io_bound_servic
     assert any(stalled_on_idle_workers_said(s, target_cpu) for s in two), (
         f"no sample with one worker shows both trainers stalled on an idle worker (target {target_cpu}%): {with_one}"
     )
-    # One job, read by both: the status lists it with its two trainers.
+    # One job, read by both: the status lists it with its two trainers, both also reading it by the
+    # dispatcher's journal (clients).
     jobs = [s.get("jobs") for s in two if s.get("jobs")]
-    assert any(j == [{**j[0], "name": "fit", "trainers": 2}] for j in jobs), f"the shared job with 2 trainers: {jobs}"
+    assert any(j == [{**j[0], "name": "fit", "trainers": 2, "clients": 2}] for j in jobs), (
+        f"the shared job with 2 trainers: {jobs}"
+    )
     run = pods.finish(fits[1])
     summary = next((line for line in run.log.splitlines() if line.startswith("summary ")), "")
     assert run.phase == "Succeeded" and summary, run.describe()

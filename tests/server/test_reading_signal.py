@@ -292,6 +292,10 @@ def test_a_reporting_client_reads_until_done_or_its_reports_stop(service: Servic
 def test_a_reporting_client_and_a_plain_client_are_both_detected(service: Service) -> None:
     client = Client.start(service, delay=1.0, count=10_000)
     client.wait_elements(2)
+    # The plain client reports nothing; the dispatcher's journal lists it under its job (without a name).
+    (plain,) = service.signals().jobs or ()
+    assert (plain.job_name, plain.reporting_clients, plain.attached_clients) == (None, 0, 1), plain
+    assert plain.client_stall_fraction_mean is None, plain
     service.report("trainer-r", stall=0.2)
     seen = service.signals()
     assert seen.reading and seen.reporting_clients == 1, seen
@@ -308,8 +312,9 @@ def test_two_trainers_of_one_job_are_seen_and_one_that_leaves_is_forgotten_withi
     service: Service,
 ) -> None:
     """Two real tf.data trainers read one job (job_name "shared") and report through the helper's
-    iterate(): the document lists the job with 2 trainers, then 1 once one is killed (no cleanup,
-    no ``done``: its reports just stop), within client_report_timeout_ms plus a report interval."""
+    iterate(): the document lists the job with 2 trainers, both also attached to it by the
+    dispatcher's journal, then 1 once one is killed (no cleanup, no ``done``: its reports just
+    stop), within client_report_timeout_ms plus a report interval."""
 
     def job() -> signals.JobReading | None:
         return next((j for j in service.signals().jobs or () if j.job_name == "shared"), None)
@@ -324,7 +329,7 @@ def test_two_trainers_of_one_job_are_seen_and_one_that_leaves_is_forgotten_withi
             "the job to list 2 trainers",
             0.25,
             service.show,
-            until=lambda j: j is not None and j.reporting_clients == 2,
+            until=lambda j: j is not None and j.reporting_clients == 2 and j.attached_clients == 2,
         )
         assert both is not None and both.client_stall_fraction_max is not None, both
         trainers[0].popen.kill()  # no cleanup: no done report; its reports stop

@@ -129,8 +129,9 @@ def test_the_crd_declares_every_field_the_block_writes() -> None:
 def test_each_jobs_trainers_are_listed_bounded_and_their_names_fit_the_crd() -> None:
     hostile = "\x1b[31mred\x1b[0m\njob\u202e" + "x" * 400  # names come from the trainers' reports
     jobs = (
-        JobReading(hostile, 3, 0.5, 0.9, 30.0),
+        JobReading(hostile, 3, 0.5, 0.9, 30.0, attached_clients=4),
         JobReading(None, 1, 0.1, 0.1, None),  # trainers that gave no job name
+        JobReading("plain", 0, None, None, None, attached_clients=2),  # plain distribute() trainers only
     )
     many = replace(SIGNALS, reporting_clients=4, jobs=jobs, jobs_not_listed=7)
     block = autoscalestatus.build(None, HOLD, window(many), T0)
@@ -139,7 +140,8 @@ def test_each_jobs_trainers_are_listed_bounded_and_their_names_fit_the_crd() -> 
     name = listed[0]["name"]
     assert len(name) == 256 and name.startswith("red job") and name.endswith("…"), name
     assert not any(c in name for c in "\x1b\n\u202e")
-    assert listed[0]["trainers"] == 3 and listed[0]["maxDataStallPercent"] == 90
+    assert listed[0]["trainers"] == 3 and listed[0]["maxDataStallPercent"] == 90 and listed[0]["clients"] == 4
+    assert listed[2] == {"name": "plain", "trainers": 0, "clients": 2}
     assert block["signals"]["jobsNotListed"] == 7 and block["signals"]["jobsNote"] is None
     # A dispatcher older than the job list: nothing listed, and a note that says why.
     older = autoscalestatus.build(None, HOLD, window(replace(SIGNALS, jobs=None)), T0)

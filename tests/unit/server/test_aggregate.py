@@ -95,6 +95,63 @@ def test_journal_counts_clients_attached_and_reads_only_what_was_appended(tmp_pa
     assert clients.attached() == 0
 
 
+def test_journal_counts_each_jobs_clients_by_its_name_and_stays_bounded(tmp_path: Path) -> None:
+    """Which job each attached client reads, from CreateJob and CreateIteration: a plain distribute()
+    trainer counts too. Jobs without a name are one group; a name is cut as a report's is, and bytes
+    that are not UTF-8 do not stop the read."""
+    update = update_class()
+    directory = tmp_path / "tf_data_dispatcher_journal"
+    directory.mkdir()
+    records = [
+        update(create_job={"job": 1, "name": b"train"}),
+        update(create_iteration={"iteration": 10, "job": 1}),
+        update(create_job={"job": 2, "name": b"anonymous_job_2_15649073525674249438"}),  # read without a job_name
+        update(create_iteration={"iteration": 20, "job": 2}),
+        update(create_job={"job": 3, "name": b"anonymous_job_3_98765"}),
+        update(create_iteration={"iteration": 30, "job": 3}),
+        update(create_job={"job": 4, "name": b"\xff" + b"x" * 300}),
+        update(create_iteration={"iteration": 40, "job": 4}),
+        update(acquire={"iteration": 10, "client": 100}),
+        update(acquire={"iteration": 10, "client": 101}),
+        update(acquire={"iteration": 20, "client": 200}),
+        update(acquire={"iteration": 30, "client": 300}),
+        update(acquire={"iteration": 40, "client": 400}),
+    ]
+    journal = directory / "journal_0"
+    journal.write_bytes(b"".join(journal_record(u) for u in records))
+    clients = JournalClients(str(tmp_path))
+    long_name = "\ufffd" + "x" * (signals.MAX_JOB_NAME - 1)
+    assert clients.by_job() == {"train": 2, None: 2, long_name: 1}
+    with open(journal, "ab") as f:
+        f.write(journal_record(update(release={"client": 101})))
+        f.write(journal_record(update(release={"client": 300})))
+        f.write(journal_record(update(garbage_collect={"iteration": 30})))
+    assert clients.by_job() == {"train": 1, None: 1, long_name: 1}
+    assert clients.attached() == 3
+    # Past MAX_TRACKED, the jobs and iterations no client reads are forgotten; those read are kept.
+    clients.MAX_TRACKED = 3
+    with open(journal, "ab") as f:
+        for job in range(5, 10):
+            f.write(journal_record(update(create_job={"job": job, "name": f"old-{job}".encode()})))
+            f.write(journal_record(update(create_iteration={"iteration": job * 10, "job": job})))
+    assert clients.by_job() == {"train": 1, None: 1, long_name: 1}
+    assert len(clients._jobs) == 3 and len(clients._iterations) == 3
+
+
+def test_jobs_list_the_clients_the_journal_attaches_reporting_or_not() -> None:
+    """A job read by plain distribute() trainers is listed from the journal, with no stall; a job
+    with reporting trainers gets the journal's count beside theirs; without a journal, None."""
+    reports = [signals.ClientReport("t0", 0.6, 5.0, 50, job_name="train")]
+    jobs, more = signals.job_readings(reports, {"train": 2, "plain": 3, None: 0})
+    assert more == 0
+    assert [(j.job_name, j.reporting_clients, j.attached_clients, j.client_stall_fraction_mean) for j in jobs] == [
+        ("plain", 0, 3, None),
+        ("train", 1, 2, pytest.approx(0.6)),
+    ]
+    (alone,), _ = signals.job_readings(reports)
+    assert alone.attached_clients is None
+
+
 def aggregator(
     workers: dict[str, WorkerReading], registered: float | None = None, **config: object
 ) -> tuple[Aggregator, Clock]:
@@ -234,6 +291,14 @@ def test_signals_with_jobs_round_trip_and_an_older_dispatcher_lists_none() -> No
     document = json.loads(seen.to_json())
     older = {k: v for k, v in document.items() if k not in ("jobs", "jobs_not_listed")}
     assert signals.ServiceSignals.from_json(json.dumps(older)).jobs is None  # cannot tell: not "no job"
+    # A job's journal count: an integer of at least 0, absent from an older dispatcher's document.
+    assert document["jobs"][0]["attached_clients"] is None
+    for bad in (-1, True, "2"):
+        job = {**document["jobs"][0], "attached_clients": bad}
+        with pytest.raises(signals.SignalsError, match="attached_clients must be an integer"):
+            signals.ServiceSignals.from_json(json.dumps({**document, "jobs": [job]}))
+    job = {k: v for k, v in document["jobs"][0].items() if k != "attached_clients"}
+    assert signals.ServiceSignals.from_json(json.dumps({**document, "jobs": [job]})).jobs[0].attached_clients is None
     # A document listing more than MAX_JOBS is cut, and what is cut is counted.
     many = {**document, "jobs": [document["jobs"][0]] * (signals.MAX_JOBS + 3), "jobs_not_listed": 2}
     read = signals.ServiceSignals.from_json(json.dumps(many))

@@ -105,6 +105,7 @@ def _job(job: JobReading) -> dict[str, Any]:
     item = {
         "name": job.job_name,
         "trainers": job.reporting_clients,
+        "clients": job.attached_clients,
         "dataStallPercent": _percent(job.client_stall_fraction_mean),
         "maxDataStallPercent": _percent(job.client_stall_fraction_max),
     }

@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
+import re
 import socket
 import statistics
 import threading
@@ -44,6 +45,11 @@ IDLE_REASON = "no client is attached, no worker holds a task, no reporting clien
 GET_WORKERS = "/tensorflow.data.DispatcherService/GetWorkers"
 
 
+# The name TensorFlow's dispatcher gives a job read without a job_name (GetOrCreateJob in
+# dispatcher_impl.cc: "anonymous_job_", the job id, "_", a random number).
+ANONYMOUS_JOB = re.compile(r"anonymous_job_[0-9]+_[0-9]+")
+
+
 class JournalClients:
     """The clients attached to jobs, read from a fault-tolerant dispatcher's journal (``journal``).
 
@@ -51,26 +57,64 @@ class JournalClients:
     ``ReleaseIterationClient`` when it lets go (its iterator is deleted) or when the
     dispatcher gives up on it (``client_timeout_ms`` without a heartbeat), before it answers.
     This covers what worker tasks miss: a client still draining its buffer after the last
-    task ended, and one that has just started. Each call reads only what was appended since
-    the last.
+    task ended, and one that has just started. ``CreateJob`` and ``CreateIteration`` say which
+    job a client reads, so that every trainer is counted by job, a plain ``distribute()`` one
+    that reports nothing too. Each call reads only what was appended since the last.
+
+    Bounded: at most ``MAX_TRACKED`` jobs and iterations are remembered (TensorFlow journals no
+    job's end; an iteration's garbage collection drops it). Past that, those no client reads are
+    forgotten, and a client of a forgotten job is counted under no name.
     """
+
+    MAX_TRACKED = 10_000
 
     def __init__(self, work_dir: str) -> None:
         self._tail = JournalTail(LocalFileSystem(), join(work_dir, JOURNAL_DIR))
-        self._attached: set[int] = set()
+        self._jobs: dict[int, str | None] = {}  # job id -> its name (None: a job without one)
+        self._iterations: dict[int, int] = {}  # iteration id -> job id
+        self._attached: dict[int, int] = {}  # client id -> iteration id
         self._lock = threading.Lock()
 
     def attached(self) -> int:
+        return sum(self.by_job().values())
+
+    def by_job(self) -> dict[str | None, int]:
+        """The attached clients, counted by the name of the job they read (None: jobs without one)."""
         with self._lock:
             updates = self._tail.read()
             if self._tail.rewound:  # every update again, from the first
+                self._jobs.clear()
+                self._iterations.clear()
                 self._attached.clear()
             for update in updates:
-                if update.HasField("acquire"):
-                    self._attached.add(update.acquire.client)
-                elif update.HasField("release"):
-                    self._attached.discard(update.release.client)
-            return len(self._attached)
+                self._apply(update)
+            if len(self._jobs) > self.MAX_TRACKED or len(self._iterations) > self.MAX_TRACKED:
+                self._forget_unread()
+            counts: dict[str | None, int] = {}
+            for iteration in self._attached.values():
+                name = self._jobs.get(self._iterations.get(iteration, -1))
+                counts[name] = counts.get(name, 0) + 1
+            return counts
+
+    def _apply(self, update: Any) -> None:
+        if update.HasField("create_job"):
+            # As a report gives it: text, at most MAX_JOB_NAME characters; None for a job without a name.
+            name = update.create_job.name.decode("utf-8", errors="replace")
+            self._jobs[update.create_job.job] = None if ANONYMOUS_JOB.fullmatch(name) else name[: signals.MAX_JOB_NAME]
+        elif update.HasField("create_iteration"):
+            self._iterations[update.create_iteration.iteration] = update.create_iteration.job
+        elif update.HasField("acquire"):
+            self._attached[update.acquire.client] = update.acquire.iteration
+        elif update.HasField("release"):
+            self._attached.pop(update.release.client, None)
+        elif update.HasField("garbage_collect"):
+            self._iterations.pop(update.garbage_collect.iteration, None)
+
+    def _forget_unread(self) -> None:
+        read = set(self._attached.values())
+        self._iterations = {i: job for i, job in self._iterations.items() if i in read}
+        jobs = set(self._iterations.values())
+        self._jobs = {job: name for job, name in self._jobs.items() if job in jobs}
 
 
 class ClientTable:
@@ -277,7 +321,7 @@ class Aggregator:
         clients = self.clients.live()
         why: list[str] = []  # why "reading" is True; empty means idle
         answering, unreachable, registered = self._workers_why(poll, why)
-        self._journal_why(why)
+        attached = self._journal_why(why)
         if clients:
             why.append(f"{len(clients)} reporting clients have not said done")
         with self._lock:
@@ -289,7 +333,7 @@ class Aggregator:
         utilizations = [w.cpu_utilization for w in answering if w.cpu_utilization is not None]
         stalls = [c.stall_fraction for c in clients]
         timed = [c for c in clients if c.window_seconds > 0]
-        jobs, jobs_not_listed = signals.job_readings(clients)
+        jobs, jobs_not_listed = signals.job_readings(clients, attached)
         return signals.ServiceSignals(
             reading=bool(why),
             reasons=tuple(why) if why else (IDLE_REASON,),
@@ -341,16 +385,19 @@ class Aggregator:
                 why.append(f"{registered:.0f} workers registered, {len(poll.workers)} asked so far: unknown")
         return answering, unreachable, registered
 
-    def _journal_why(self, why: list[str]) -> None:
-        """Clients attached to jobs, by the dispatcher's journal (added to ``why``)."""
-        if self.journal is not None:
-            try:
-                attached = self.journal.attached()
-            except OSError as exc:
-                why.append(f"could not read the dispatcher's journal: {exc}: unknown")
-            else:
-                if attached:
-                    why.append(f"{attached} clients attached to jobs (the dispatcher's journal)")
+    def _journal_why(self, why: list[str]) -> dict[str | None, int] | None:
+        """Clients attached to jobs, by the dispatcher's journal (added to ``why``); returns them by
+        job name, or None when there is no journal or it could not be read."""
+        if self.journal is None:
+            return None
+        try:
+            by_job = self.journal.by_job()
+        except OSError as exc:
+            why.append(f"could not read the dispatcher's journal: {exc}: unknown")
+            return None
+        if attached := sum(by_job.values()):
+            why.append(f"{attached} clients attached to jobs (the dispatcher's journal)")
+        return by_job
 
     def signals_route(self) -> Reply:
         return Reply(200, self.signals().to_json().encode(), "application/json")

@@ -5,8 +5,11 @@ TensorFlow journals every change to the dispatcher's state before it answers, in
 starts): TFRecord-framed ``Update`` protos (tensorflow/core/data/service/journal.proto). The
 wheel ships no classes for them, so the few fields read here are declared here (``update_class``):
 
-- ``acquire_iteration_client = 6`` (``iteration_client_id = 2``) and ``release_iteration_client
-  = 7`` (``iteration_client_id = 1``): the clients attached to jobs (``aggregate``);
+- ``acquire_iteration_client = 6`` (``iteration_id = 1``, ``iteration_client_id = 2``) and
+  ``release_iteration_client = 7`` (``iteration_client_id = 1``): the clients attached to jobs,
+  and with ``create_job = 14`` (``job_id = 1``, ``job_name = 2``), ``create_iteration = 2``
+  (``iteration_id = 1``, ``job_id = 2``) and ``garbage_collect_iteration = 12``
+  (``iteration_id = 1``), which job each reads (``aggregate``);
 - ``snapshot = 15`` (``path = 1``): a ``distributed_save`` the dispatcher accepted (``snapshots``).
 
 A file only grows, so ``JournalTail`` reads only what was appended since its last call, and
@@ -118,18 +121,27 @@ def update_class() -> Any:
 
     field = descriptor_pb2.FieldDescriptorProto
     file = descriptor_pb2.FileDescriptorProto(name="tfdata_tf_journal.proto", package="tfdata_tf")
-    for name, number, kind in (
-        ("AcquireIterationClientUpdate", 2, field.TYPE_INT64),
-        ("ReleaseIterationClientUpdate", 1, field.TYPE_INT64),
-    ):
-        file.message_type.add(name=name).field.add(name="client", number=number, type=kind, label=field.LABEL_OPTIONAL)
-    file.message_type.add(name="SnapshotUpdate").field.add(
-        name="path", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL
-    )
+    int64, string = field.TYPE_INT64, field.TYPE_STRING
+    messages: dict[str, tuple[tuple[str, int, int], ...]] = {
+        # A job name is a trainer's text: read as bytes, so that no text of it can fail the parse.
+        "CreateJobUpdate": (("job", 1, int64), ("name", 2, field.TYPE_BYTES)),
+        "CreateIterationUpdate": (("iteration", 1, int64), ("job", 2, int64)),
+        "AcquireIterationClientUpdate": (("iteration", 1, int64), ("client", 2, int64)),
+        "ReleaseIterationClientUpdate": (("client", 1, int64),),
+        "GarbageCollectIterationUpdate": (("iteration", 1, int64),),
+        "SnapshotUpdate": (("path", 1, string),),
+    }
+    for message, declared in messages.items():
+        added = file.message_type.add(name=message)
+        for name, number, kind in declared:
+            added.field.add(name=name, number=number, type=kind, label=field.LABEL_OPTIONAL)
     update = file.message_type.add(name="Update")
     for name, number, type_name in (
+        ("create_job", 14, "CreateJobUpdate"),
+        ("create_iteration", 2, "CreateIterationUpdate"),
         ("acquire", 6, "AcquireIterationClientUpdate"),
         ("release", 7, "ReleaseIterationClientUpdate"),
+        ("garbage_collect", 12, "GarbageCollectIterationUpdate"),
         ("snapshot", 15, "SnapshotUpdate"),
     ):
         update.field.add(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
@@ -107,10 +108,13 @@ class SignalsError(ValueError):
 
 @dataclass(frozen=True)
 class JobReading:
-    """The reporting clients of one job, as a dispatcher groups them by their reports' ``job_name``.
+    """The trainers of one job, as a dispatcher groups them by ``job_name``: those that report (by
+    their reports' name), and those attached to it by the dispatcher's journal, reporting or not.
 
     ``job_name`` is None for clients that read without one (each of those reads its own job:
-    they are grouped together here). The stall fractions are over these clients' last reports.
+    they are grouped together here). The stall fractions are over the reporting clients' last
+    reports (None: none reports). ``attached_clients`` is None without a journal to read (a
+    dispatcher without fault tolerance, or older than the field).
     """
 
     job_name: str | None
@@ -118,28 +122,40 @@ class JobReading:
     client_stall_fraction_mean: float | None
     client_stall_fraction_max: float | None
     client_elements_per_second: float | None = None
+    attached_clients: int | None = None
 
 
-def job_readings(clients: list[ClientReport]) -> tuple[tuple[JobReading, ...], int]:
-    """``clients`` grouped by job, the busiest (most clients, then highest stall) first, at most
-    ``MAX_JOBS`` of them; and how many more jobs there are."""
+def job_readings(
+    clients: list[ClientReport], attached: Mapping[str | None, int] | None = None
+) -> tuple[tuple[JobReading, ...], int]:
+    """``clients`` grouped by job, with the clients ``attached`` to each by the dispatcher's journal
+    (None: not known), the busiest (most clients, then highest stall) first, at most ``MAX_JOBS``
+    of them; and how many more jobs there are."""
     by_job: dict[str | None, list[ClientReport]] = {}
     for client in clients:
         by_job.setdefault(client.job_name, []).append(client)
     jobs = []
-    for name, reports in by_job.items():
+    for name in {**by_job, **{n: [] for n, count in (attached or {}).items() if count}}:
+        reports = by_job.get(name, [])
         stalls = [c.stall_fraction for c in reports]
         timed = [c for c in reports if c.window_seconds > 0]
         jobs.append(
             JobReading(
                 job_name=name,
                 reporting_clients=len(reports),
-                client_stall_fraction_mean=sum(stalls) / len(stalls),
-                client_stall_fraction_max=max(stalls),
+                client_stall_fraction_mean=sum(stalls) / len(stalls) if stalls else None,
+                client_stall_fraction_max=max(stalls) if stalls else None,
                 client_elements_per_second=sum(c.elements / c.window_seconds for c in timed) if timed else None,
+                attached_clients=None if attached is None else attached.get(name, 0),
             )
         )
-    jobs.sort(key=lambda j: (-j.reporting_clients, -(j.client_stall_fraction_max or 0.0), j.job_name or ""))
+    jobs.sort(
+        key=lambda j: (
+            -max(j.reporting_clients, j.attached_clients or 0),
+            -(j.client_stall_fraction_max or 0.0),
+            j.job_name or "",
+        )
+    )
     return tuple(jobs[:MAX_JOBS]), max(0, len(jobs) - MAX_JOBS)
 
 
@@ -151,9 +167,12 @@ def _job_reading(value: Any) -> JobReading:
     name = values["job_name"]
     if name is not None and (not isinstance(name, str) or len(name) > MAX_JOB_NAME):
         raise SignalsError(f"a job's job_name must be a string of at most {MAX_JOB_NAME} characters, got {name!r}")
-    count = values["reporting_clients"]
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise SignalsError(f"a job's reporting_clients must be an integer of at least 0, got {count!r}")
+    for key in ("reporting_clients", "attached_clients"):
+        count = values[key]
+        if count is None and key == "attached_clients":
+            continue
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise SignalsError(f"a job's {key} must be an integer of at least 0, got {count!r}")
     for key in ("client_stall_fraction_mean", "client_stall_fraction_max", "client_elements_per_second"):
         number = values[key]
         if number is not None and (not _number(number) or number < 0):
