@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from support import ROOT, Kubectl, OperatorProcess, wait_for
+from fixtures.support import ROOT, Kubectl, OperatorProcess, wait_for
 
 EXAMPLE = ROOT / "examples" / "multi-worker"
 JOB = "multi-worker-trainer"

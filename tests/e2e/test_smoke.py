@@ -11,10 +11,10 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from support import Kubectl, OperatorProcess
 
 from devcluster import node as nodeagent
 from fixtures.manifests import API_VERSION
+from fixtures.support import Kubectl, OperatorProcess
 
 READ_EVERYTHING = """
 import json, sys

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import Kubectl, KubectlError, OperatorProcess, holds_for, wait_for
 
 from tfdata_operator.plan import hold
 from tfdata_operator.wire import snapshots as snapshotwire
 
 from devcluster import node as nodeagent
 from fixtures.manifests import API_VERSION
+from fixtures.support import Kubectl, KubectlError, OperatorProcess, holds_for, wait_for
 
 CLIENT = Path(__file__).resolve().parent / "clients" / "snapshot_dataset.py"
 SERVICE = "snapper"

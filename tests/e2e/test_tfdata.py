@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 import yaml
-from support import ROOT, Kubectl, OperatorProcess, WorkerCounts, stalled_on_idle_workers_said, wait_for
 
 from tfdata_operator.render import builders
 
 from devcluster import node as nodeagent
 from fixtures.manifests import API_VERSION
+from fixtures.support import ROOT, Kubectl, OperatorProcess, WorkerCounts, stalled_on_idle_workers_said, wait_for
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 FILES, RECORDS = 6, 40

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ROOT, Kubectl, OperatorProcess, Pages, wait_for
 
 from fixtures.hostile import METADATA_PATH, MODES, READS, asked_in, check_clean, hostile_service, written
 from fixtures.manifests import service_manifest
+from fixtures.support import ROOT, Kubectl, OperatorProcess, Pages, wait_for
 
 IMAGE_BIN = Path(__file__).resolve().parent / "image" / "bin"
 # What the redirect's target answers: a secret the operator must never fetch, let alone quote.

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ROOT, Kubectl, OperatorProcess, holds_for, wait_for
 
 from devcluster import node as nodeagent
 from fixtures.hostile import (
@@ -32,6 +31,7 @@ from fixtures.hostile import (
     ready_condition,
 )
 from fixtures.manifests import API_VERSION, service_manifest
+from fixtures.support import ROOT, Kubectl, OperatorProcess, holds_for, wait_for
 
 CLIENT = ROOT / "tests" / "e2e" / "clients" / "snapshot_dataset.py"
 SECRET = "TFDATA_TOKEN=kept-from-trainers-hostile-7e2a"

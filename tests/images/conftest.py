@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from images_support import Docker, parse_env_lines, read_version
+
+from fixtures.docker import Docker, parse_env_lines, read_version
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 import yaml
-from images_support import Docker, http_status
-from support import Gone, Kubectl, free_port, wait_for
 
 import devcluster
+from fixtures.docker import Docker, http_status
+from fixtures.support import Gone, Kubectl, free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "dynamic.yaml"

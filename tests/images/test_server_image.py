@@ -17,11 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from images_support import Docker, DockerError, http_status
-from support import Gone, wait_for
 
 from tfdata_operator.wire import serverconfig
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
+
+from fixtures.docker import Docker, DockerError, http_status
+from fixtures.support import Gone, wait_for
 
 DISPATCHER_PORT = 5050
 WORKER_PORT = 5051

@@ -21,11 +21,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import Kubectl, OperatorProcess, holds_for, on_kwok_nodes, wait_for
 
 from tfdata_operator.api.identity import MANAGED_BY_LABEL, MANAGER
 
 from fixtures.manifests import API_VERSION
+from fixtures.support import Kubectl, OperatorProcess, holds_for, on_kwok_nodes, wait_for
 
 NAME = "guarded"
 SAYS = "the replicas of the operator's StatefulSets are fixed in this namespace"

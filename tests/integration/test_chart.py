@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from support import CRD_DIR, ROOT, Gone, Kubectl, free_port, logged_errors, wait_for
 
 from tfdata_operator import cli
 from tfdata_operator.api.identity import KIND
@@ -32,6 +31,7 @@ from tfdata_operator.render.builders import BuildSettings
 
 import devcluster
 from fixtures.manifests import API_VERSION
+from fixtures.support import CRD_DIR, ROOT, Gone, Kubectl, free_port, logged_errors, wait_for
 
 CHART = ROOT / "charts" / "tfdata-operator"
 CRD_NAME = "tfdataservices.tfdata.dev"

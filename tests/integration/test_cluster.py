@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from support import Kubectl, kubelet_nodes, wait_for
+
+from fixtures.support import Kubectl, kubelet_nodes, wait_for
 
 T = TypeVar("T")
 

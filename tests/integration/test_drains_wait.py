@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import Kubectl, OperatorProcess, Pages, apply_on_fake_dispatcher, service_signals, wait_for
 
 from tfdata_operator.plan import drain
 from tfdata_operator.wire.signals import SIGNALS_PATH
+
+from fixtures.support import Kubectl, OperatorProcess, Pages, apply_on_fake_dispatcher, service_signals, wait_for
 
 NAME = "drains"
 # The operator reads the signal of a static service every drain.RECHECK_SECONDS; the budget then

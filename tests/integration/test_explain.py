@@ -3,7 +3,7 @@
 Each failure is provoked for real: the API server's Priority admission refuses the pods of a
 missing PriorityClass (the StatefulSet controller's FailedCreate), the scheduler finds no node
 for a nodeSelector, the volume controller cannot provision a claim of a StorageClass that does
-not exist. The kubelet's two failures, ImagePullBackOff and CrashLoopBackOff (tests/cases.py
+not exist. The kubelet's two failures, ImagePullBackOff and CrashLoopBackOff (tests/fixtures/cases.py
 KUBELET_FAILURES), need a kubelet: on this tier's node-less cluster kwok (the simulated kubelet of
 its one node) writes them, following the project's Stages `pod-image-pull-backoff` and
 `pod-crash-loop-backoff` in devcluster/kwok/stages.yaml for pods carrying their label, with the text a
@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import Kubectl, OperatorProcess, kubelet_nodes, wait_for
 
-from cases import KUBELET_FAILURES, KWOK, Unready, conditions, manifest, wait_explained
+from fixtures.cases import KUBELET_FAILURES, KWOK, Unready, conditions, manifest, wait_explained
+from fixtures.support import Kubectl, OperatorProcess, kubelet_nodes, wait_for
 
 # The dispatcher of the cases about workers runs (on kwok's node), so that Ready names the workers' problem.
 DISPATCHER_RUNS = f"dispatcher: {{tolerations: [{KWOK}]}}"
@@ -51,7 +51,7 @@ CASES = [
             "didn't match Pod's node affinity/selector",
         ),
     ),
-    # Its worker is left unscheduled, as crashing's (tests/cases.py): it would only wait for that dispatcher,
+    # Its worker is left unscheduled, as crashing's (tests/fixtures/cases.py): it would only wait for that dispatcher,
     # and on kind two default workers (250m of CPU each) running beside the other cases' dispatchers fill the
     # node, and leave a dispatcher there unschedulable.
     Unready(

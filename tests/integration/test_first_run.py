@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 import yaml
-from support import Kubectl, OperatorProcess, holds_for
 
 import devcluster
-from cases import CRD_PATH
+from fixtures.cases import CRD_PATH
 from fixtures.manifests import API_VERSION
+from fixtures.support import Kubectl, OperatorProcess, holds_for
 
 # `kubectl wait` right after the apply failed in 8 of 60 rounds on this copy and in 9 of 60 on the
 # CRD itself, interleaved on 2 cores (12 of 20 on the CRD while the machine was busier; `make demo`

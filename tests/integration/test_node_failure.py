@@ -34,10 +34,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from support import Kubectl, OperatorProcess, holds_for, kubelet_nodes, wait_for
 
 import devcluster
 from fixtures.manifests import service_manifest
+from fixtures.support import Kubectl, OperatorProcess, holds_for, kubelet_nodes, wait_for
 
 # Cluster-wide, so a name of its own for sessions sharing a cluster.
 NODE = f"lost-{secrets.token_hex(3)}"

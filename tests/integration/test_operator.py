@@ -14,14 +14,23 @@ from typing import Any
 
 import pytest
 import yaml
-from support import Kubectl, OperatorProcess, Watch, holds_for, kubelet_nodes, to_run, wait_for
 
 from tfdata_operator.controller import faults
 from tfdata_operator.plan import children
 
 import devcluster
-from cases import BAD_SPECS, EXAMPLES, HOST_PATH, REQUESTS_ABOVE_LIMITS, ROOT, BadSpec, expected_children, manifest
+from fixtures.cases import (
+    BAD_SPECS,
+    EXAMPLES,
+    HOST_PATH,
+    REQUESTS_ABOVE_LIMITS,
+    ROOT,
+    BadSpec,
+    expected_children,
+    manifest,
+)
 from fixtures.manifests import API_VERSION
+from fixtures.support import Kubectl, OperatorProcess, Watch, holds_for, kubelet_nodes, to_run, wait_for
 
 # Longer than one resync (OperatorProcess sets TFDATA_RESYNC_SECONDS=5): a state that must hold
 # is sampled through at least one reconcile.

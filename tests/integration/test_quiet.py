@@ -20,12 +20,12 @@ import time
 from typing import Any
 
 import pytest
-from support import Kubectl, OperatorProcess, kubelet_nodes, wait_for
 
 from tfdata_operator.plan import drain
 
 import devcluster
 from fixtures.manifests import API_VERSION
+from fixtures.support import Kubectl, OperatorProcess, kubelet_nodes, wait_for
 
 RESYNC_SECONDS = 5  # OperatorProcess's TFDATA_RESYNC_SECONDS
 # At least one re-reading of the static service's signal falls in the window.

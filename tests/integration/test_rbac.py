@@ -28,12 +28,12 @@ from typing import Any
 
 import pytest
 import yaml
-from support import ROOT, Kubectl, OperatorProcess, log_message, to_run, wait_for
 
 from tfdata_operator.plan import children
 
-from cases import EXAMPLES, expected_children
+from fixtures.cases import EXAMPLES, expected_children
 from fixtures.manifests import API_VERSION
+from fixtures.support import ROOT, Kubectl, OperatorProcess, log_message, to_run, wait_for
 
 CHART = ROOT / "charts" / "tfdata-operator"
 # Its ClusterRoles are cluster-wide: a name of its own, for sessions sharing a cluster.

@@ -17,7 +17,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from support import (
+
+from tfdata_operator.wire.signals import SIGNALS_PATH
+
+import devcluster
+from fixtures.manifests import API_VERSION
+from fixtures.support import (
     Kubectl,
     OperatorProcess,
     Pages,
@@ -27,11 +32,6 @@ from support import (
     service_signals,
     wait_for,
 )
-
-from tfdata_operator.wire.signals import SIGNALS_PATH
-
-import devcluster
-from fixtures.manifests import API_VERSION
 
 # Longer than the operator takes to see that the Job finished (it reads a running Job again every
 # lifecycle.WORKLOAD_RECHECK_SECONDS, each read kept run.NODE_READ_SECONDS), so that the

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from support import Kubectl, OperatorProcess, holds_for, wait_for
-
 from fixtures.manifests import service_manifest
+from fixtures.support import Kubectl, OperatorProcess, holds_for, wait_for
 
 # Longer than one resync (OperatorProcess sets TFDATA_RESYNC_SECONDS=5): the refusal is sampled
 # through at least one reconcile of the second service.

@@ -14,7 +14,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import (
+
+from tfdata_operator.api.identity import SNAPSHOT_FINALIZER
+from tfdata_operator.plan import snapshot as plansnap
+from tfdata_operator.wire.signals import SIGNALS_PATH
+from tfdata_operator.wire.snapshots import SNAPSHOTS_PATH, SnapshotProgress, SnapshotsReport
+
+from fixtures.manifests import API_VERSION
+from fixtures.support import (
     Kubectl,
     OperatorProcess,
     Pages,
@@ -23,13 +30,6 @@ from support import (
     service_signals,
     wait_for,
 )
-
-from tfdata_operator.api.identity import SNAPSHOT_FINALIZER
-from tfdata_operator.plan import snapshot as plansnap
-from tfdata_operator.wire.signals import SIGNALS_PATH
-from tfdata_operator.wire.snapshots import SNAPSHOTS_PATH, SnapshotProgress, SnapshotsReport
-
-from fixtures.manifests import API_VERSION
 
 NAME = "saver"
 DIRECTORY = "gs://bucket/tfdata"

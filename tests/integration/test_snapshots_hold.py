@@ -14,7 +14,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import (
+
+from tfdata_operator.plan import drain, hold
+from tfdata_operator.wire.signals import SIGNALS_PATH
+from tfdata_operator.wire.snapshots import SNAPSHOTS_PATH, SnapshotProgress, SnapshotsReport
+
+from fixtures.support import (
     Kubectl,
     OperatorProcess,
     Pages,
@@ -23,10 +28,6 @@ from support import (
     service_signals,
     wait_for,
 )
-
-from tfdata_operator.plan import drain, hold
-from tfdata_operator.wire.signals import SIGNALS_PATH
-from tfdata_operator.wire.snapshots import SNAPSHOTS_PATH, SnapshotProgress, SnapshotsReport
 
 NAME = "saving"
 PATH = "gs://bucket/tfdata/imagenet"

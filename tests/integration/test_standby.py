@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import Kubectl, OperatorProcess, Watch, wait_for
 
 from tfdata_operator.controller import faults
 from tfdata_operator.plan import children
 
-from cases import expected_children
+from fixtures.cases import expected_children
 from fixtures.manifests import API_VERSION
+from fixtures.support import Kubectl, OperatorProcess, Watch, wait_for
 
 CHILD_KINDS = ",".join(kind.plural for kind in children.CHILDREN)
 # What a user could set too; the takeover after a SIGKILL takes about the lease duration.

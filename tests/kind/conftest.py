@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 from podhealth import PodHealth
-from support import Kubectl
 
 from fixtures.cluster import DELETED_NAMESPACES, create_namespace
+from fixtures.support import Kubectl
 
 HERE = Path(__file__).resolve().parent
 LAST = HERE / "test_pods_stayed_healthy.py"

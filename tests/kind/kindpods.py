@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import Kubectl, wait_for
 
 from tfdata_operator import __version__
 
 from fixtures.manifests import API_VERSION
+from fixtures.support import Kubectl, wait_for
 
 SERVER_IMAGE = f"tfdata-server:{__version__}"  # kind/cluster.sh loads it
 READY_TIMEOUT = 300

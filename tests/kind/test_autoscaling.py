@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 from kindpods import READY_TIMEOUT, connect_from_pod, start_pod, tfdata_service, wait_ready
-from support import Kubectl
 
 from fixtures.manifests import API_VERSION
+from fixtures.support import Kubectl
 
 AUTOSCALING_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "autoscaling.yaml"
 

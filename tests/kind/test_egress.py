@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 from kindpods import CONNECT, READY_TIMEOUT, SERVER_IMAGE, tfdata_service, wait_ready, wait_schedulable
-from support import Kubectl, holds_for, wait_for
+
+from fixtures.support import Kubectl, holds_for, wait_for
 
 NAME = "egress"
 PORT = 39471  # the target's port on its node: a hostNetwork pod takes one of the node's own

@@ -24,7 +24,8 @@ from kindpods import (
     wait_finished,
     wait_ready,
 )
-from support import Kubectl, holds_for, wait_for
+
+from fixtures.support import Kubectl, holds_for, wait_for
 
 NAME = "kindsvc"
 

@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 from kindpods import logs, shared_claim, start_pod, wait_finished, wait_ready
 from podhealth import OPERATOR_NAMESPACE, PodHealth
-from support import ROOT, Kubectl, holds_for, wait_for
 
 from tfdata_operator import __version__
 
@@ -47,6 +46,7 @@ from fixtures.hostile import (
     written,
 )
 from fixtures.manifests import API_VERSION, service_manifest
+from fixtures.support import ROOT, Kubectl, holds_for, wait_for
 
 pytestmark = pytest.mark.kind
 

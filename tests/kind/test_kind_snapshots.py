@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import pytest
 from kindpods import logs, shared_claim, snapshot_trainer, tfdata_service, wait_ready
 from kindpods import snapshot_status as status
-from support import Kubectl, wait_for
 
 from fixtures.manifests import API_VERSION
+from fixtures.support import Kubectl, wait_for
 
 pytestmark = pytest.mark.kind
 

@@ -1,6 +1,6 @@
 """What a real kubelet reports when a service's dispatcher cannot run, in the service's conditions.
 
-The integration tier's KUBELET_FAILURES (tests/cases.py), whose kubelet states kwok writes there:
+The integration tier's KUBELET_FAILURES (tests/fixtures/cases.py), whose kubelet states kwok writes there:
 here containerd really fails to pull from a registry that does not answer, and the dispatcher
 really exits at start (it cannot create its journal in workDir on its read-only root filesystem)
 while the kubelet backs off restarting it; and the server program, injected into an image without
@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 from podhealth import PodHealth
-from support import Kubectl
 
-from cases import KUBELET_FAILURES, Unready, manifest, wait_explained
+from fixtures.cases import KUBELET_FAILURES, Unready, manifest, wait_explained
+from fixtures.support import Kubectl
 
 TIMEOUT = 180
 

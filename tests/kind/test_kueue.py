@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 from kindpods import SERVER_IMAGE, wait_ready
-from support import ROOT, Kubectl, holds_for, wait_for
 
 from tfdata_operator.api import kueue, spec
 from tfdata_operator.api.quantity import parse_quantity
@@ -30,6 +29,7 @@ from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
 
 from fixtures.manifests import API_VERSION
+from fixtures.support import ROOT, Kubectl, holds_for, wait_for
 
 pytestmark = pytest.mark.kind
 

@@ -55,10 +55,10 @@ from kindpods import (
     whole_off,
 )
 from podhealth import PodHealth
-from support import Kubectl, holds_for, wait_for
 
 from fixtures.cluster import create_namespace, delete_namespace
 from fixtures.manifests import API_VERSION
+from fixtures.support import Kubectl, holds_for, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = "tfdata.dev/test-node-loss"  # the label of the two nodes the frozen pods run on

@@ -26,7 +26,8 @@ from kindpods import (
     wait_schedulable,
     whole_off,
 )
-from support import Kubectl, wait_for
+
+from fixtures.support import Kubectl, wait_for
 
 NAME = "spread"
 STATIC = "spreadstatic"

@@ -13,9 +13,9 @@ import time
 
 import pytest
 from podhealth import OPERATOR_NAMESPACE, PodHealth
-from support import Kubectl, wait_for
 
 from fixtures.cluster import DELETED_NAMESPACES, what_holds
+from fixtures.support import Kubectl, wait_for
 
 SETTLE_SECONDS = 120
 # Every module's namespace, deleted without waiting when the module ended, must be gone by now

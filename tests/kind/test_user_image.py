@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 from kindpods import readiness, start_pod, tfdata_service, wait_finished, wait_ready
-from support import ROOT, Kubectl
 
 from tfdata_operator.wire import serverconfig
+
+from fixtures.support import ROOT, Kubectl
 
 USER_IMAGE = "tfdata-test/trainer:tf2.16-client"
 USER_TENSORFLOW = "2.16.2"  # what user-image/Dockerfile installs

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ROOT, Kubectl, wait_for
 
 import devcluster
 from devcluster import node as nodeagent
+from fixtures.support import ROOT, Kubectl, wait_for
 
 # An HTTP server on 8080 that prints its arguments and, on SIGTERM, writes $MARKER and exits.
 SERVER = """

@@ -1,6 +1,6 @@
 """The injected server program runs its own ``tfdata_operator``, whatever the user's image holds.
 
-Each image is the TensorFlow 2.16 stand-in (``.venv-tf2.16``, nothing of ours, tests/servers.py)
+Each image is the TensorFlow 2.16 stand-in (``.venv-tf2.16``, nothing of ours, tests/fixtures/servers.py)
 with packages of its own on its PYTHONPATH, as an image that installed them there:
 
 - the trainer package (``tfdata-client``: a ``tfdata_operator`` with ``client`` and ``wire`` only),
@@ -25,11 +25,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import servers
-from servers import Launch, ServerTensorFlow, free_port, worker_config
 
 from tfdata_operator.wire import serverinfo
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig
+
+from fixtures import servers
+from fixtures.servers import Launch, ServerTensorFlow, free_port, worker_config
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEELHOUSE = Path(os.environ.get("TFDATA_CACHE") or Path.home() / ".cache" / "tfdata-operator") / "wheels"

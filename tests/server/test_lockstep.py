@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import free_port
 from test_trainer_client import TRAINER_TIMEOUT, Cluster, result_of, start_trainer
+
+from fixtures.support import free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "multi-worker"
 N, BATCH, EPOCHS = 256, 16, 2  # one epoch = one pass: 256 // (16 * 2 trainers) = 8 steps

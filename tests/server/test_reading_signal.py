@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from support import free_port, wait_for
 
 from tfdata_operator.wire import serverconfig, signals
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
+
+from fixtures.support import free_port, wait_for
 
 SERVER_BIN = Path(sys.executable).parent / "tfdata-server"
 START_TIMEOUT = 90.0

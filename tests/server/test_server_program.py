@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import START_TIMEOUT, Launch, ServerProcess, ServerTensorFlow, free_port, wait_for, worker_config
 
 from tfdata_operator.wire import serverconfig, serverinfo
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
+
+from fixtures.servers import START_TIMEOUT, Launch, ServerProcess, ServerTensorFlow, free_port, wait_for, worker_config
 
 # The worker's pod name; "{pod_name}:<port>" then announces a reachable address on this host.
 POD_NAME = "127.0.0.1"

@@ -26,13 +26,13 @@ from typing import Any
 
 import pytest
 import tensorflow as tf
-from servers import Launch, ServerProcess, free_port
 
 from tfdata_operator.client import snapshots as client_snapshots
 from tfdata_operator.wire import discovery, serverconfig, snapshots
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
 
 from fixtures.deletion import until_ended
+from fixtures.servers import Launch, ServerProcess, free_port
 
 POD_NAME = "127.0.0.1"
 WAIT_TIMEOUT = 60.0

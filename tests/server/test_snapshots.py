@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import servers
 import tensorflow as tf
-from servers import Launch, ServerProcess, free_port
 
 from tfdata_operator.client import snapshots as client_snapshots
 from tfdata_operator.wire import discovery, serverconfig, serverinfo, signals, snapshots
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
+
+from fixtures import servers
+from fixtures.servers import Launch, ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 POD_NAME = "127.0.0.1"

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import Launch, ServerProcess, free_port, worker_config
 
 from tfdata_operator import client
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig
+
+from fixtures.servers import Launch, ServerProcess, free_port, worker_config
 
 CACHE_BYTES = 4 * 2**20  # spec.workers.crossTrainerCacheSize: 4Mi
 VALUES = 2048  # float32 each: an element of 8 KiB (sent uncompressed), so the cache holds about 500

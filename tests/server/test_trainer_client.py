@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import servers
-from servers import ServerProcess, ServerTensorFlow
-from support import Pages, free_port
 
 from tfdata_operator.client import servercheck
 from tfdata_operator.wire import serverconfig, serverinfo, signals, tfrecords
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
+
+from fixtures import servers
+from fixtures.servers import ServerProcess, ServerTensorFlow
+from fixtures.support import Pages, free_port
 
 HERE = Path(__file__).resolve().parent
 TRAINER_TIMEOUT = 180.0

@@ -1,5 +1,5 @@
 """Your pipeline, your TensorFlow: the server program injected into an image of the user's (a
-TensorFlow 2.16 stand-in, tests/servers.py), its preloads, its /serverinfo, and which trainer
+TensorFlow 2.16 stand-in, tests/fixtures/servers.py), its preloads, its /serverinfo, and which trainer
 TensorFlow reads through which server TensorFlow (the table in docs/your-tensorflow.md)."""
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import servers
-from servers import Launch, ServerProcess, ServerTensorFlow, free_port
 
 from tfdata_operator.wire import serverconfig, serverinfo
 from tfdata_operator.wire.serverconfig import DispatcherServerConfig, WorkerServerConfig
+
+from fixtures import servers
+from fixtures.servers import Launch, ServerProcess, ServerTensorFlow, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "your-tensorflow.md"

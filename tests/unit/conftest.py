@@ -1,4 +1,4 @@
-"""Fixtures for the pure unit tests (their TFDataService bodies and specs come from tests/cases.py)."""
+"""Fixtures for the pure unit tests (their TFDataService bodies and specs come from tests/fixtures/cases.py)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from tfdata_operator.api import spec
 from tfdata_operator.plan import desired as plan
 from tfdata_operator.render.builders import BuildSettings
 
-from cases import BAD_SPECS, CRD_PATH, EXAMPLES, HOST_PATH, BadSpec, manifest
+from fixtures.cases import BAD_SPECS, CRD_PATH, EXAMPLES, HOST_PATH, BadSpec, manifest
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

@@ -9,7 +9,7 @@ import yaml
 
 from tfdata_operator.api import identity
 
-from cases import CRD_PATH, SNAPSHOT_CRD_PATH
+from fixtures.cases import CRD_PATH, SNAPSHOT_CRD_PATH
 from fixtures.hostile import hostile_service
 from fixtures.manifests import API_VERSION
 

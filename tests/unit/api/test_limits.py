@@ -19,7 +19,16 @@ from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
 from tfdata_operator.wire.serverinfo import GraphDefVersions, ServerInfo
 
-from cases import CRD_PATH, SNAPSHOT_CRD_PATH, STALLED_SIGNALS, beyond_crd, body, crd_bounds, parse, status_schema
+from fixtures.cases import (
+    CRD_PATH,
+    SNAPSHOT_CRD_PATH,
+    STALLED_SIGNALS,
+    beyond_crd,
+    body,
+    crd_bounds,
+    parse,
+    status_schema,
+)
 
 NOW = datetime(2026, 11, 27, 12, 0, 0, tzinfo=timezone.utc)
 STAMP = "2026-11-27T12:00:00Z"

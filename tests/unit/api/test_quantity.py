@@ -9,7 +9,7 @@ from tfdata_operator.api import quantity, spec
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
 
-from cases import parse
+from fixtures.cases import parse
 
 # What `kubectl get -o yaml` shows for each as written: apimachinery's TestQuantityParseEmit and the
 # alternates of its TestQuantityString (pkg/api/resource/quantity_test.go), then what users write.

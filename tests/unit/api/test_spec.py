@@ -13,7 +13,7 @@ from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
 from tfdata_operator.wire import serverconfig
 
-from cases import BAD_SPECS, CRD_PATH, HOST_PATH, IMAGE, REQUESTS_ABOVE_LIMITS, BadSpec, body, manifest, parse
+from fixtures.cases import BAD_SPECS, CRD_PATH, HOST_PATH, IMAGE, REQUESTS_ABOVE_LIMITS, BadSpec, body, manifest, parse
 
 
 def test_empty_spec_gets_the_documented_defaults() -> None:

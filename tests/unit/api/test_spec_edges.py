@@ -17,7 +17,7 @@ import pytest
 
 from tfdata_operator.api import spec
 
-from cases import IMAGE, body, parse
+from fixtures.cases import IMAGE, body, parse
 from fixtures.manifests import API_VERSION
 
 # A valid DNS subdomain (a Secret's or ServiceAccount's name) of exactly 253 characters.

@@ -12,7 +12,7 @@ import pytest
 from tfdata_operator.autoscaling import policy as autoscaler
 from tfdata_operator.autoscaling.policy import History, LastScale, Policy, Sample, ScaleDecision
 
-from cases import parse
+from fixtures.cases import parse
 
 NOW = 10_000.0
 WHEN_IDLE = Policy(

@@ -22,7 +22,7 @@ from tfdata_operator.server.probestate import RUNNING, ProbeState, status_line
 from tfdata_operator.wire.signals import SIGNALS_PATH
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
-from cases import STALLED_SIGNALS
+from fixtures.cases import STALLED_SIGNALS
 
 SIGNALS = STALLED_SIGNALS
 POLICY = Policy(

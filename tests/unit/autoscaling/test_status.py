@@ -14,7 +14,7 @@ from tfdata_operator.autoscaling.policy import History, LastScale, ScaleDecision
 from tfdata_operator.autoscaling.readings import ServiceWindow
 from tfdata_operator.wire.signals import JobReading, ServiceSignals
 
-from cases import CRD_PATH, STALLED_SIGNALS
+from fixtures.cases import CRD_PATH, STALLED_SIGNALS
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 SIGNALS = STALLED_SIGNALS

@@ -9,12 +9,13 @@ import warnings
 from collections.abc import Iterator
 
 import pytest
-from support import Pages
 
 from tfdata_operator import client
 from tfdata_operator.client import servercheck
 from tfdata_operator.wire import discovery, serverinfo
 from tfdata_operator.wire.serverinfo import GraphDefVersions, ServerInfo
+
+from fixtures.support import Pages
 
 TRAINER = GraphDefVersions(producer=2474, min_consumer=0, min_producer=0)
 SERVICE = "TFDataService ml/imagenet"

@@ -14,7 +14,6 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from kubernetes.client.exceptions import ApiException
-from support import ROOT, wait_for
 
 from tfdata_operator import cli
 from tfdata_operator.controller import election
@@ -22,6 +21,7 @@ from tfdata_operator.controller.config import ElectionConfig, ElectionError, Tim
 from tfdata_operator.controller.election import Elector, NotLeading
 
 from fixtures.fakes import Clock
+from fixtures.support import ROOT, wait_for
 
 TIMING = Timing(lease_duration=10, renew_deadline=7, retry_period=2)
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from support import service_signals
 
 from tfdata_operator.controller import kube as kubemodule
 from tfdata_operator.controller import reconcile
@@ -31,8 +30,9 @@ from tfdata_operator.wire.serverinfo import GraphDefVersions, ServerInfo
 from tfdata_operator.wire.signals import ServiceSignals
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
-from cases import STALLED_SIGNALS
+from fixtures.cases import STALLED_SIGNALS
 from fixtures.fakes import Clock, FakeApi, service
+from fixtures.support import service_signals
 
 CONFIG = OperatorConfig(server_image="tfdata-server:test")
 Manifest = dict[str, Any]

@@ -10,7 +10,7 @@ from tfdata_operator.plan import desired as plan
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
 
-from cases import parse
+from fixtures.cases import parse
 
 NONE = plan.Children("demo")
 

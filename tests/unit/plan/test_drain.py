@@ -6,7 +6,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from support import service_signals
 
 from tfdata_operator.api import reasons, spec
 from tfdata_operator.controller import reconcile
@@ -18,8 +17,9 @@ from tfdata_operator.render import builders
 from tfdata_operator.wire import snapshots as snapshotwire
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
-from cases import parse
 from fixtures import fakes
+from fixtures.cases import parse
+from fixtures.support import service_signals
 
 NOW = datetime(2026, 11, 27, 10, 0, 0, tzinfo=timezone.utc)
 STATIC = ("FILE", "DATA", "FILE_OR_DATA", "HINT")

@@ -6,7 +6,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from support import service_signals
 
 from tfdata_operator.api import spec
 from tfdata_operator.plan import hold
@@ -14,7 +13,8 @@ from tfdata_operator.wire import snapshots as snapshotwire
 from tfdata_operator.wire.signals import ServiceSignals
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
-from cases import parse
+from fixtures.cases import parse
+from fixtures.support import service_signals
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)
 LIST3 = ["a", "b", "c"]

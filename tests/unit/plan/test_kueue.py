@@ -14,7 +14,7 @@ from tfdata_operator.plan import kueue as queueing
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
 
-from cases import IMAGE, body
+from fixtures.cases import IMAGE, body
 
 Manifest = dict[str, Any]
 NOW = "2026-11-29T12:00:00Z"

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from support import service_signals
 
 from tfdata_operator.api import reasons, spec
 from tfdata_operator.controller import reconcile
@@ -17,8 +16,9 @@ from tfdata_operator.controller.config import OperatorConfig
 from tfdata_operator.controller.interface import Outcome
 from tfdata_operator.plan import children, lifecycle
 
-from cases import parse
+from fixtures.cases import parse
 from fixtures.fakes import FakeApi, service
+from fixtures.support import service_signals
 
 Manifest = dict[str, Any]
 NOW = datetime(2026, 11, 28, 10, 0, 0, tzinfo=timezone.utc)

@@ -18,7 +18,7 @@ from tfdata_operator.controller.run import NODE_READ_SECONDS
 from tfdata_operator.plan import nodeloss
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
-from cases import parse
+from fixtures.cases import parse
 from fixtures.fakes import Clock, FakeApi, service
 
 Manifest = dict[str, Any]

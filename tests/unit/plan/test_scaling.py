@@ -12,7 +12,7 @@ from tfdata_operator.plan import scaling
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
 
-from cases import parse
+from fixtures.cases import parse
 
 SETTINGS = BuildSettings()
 

@@ -36,8 +36,8 @@ from tfdata_operator.server.snapshots import SnapshotReader
 from tfdata_operator.wire import snapshots as wire
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsReport
 
-from cases import SNAPSHOT_CRD_PATH, beyond_crd, status_schema
-from cases import body as service_body
+from fixtures.cases import SNAPSHOT_CRD_PATH, beyond_crd, status_schema
+from fixtures.cases import body as service_body
 from fixtures.fakes import Clock
 from fixtures.manifests import API_VERSION
 

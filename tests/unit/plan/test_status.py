@@ -10,7 +10,7 @@ from tfdata_operator.plan.diagnose import Finding
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
 
-from cases import body, parse
+from fixtures.cases import body, parse
 
 SETTINGS = BuildSettings()
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cases import ROOT
+from fixtures.cases import ROOT
 
 
 @pytest.fixture

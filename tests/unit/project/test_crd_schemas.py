@@ -12,7 +12,7 @@ import yaml
 
 from tfdata_operator.api import coretypes
 
-from cases import CRD_PATH, ROOT
+from fixtures.cases import CRD_PATH, ROOT
 
 
 def test_the_crd_and_the_operator_match_what_hack_crd_schemas_writes() -> None:

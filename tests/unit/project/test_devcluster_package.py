@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 import devcluster
-from cases import ROOT
 from devcluster import node
+from fixtures.cases import ROOT
 
 # Where the dev cluster is used: the tests, the benchmarks and the package itself (the demo).
 CALLERS = ("tests", "benchmarks", "devcluster")

@@ -27,7 +27,7 @@ import yaml
 from tfdata_operator import cli
 from tfdata_operator.server import main as server_main
 
-from cases import CRD_PATH, ROOT
+from fixtures.cases import CRD_PATH, ROOT
 
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"

@@ -19,7 +19,7 @@ from tfdata_operator import cli
 from tfdata_operator.api import spec
 from tfdata_operator.render.builders import BuildSettings
 
-from cases import BAD_SPECS, CRD_PATH, EXAMPLES, IMAGE, body, manifest
+from fixtures.cases import BAD_SPECS, CRD_PATH, EXAMPLES, IMAGE, body, manifest
 
 # The `golden` fixture (tests/fixtures/golden.py): golden(name, text).
 Golden = Callable[[str, str], None]

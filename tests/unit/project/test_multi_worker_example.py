@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from tfdata_operator import cli
 from tfdata_operator.api.identity import CLIENT_LABEL
 
-from cases import ROOT
+from fixtures.cases import ROOT
 
 EXAMPLE = ROOT / "examples" / "multi-worker"
 

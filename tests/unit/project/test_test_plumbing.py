@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cases import ROOT
+from fixtures.cases import ROOT
 
 TESTS = ROOT / "tests"
 TIER_PATHS = [
@@ -76,7 +76,7 @@ def test_no_test_module_imports_a_conftest() -> None:
         if path != Path(__file__)
         and re.search(r"^\s*(from conftest import|import conftest)|integration_conftest", path.read_text(), re.M)
     ]
-    assert not offenders, f"import shared helpers from tests/support.py or tests/fixtures instead: {offenders}"
+    assert not offenders, f"import shared helpers from tests/fixtures instead: {offenders}"
 
 
 def test_the_hostile_cases_run_alone_in_a_pod_on_the_standard_library() -> None:

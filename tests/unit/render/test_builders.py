@@ -16,7 +16,7 @@ from tfdata_operator.render.builders import BuildSettings
 from tfdata_operator.wire import serverconfig
 from tfdata_operator.wire import snapshots as wire_snapshots
 
-from cases import body, parse
+from fixtures.cases import body, parse
 from fixtures.manifests import API_VERSION
 
 

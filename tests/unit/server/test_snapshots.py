@@ -36,7 +36,7 @@ from tfdata_operator.server.snapshots import SnapshotReader
 from tfdata_operator.wire import discovery, snapshots
 from tfdata_operator.wire.snapshots import SnapshotProgress, SnapshotsError, SnapshotsReport
 
-from cases import ROOT
+from fixtures.cases import ROOT
 from fixtures.deletion import until_ended
 from fixtures.fakes import Clock
 

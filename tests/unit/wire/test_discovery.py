@@ -10,7 +10,7 @@ from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
 from tfdata_operator.wire import discovery, serverinfo, signals
 
-from cases import parse
+from fixtures.cases import parse
 
 
 def test_client_configmap_is_owned_labelled_and_holds_every_setting(settings: BuildSettings) -> None:
