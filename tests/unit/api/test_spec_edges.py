@@ -233,6 +233,29 @@ def test_the_injected_programs_volume_and_the_paths_at_or_under_its_mount_are_re
     ]
 
 
+@pytest.mark.parametrize(
+    "directory", ["/opt/tfdata", "/opt/tfdata/", "/opt/tfdata/snapshots", "/opt//x/../tfdata/s", "/opt", "/opt/"]
+)
+def test_a_snapshot_volume_at_under_or_above_the_injected_program_is_refused_unless_from_image(directory: str) -> None:
+    """Review N8's remainder: the snapshot claim mounted at, inside or around the injected program's
+    mount (compared normalised) would collide with it or shadow it."""
+    snapshots = {"directory": directory, "volume": {"claimName": "shared"}}
+    for program in ("Injected", "Auto"):
+        with pytest.raises(spec.SpecError) as err:
+            parse(image="example.com/trainer:1", serverProgram=program, snapshots=snapshots)
+        assert err.value.problems == [
+            "spec.snapshots.directory must not be /opt/tfdata, under it or above it when a volume is mounted there "
+            f"(got {directory}): the operator mounts the injected server program at /opt/tfdata (spec.serverProgram "
+            "Injected, or Auto). Use another path, such as /snapshots, or set spec.serverProgram: FromImage if the "
+            "image has tfdata-server"
+        ]
+    svc = parse(image="example.com/tfdata-server:1", serverProgram="FromImage", snapshots=snapshots)
+    assert svc.snapshots is not None and svc.snapshots.claim_name == "shared"
+    # Beside it, or without a volume (nothing mounted): allowed.
+    for other in ({"directory": "/opt/tfdata-snapshots", "volume": {"claimName": "shared"}}, {"directory": "/opt"}):
+        assert parse(image="example.com/trainer:1", serverProgram="Injected", snapshots=other).snapshots is not None
+
+
 @pytest.mark.parametrize("text", ["lots", "1Zi", ""])
 def test_parse_quantity_refuses_what_is_not_a_quantity(text: str) -> None:
     with pytest.raises(ValueError, match=f"^not a quantity: {text!r}$"):

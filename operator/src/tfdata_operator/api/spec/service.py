@@ -73,9 +73,9 @@ def _read(spec: Reader, metadata: Mapping[str, Any], name: str, default_image: s
     pull_policy = spec.enum("imagePullPolicy", ("Always", "IfNotPresent", "Never"), None)
     pull_secrets = _pull_secrets(spec.raw("imagePullSecrets"), spec.problems)
     suspend = spec.boolean("suspend", False)
-    snapshots = parse_snapshots(spec.child("snapshots")) if spec.has("snapshots") else None
     # The injected program's volume is reserved unless the image brings the program (types.PROGRAM_VOLUME).
     program = server_program != SERVER_PROGRAM_FROM_IMAGE
+    snapshots = parse_snapshots(spec.child("snapshots"), program) if spec.has("snapshots") else None
     dispatcher = parse_dispatcher(spec.child("dispatcher"), snapshots, program)
     workers = parse_workers(spec.child("workers"), snapshots, program)
     autoscaling = parse_autoscaling(spec.child("autoscaling")) if spec.has("autoscaling") else None

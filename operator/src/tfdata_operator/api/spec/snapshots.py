@@ -6,6 +6,7 @@ Whether the dispatcher's journal lies inside the snapshot directory needs the di
 
 from __future__ import annotations
 
+from tfdata_operator.api import paths
 from tfdata_operator.api.spec.reader import DNS_SUBDOMAIN, Reader
 from tfdata_operator.api.spec.types import JOURNAL_MOUNT, MAX_SNAPSHOT_DIR_LENGTH, TMP_MOUNT, SnapshotsSpec
 from tfdata_operator.wire import serverconfig
@@ -15,7 +16,8 @@ from tfdata_operator.wire import serverconfig
 _SNAPSHOT_DIR = serverconfig.SNAPSHOT_DIR
 
 
-def parse_snapshots(r: Reader) -> SnapshotsSpec | None:
+def parse_snapshots(r: Reader, program: bool = False) -> SnapshotsSpec | None:
+    """``program``: the injected server program's volume is mounted (spec.serverProgram not FromImage)."""
     directory = r.string("directory", None, max_length=MAX_SNAPSHOT_DIR_LENGTH)
     volume = r.child("volume")
     claim = volume.string("claimName", pattern=DNS_SUBDOMAIN) if r.has("volume") else None
@@ -42,6 +44,14 @@ def parse_snapshots(r: Reader) -> SnapshotsSpec | None:
         r.problems.append(
             f"{r.path}.directory must not be {directory} when a volume is mounted there: the pods need it "
             "for themselves. Use another path, such as /snapshots"
+        )
+        return None
+    if claim is not None and program and paths.relation(directory, serverconfig.INJECT_MOUNT) is not None:
+        r.problems.append(
+            f"{r.path}.directory must not be {serverconfig.INJECT_MOUNT}, under it or above it when a volume is "
+            f"mounted there (got {directory}): the operator mounts the injected server program at "
+            f"{serverconfig.INJECT_MOUNT} (spec.serverProgram Injected, or Auto). Use another path, such as "
+            "/snapshots, or set spec.serverProgram: FromImage if the image has tfdata-server"
         )
         return None
     return SnapshotsSpec(directory=directory, claim_name=claim)
