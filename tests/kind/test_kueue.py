@@ -344,6 +344,88 @@ def test_an_eviction_suspends_the_service_and_its_readmission_resumes_it_on_the_
     print(f"\nadmitted again and Ready {time.monotonic() - restarted:.1f}s after the ClusterQueue started again")
 
 
+def journal_claim(kubectl: Kubectl, namespace: str, name: str) -> str:
+    """The uid of the service's dispatcher journal claim."""
+    claims = kubectl.json("get", "pvc", "-n", namespace)["items"]
+    (claim,) = [c for c in claims if c["metadata"]["name"].startswith(f"journal-{name}-dispatcher")]
+    return str(claim["metadata"]["uid"])
+
+
+def test_a_higher_priority_service_preempts_a_lower_one_which_resumes_on_its_journal_once_it_goes(
+    kubectl: Kubectl, queue: str
+) -> None:
+    """Priority through Kueue's WorkloadPriorityClass label: with room for one service and preemption
+    within the ClusterQueue, a high-priority service evicts a running low-priority one (Kueue's
+    reason Preempted): the low one's pods stop, its quota is released and it queues again (journal
+    claim kept); once the high one is deleted, the low one is admitted again and resumes on the same
+    journal claim."""
+    namespace = queue
+    kubectl.run("delete", "tfdata/second", "-n", namespace, "--ignore-not-found", "--wait=true", "--timeout=120s",
+                timeout=130)  # fmt: skip
+    wait_for(lambda: workload(kubectl, namespace, "second") is None, TIMEOUT, "the second service's Workload gone")
+    classes = [
+        {"apiVersion": kueue.WORKLOAD_API_VERSION, "kind": "WorkloadPriorityClass", "metadata": {"name": n}, "value": v}
+        for n, v in (("tfdata-low", 10), ("tfdata-high", 1000))
+    ]
+    kubectl.run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": classes}))
+    preempting = {"spec": {"preemption": {"withinClusterQueue": "LowerPriority"}}}
+    kubectl.run("patch", "clusterqueue", CLUSTER_QUEUE, "--type=merge", "-p", json.dumps(preempting))
+
+    def prioritised(name: str, priority: str) -> dict[str, Any]:
+        body = queued_service(name)
+        body["metadata"]["labels"][kueue.PRIORITY_LABEL] = priority
+        return body
+
+    try:
+        kubectl.run("apply", "-n", namespace, "-f", "-", input=json.dumps(prioritised("low", "tfdata-low")))
+        wait_ready(kubectl, namespace, "low", TIMEOUT)
+        claim = journal_claim(kubectl, namespace, "low")
+        assert workload(kubectl, namespace, "low")["spec"]["priority"] == 10
+
+        started = time.monotonic()
+        kubectl.run("apply", "-n", namespace, "-f", "-", input=json.dumps(prioritised("high", "tfdata-high")))
+
+        def preempted() -> dict[str, Any] | None:
+            wl = workload(kubectl, namespace, "low")
+            free = wl is not None and "admission" not in (wl.get("status") or {})
+            gone = not pods_of(kubectl, namespace, "low")
+            return wl if free and gone and condition(wl, "Preempted").get("status") == "True" else None
+
+        wl = wait_for(
+            preempted,
+            TIMEOUT,
+            "the low-priority service preempted: its pods gone and its quota released",
+            interval=1,
+            show=lambda: kubectl.run("get", "workloads,tfdata,pods", "-n", namespace, "-o", "wide", check=False).stdout,
+        )
+        evicted = condition(wl, "Evicted")
+        assert (evicted.get("status"), evicted.get("reason")) == ("True", "Preempted"), evicted
+        released = time.monotonic() - started
+        wait_ready(kubectl, namespace, "high", TIMEOUT)
+        high_ready = time.monotonic() - started
+        low = service(kubectl, namespace, "low")["status"]
+        ready = next(c for c in low["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "False", ready
+        assert journal_claim(kubectl, namespace, "low") == claim, "the preempted service's journal claim must stay"
+        print(
+            f"\nlow preempted: pods gone and quota released {released:.1f}s after the high one was applied, "
+            f"the high one Ready after {high_ready:.1f}s; low says {low['kueue']['state']}: {ready['message']}"
+        )
+
+        deleted = time.monotonic()
+        kubectl.run("delete", "tfdata/high", "-n", namespace, "--wait=false")
+        wait_ready(kubectl, namespace, "low", TIMEOUT)
+        assert journal_claim(kubectl, namespace, "low") == claim, "the dispatcher must start again on its journal"
+        print(f"low: admitted again and Ready {time.monotonic() - deleted:.1f}s after the high one was deleted")
+    finally:
+        for name in ("high", "low"):
+            kubectl.run("delete", f"tfdata/{name}", "-n", namespace, "--ignore-not-found", "--wait=true",
+                        "--timeout=120s", timeout=130, check=False)  # fmt: skip
+        kubectl.run("patch", "clusterqueue", CLUSTER_QUEUE, "--type=merge", "-p", '{"spec":{"preemption":null}}',
+                    check=False)  # fmt: skip
+        kubectl.run("delete", "workloadpriorityclass", "tfdata-low", "tfdata-high", "--ignore-not-found", check=False)
+
+
 def test_a_default_local_queue_leaves_an_unlabelled_service_alone_and_it_scales(kubectl: Kubectl, queue: str) -> None:
     """A namespace with a LocalQueue named ``default`` (Kueue's queue defaulting), with TFDataService
     registered as an external framework (the module's Kueue Configuration): an unlabelled service's
@@ -351,7 +433,8 @@ def test_a_default_local_queue_leaves_an_unlabelled_service_alone_and_it_scales(
     count, the write the TFData autoscaler makes too, reaches the workers. Without the registration
     Kueue's webhook claims them and refuses such a change (docs/training-runs.md). Kueue's pod
     integration still queues each pod on its own (as that page says), so the default LocalQueue's
-    ClusterQueue has room for them."""
+    ClusterQueue has room for them. A service labelled for that queue is admitted whole instead: one
+    Workload of its own, and no pod queued on its own."""
     namespace = queue
     roomy = {
         "apiVersion": kueue.WORKLOAD_API_VERSION,
@@ -416,9 +499,25 @@ def test_a_default_local_queue_leaves_an_unlabelled_service_alone_and_it_scales(
         )
         assert seen[0] == 2, f"the worker count did not reach the workers: {seen}"
         print(f"\nfree (a default LocalQueue in its namespace): 2 workers ready {time.monotonic() - scaled:.1f}s later")
+
+        # Labelled for that queue, a service is admitted whole, as one Workload of its own: its pods have a
+        # queued owner, and Kueue's pod integration leaves them alone (docs/training-runs.md).
+        whole = queued_service("whole")
+        whole["metadata"]["labels"][kueue.QUEUE_LABEL] = "default"
+        kubectl.run("apply", "-n", namespace, "-f", "-", input=json.dumps(whole))
+        wait_ready(kubectl, namespace, "whole", TIMEOUT)
+        names = [
+            w["metadata"]["name"] for w in kubectl.json("get", "workloads.kueue.x-k8s.io", "-n", namespace)["items"]
+        ]
+        assert [n for n in names if n.startswith("tfdataservice-whole-")], names
+        assert not [n for n in names if n.startswith(("pod-whole-", "statefulset-whole-"))], names
+        for pod in pods_of(kubectl, namespace, "whole"):
+            assert not any(k.startswith(kueue.PREFIX) for k in pod["metadata"].get("labels", {})), pod["metadata"]
+        print(f"whole (labelled default): one Workload; the namespace's Workloads: {names}")
     finally:
-        kubectl.run("delete", "tfdata/free", "-n", namespace, "--ignore-not-found", "--wait=true", "--timeout=120s",
-                    timeout=130, check=False)  # fmt: skip
+        for name in ("free", "whole"):
+            kubectl.run("delete", f"tfdata/{name}", "-n", namespace, "--ignore-not-found", "--wait=true",
+                        "--timeout=120s", timeout=130, check=False)  # fmt: skip
         kubectl.run(
             "delete", "localqueue", "default", "-n", namespace, "--ignore-not-found", "--wait=true", check=False
         )
