@@ -253,7 +253,11 @@ class HealthServer:
         finally:
             self._open.pop(task, None)
             self._evictable.pop(task, None)
-            transport.abort()
+            # A connection the stop did not see end (its task still pending when the loop closed) is
+            # closed with the loop's garbage: aborting then would raise "Event loop is closed" into
+            # the log, a traceback with nothing wrong (found on kind, a thawed node's dispatcher).
+            if not self._loop.is_closed():
+                transport.abort()
 
     async def _write(self, writer: asyncio.StreamWriter, reply: Reply) -> bool:
         """Writes the reply and its end; False when the client did not take it within ``REPLY_SECONDS``."""
