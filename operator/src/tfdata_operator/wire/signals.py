@@ -135,7 +135,9 @@ def job_readings(
     for client in clients:
         by_job.setdefault(client.job_name, []).append(client)
     jobs = []
-    for name in {**by_job, **{n: [] for n, count in (attached or {}).items() if count}}:
+    # The jobs with reporting clients, then those only the journal names (plain distribute() trainers).
+    read_only = [n for n, count in (attached or {}).items() if count and n not in by_job]
+    for name in [*by_job, *read_only]:
         reports = by_job.get(name, [])
         stalls = [c.stall_fraction for c in reports]
         timed = [c for c in reports if c.window_seconds > 0]
