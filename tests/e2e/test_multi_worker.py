@@ -1,6 +1,7 @@
 """examples/multi-worker/ applied as its README says, on the dev node: two trainer pods of an indexed Job
 train one tf-keras model under MultiWorkerMirroredStrategy, reading the DYNAMIC TFDataService
-``multi-worker`` in lockstep through the client helper.
+``multi-worker`` in lockstep through the client helper; and the same folder with the service's policy
+set to DATA, a static one (each worker repeats its own shard, the rounds take from the workers in turn).
 
 Nothing of the example is changed: the dev node runs the project's venv instead of the image (which it
 ignores), mounts the scripts' ConfigMap at /scripts, gives each pod its completion index and resolves the
@@ -12,8 +13,12 @@ model learned.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+
+import pytest
+import yaml
 
 from fixtures.support import ROOT, Kubectl, OperatorProcess, wait_for
 
@@ -23,13 +28,21 @@ JOB_TIMEOUT = 480.0  # the service Ready, two TensorFlow imports and 3 epochs of
 END = re.compile(r"^trainer (\d) of 2: 3 epochs of 64 steps, losses \[(.*)\], weights (.*)$", re.M)
 
 
+@pytest.mark.parametrize("policy", ["DYNAMIC", "DATA"])
 def test_the_multi_worker_example_trains_one_model_in_two_trainer_pods(
-    kubectl: Kubectl, namespace: str, operator: OperatorProcess, node_state_dir: Path
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess, node_state_dir: Path, policy: str
 ) -> None:
-    kubectl.run("apply", "-n", namespace, "-f", str(EXAMPLE))
+    service = yaml.safe_load((EXAMPLE / "service.yaml").read_text())
+    assert service["spec"]["shardingPolicy"] == "DYNAMIC", service  # the example as written
+    service["spec"]["shardingPolicy"] = policy
+    kubectl.run("apply", "-n", namespace, "-f", "-", input=json.dumps(service))
+    kubectl.run("apply", "-n", namespace, "-f", str(EXAMPLE / "scripts.yaml"), "-f", str(EXAMPLE / "trainers.yaml"))
 
-    def pods() -> list[dict]:
-        return list(kubectl.json("get", "pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={JOB}")["items"])
+    uid = kubectl.json("get", "job", JOB, "-n", namespace)["metadata"]["uid"]
+
+    def pods() -> list[dict]:  # this run's: the other case's Job had the same name
+        selector = f"batch.kubernetes.io/controller-uid={uid}"
+        return list(kubectl.json("get", "pods", "-n", namespace, "-l", selector)["items"])
 
     def log(pod: dict) -> str:
         path = node_state_dir / "logs" / "pods" / f"{namespace}_{pod['metadata']['name']}" / "trainer.log"
@@ -66,3 +79,6 @@ def test_the_multi_worker_example_trains_one_model_in_two_trainer_pods(
     assert ends["0"] == ends["1"], f"the trainers ended with different losses or weights: {ends}"
     losses = [float(loss) for loss in ends["0"][0].split(", ")]
     assert losses[-1] < losses[0], f"the model did not learn: losses {losses}"
+    shown = kubectl.json("get", "tfdata", "multi-worker", "-n", namespace)["spec"]["shardingPolicy"]
+    assert shown == policy, f"the service read under {shown}, not {policy}"
+    kubectl.run("delete", "-n", namespace, "-f", str(EXAMPLE), "--wait=true", timeout=180)
