@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Builds the two images, and the kind tier's hostile tenant image, idempotently:
+# Builds the two images, and the kind tier's hostile tenant and trainer images, idempotently:
 #
 #   tfdata-operator:<version>   images/operator/Dockerfile (the operator; no TensorFlow)
 #   tfdata-server:<version>     images/server/Dockerfile   (dispatcher/worker; pinned TensorFlow)
 #   tfdata-hostile:<version>    images/hostile/Dockerfile  (a tenant's tfdata-server that attacks the
 #                               operator: tests/hostile/image; the kind tier's hostile tests run it)
+#   tfdata-trainer:<version>    images/trainer/Dockerfile  (tfdata-server plus tf-keras: the kind
+#                               tier runs examples/multi-worker/'s trainers on it)
 #
 # <version> is operator/pyproject.toml's, which the operator also uses for its default
 # server image. Steps, each skipped when already done:
@@ -223,10 +225,12 @@ fi
 build server
 log "building tfdata-hostile:$VERSION (the kind tier's hostile tenant; seconds)"
 build hostile
+log "building tfdata-trainer:$VERSION (tfdata-server plus tf-keras, for the kind tier; seconds)"
+build trainer
 
 # A rebuild leaves the image it replaced untagged; drop those (ours only, by their label).
-for name in operator server hostile; do
+for name in operator server hostile trainer; do
   "$DOCKER" image prune --force --filter "label=org.opencontainers.image.title=tfdata-$name" >/dev/null
 done
 
-table "$BASE" "tfdata-operator:$VERSION" "tfdata-server:$VERSION" "tfdata-hostile:$VERSION"
+table "$BASE" "tfdata-operator:$VERSION" "tfdata-server:$VERSION" "tfdata-hostile:$VERSION" "tfdata-trainer:$VERSION"

@@ -21,9 +21,9 @@
 #      changes nothing;
 #   3. on a node image built here (no kindnetd), flannel (flannel.yaml) for the pod network
 #      and kube-network-policies (network-policies.yaml) for NetworkPolicies, on every node;
-#   4. `kind load docker-image` tfdata-operator:<version>, tfdata-server:<version> and
-#      tfdata-hostile:<version>, the hostile tests' tenant image (images/images.sh builds them
-#      when missing);
+#   4. `kind load docker-image` tfdata-operator:<version>, tfdata-server:<version>,
+#      tfdata-hostile:<version>, the hostile tests' tenant image, and tfdata-trainer:<version>,
+#      the multi-worker example's trainer image (images/images.sh builds them when missing);
 #   5. metrics-server, built here from source (kind/metrics-server.sh), for the
 #      HorizontalPodAutoscaler of `spec.autoscaling.metric: CPU`;
 #   6. `helm upgrade --install` of charts/tfdata-operator (the CRD from its crds/) into
@@ -133,7 +133,8 @@ up() {
   fi
 
   local img
-  local images=("tfdata-operator:$VERSION" "tfdata-server:$VERSION" "tfdata-hostile:$VERSION")
+  # One `kind load` for all: one archive, in which tfdata-trainer's layers under its own are the server's.
+  local images=("tfdata-operator:$VERSION" "tfdata-server:$VERSION" "tfdata-hostile:$VERSION" "tfdata-trainer:$VERSION")
   for img in "${images[@]}"; do
     "$DOCKER" image inspect "$img" >/dev/null 2>&1 || { "$REPO/images/images.sh" >&2; break; }
   done

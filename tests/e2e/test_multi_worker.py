@@ -3,29 +3,27 @@ train one tf-keras model under MultiWorkerMirroredStrategy, reading the DYNAMIC 
 ``multi-worker`` in lockstep through the client helper; and the same folder with the service's policy
 set to DATA, a static one (each worker repeats its own shard, the rounds take from the workers in turn).
 
-Nothing of the example is changed: the dev node runs the project's venv instead of the image (which it
-ignores), mounts the scripts' ConfigMap at /scripts, gives each pod its completion index and resolves the
-pods' names under the headless Service, as a kubelet and cluster DNS would. tests/server/test_lockstep.py
-checks the same scripts' batches element by element with the trainers as processes; this proves the
-folder as a user applies it: the Job completes, both trainers end every epoch with one model, and the
-model learned.
+Nothing of the example is changed but the policy: the dev node runs the project's venv instead of the
+image (which it ignores), mounts the scripts' ConfigMap at /scripts, gives each pod its completion index
+and resolves the pods' names under the headless Service, as a kubelet and cluster DNS would.
+tests/server/test_lockstep.py checks the same scripts' batches element by element with the trainers as
+processes; tests/kind/test_kind_multi_worker.py runs the folder on kind, on a trainer image. This proves
+the folder as a user applies it: the Job completes, both trainers end every epoch with one model, and
+the model learned.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from fixtures.support import ROOT, Kubectl, OperatorProcess, wait_for
+from fixtures.multiworker import EXAMPLE, job_status, one_model, wait_for_job
+from fixtures.support import Kubectl, OperatorProcess
 
-EXAMPLE = ROOT / "examples" / "multi-worker"
-JOB = "multi-worker-trainer"
 JOB_TIMEOUT = 480.0  # the service Ready, two TensorFlow imports and 3 epochs of 64 steps on a loaded 2-core machine
-END = re.compile(r"^trainer (\d) of 2: 3 epochs of 64 steps, losses \[(.*)\], weights (.*)$", re.M)
 
 
 @pytest.mark.parametrize("policy", ["DYNAMIC", "DATA"])
@@ -37,8 +35,7 @@ def test_the_multi_worker_example_trains_one_model_in_two_trainer_pods(
     service["spec"]["shardingPolicy"] = policy
     kubectl.run("apply", "-n", namespace, "-f", "-", input=json.dumps(service))
     kubectl.run("apply", "-n", namespace, "-f", str(EXAMPLE / "scripts.yaml"), "-f", str(EXAMPLE / "trainers.yaml"))
-
-    uid = kubectl.json("get", "job", JOB, "-n", namespace)["metadata"]["uid"]
+    uid = kubectl.json("get", "job", "multi-worker-trainer", "-n", namespace)["metadata"]["uid"]
 
     def pods() -> list[dict]:  # this run's: the other case's Job had the same name
         selector = f"batch.kubernetes.io/controller-uid={uid}"
@@ -49,36 +46,14 @@ def test_the_multi_worker_example_trains_one_model_in_two_trainer_pods(
         return path.read_text(errors="replace") if path.exists() else ""
 
     def seen() -> str:
-        job = kubectl.json("get", "job", JOB, "-n", namespace).get("status", {})
-        counts = {k: job.get(k) for k in ("active", "succeeded", "failed")}
-        lines = [f"job: {counts}"]
+        lines = [job_status(kubectl, namespace)]
         for pod in pods():
             lines.append(f"pod {pod['metadata']['name']}: {pod['status'].get('phase')}; log tail:\n{log(pod)[-1500:]}")
         lines.append(kubectl.run("get", "tfdata,pods", "-n", namespace, "-o", "wide", check=False).stdout)
         return "\n".join(lines)
 
-    status = wait_for(
-        lambda: kubectl.json("get", "job", JOB, "-n", namespace).get("status", {}),
-        JOB_TIMEOUT,
-        f"the Job {JOB} to end",
-        interval=2,
-        until=lambda s: s.get("succeeded") == 2 or bool(s.get("failed")),
-        show=seen,
-    )
-    assert status.get("succeeded") == 2 and not status.get("failed"), seen()
-
-    ends = {}
-    for pod in pods():
-        out = log(pod)
-        index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
-        assert f'"task": {{"type": "worker", "index": {index}}}' in out, out[-3000:]
-        (end,) = END.findall(out)  # one end line each, naming its own place
-        assert end[0] == index, f"pod {pod['metadata']['name']} of index {index} ended as trainer {end[0]}"
-        ends[index] = end[1:]
-    assert sorted(ends) == ["0", "1"], seen()
-    assert ends["0"] == ends["1"], f"the trainers ended with different losses or weights: {ends}"
-    losses = [float(loss) for loss in ends["0"][0].split(", ")]
-    assert losses[-1] < losses[0], f"the model did not learn: losses {losses}"
+    wait_for_job(kubectl, namespace, JOB_TIMEOUT, seen)
+    one_model(pods(), log)
     shown = kubectl.json("get", "tfdata", "multi-worker", "-n", namespace)["spec"]["shardingPolicy"]
     assert shown == policy, f"the service read under {shown}, not {policy}"
     kubectl.run("delete", "-n", namespace, "-f", str(EXAMPLE), "--wait=true", timeout=180)

@@ -7,6 +7,7 @@ the scripts' ConfigMap); the scripts themselves run in tests/server/test_lockste
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from typing import Any
@@ -98,3 +99,11 @@ def test_entry_refuses_an_index_beyond_its_trainers() -> None:
     done = subprocess.run([sys.executable, str(EXAMPLE / "entry.py")], env=env, capture_output=True, text=True)
     assert done.returncode == 1
     assert "JOB_COMPLETION_INDEX 2 is not a trainer of 2: make NUM_TRAINERS the Job's completions" in done.stderr
+
+
+def test_the_kind_tiers_trainer_image_has_the_tf_keras_of_the_tests_venv() -> None:
+    """images/trainer (the kind tier runs this example's trainers on it) installs the tf-keras that the
+    Makefile pins for the tests' venv, which follows the `server` extra's TensorFlow."""
+    (pinned,) = re.findall(r"^DEV_NO_DEPS := (tf-keras==\S+)$", (ROOT / "Makefile").read_text(), re.M)
+    installed = set(re.findall(r"tf-keras==[0-9.]+", (ROOT / "images" / "trainer" / "Dockerfile").read_text()))
+    assert installed == {pinned}, f"images/trainer/Dockerfile installs {installed}, the Makefile pins {pinned}"
