@@ -21,7 +21,13 @@ killed without the golden tests is killed with them), after a fresh stats run th
 golden tests reach which function.
 
 Survivors that no test can kill (the mutant behaves like the original) are listed, with why, in
-hack/mutation-equivalent.txt; any other survivor is printed and makes the run exit 1.
+hack/mutation-equivalent.txt, each by its content, not its number: mutmut numbers a function's
+mutants in order, so an edit above a mutation renumbers it, and a listed number would then excuse
+whichever mutant took it. An entry is the function and a hash of the mutant's diff (`mutmut show`'s,
+without its file and line-number headers: the changed line and the three on each side), so a survivor
+is excused only while that very change, in that very place, survives. Any other survivor is printed
+with its key and diff, and a listed key that is no longer a survivor (killed, or its code changed) is
+printed too; either makes the run exit 1.
 A whole run makes some 4,700 mutants (about 1.75 hours on 2 shared cores), so `--module` measures
 one module at a time; each module's last result is kept in .local/mutation.json and the table
 shows every module measured so far.
@@ -30,8 +36,10 @@ shows every module measured so far.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,6 +69,8 @@ WORKSPACE = ROOT / ".local" / "mutation"
 EQUIVALENT = ROOT / "hack" / "mutation-equivalent.txt"
 # module -> mutant name -> mutmut's status ("killed", "survived", ...)
 Statuses = dict[str, dict[str, str]]
+# mutant name -> its content key (`key`), for the survivors
+Keys = dict[str, str]
 # Each module's last result (a run of some modules keeps the others'): outside the workspace,
 # which every run starts afresh.
 RESULT = ROOT / ".local" / "mutation.json"
@@ -74,17 +84,37 @@ KILLED = ("killed", "timeout")
 WITHOUT_GOLDEN = ("-m", "not golden")
 
 
-def read_equivalent() -> dict[str, str]:
-    """mutant name -> why it is equivalent; one `name  why` a line, `#` comments."""
+def function_of(name: str) -> str:
+    """The mutated function's dotted name: the mutant's name without mutmut's `__mutmut_<n>`."""
+    return re.sub(r"__mutmut_\d+$", "", name)
+
+
+def key(name: str, diff: str) -> str:
+    """``name``'s content key: its function, `@`, and 12 hex digits of the SHA-256 of ``diff``
+    (`mutmut show`'s unified diff of the function) without its two file headers and its `@@` hunk
+    headers, whose line numbers move with any edit above the mutation."""
+    body = [line for line in diff.splitlines()[2:] if not line.startswith("@@")]
+    if not any(line.startswith(("-", "+")) for line in body):
+        raise ValueError(f"{name}: its diff changes no line:\n{diff}")
+    return f"{function_of(name)}@{hashlib.sha256(chr(10).join(body).encode()).hexdigest()[:12]}"
+
+
+def read_equivalent(text: str) -> dict[str, str]:
+    """content key -> why it is equivalent; one `key  why` a line, `#` comments."""
     listed: dict[str, str] = {}
-    for number, line in enumerate(EQUIVALENT.read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        name, _, why = line.partition(" ")
+        entry, _, why = line.partition(" ")
+        where = f"{EQUIVALENT.relative_to(ROOT)}:{number}"
+        if not re.fullmatch(r"tfdata_operator\.[\wǁ.]+@[0-9a-f]{12}", entry):
+            sys.exit(f"{where}: {entry!r} is not a content key (function@12 hex digits; the run prints them)")
         if not why.strip():
-            sys.exit(f"{EQUIVALENT.relative_to(ROOT)}:{number}: {name} has no reason; write why it is equivalent")
-        listed[name] = why.strip()
+            sys.exit(f"{where}: {entry} has no reason; write why it is equivalent")
+        if entry in listed:
+            sys.exit(f"{where}: {entry} is listed twice")
+        listed[entry] = why.strip()
     return listed
 
 
@@ -153,6 +183,26 @@ def collect(modules: list[str]) -> Statuses:
     return result
 
 
+def survivor_keys(statuses: Statuses) -> Keys:
+    """The content key of every mutant in ``statuses`` that no test killed, from its diff in the workspace."""
+    sys.path.insert(0, str(WORKSPACE))
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    paths = {prefix: path for m in MODULES for prefix, path in zip(PREFIXES[m], MODULES[m], strict=True)}
+    keys: Keys = {}
+    here = Path.cwd()
+    os.chdir(WORKSPACE)  # mutmut reads mutants/<path> relative to its workspace
+    try:
+        for by_name in statuses.values():
+            for name in sorted(n for n, s in by_name.items() if s not in KILLED):
+                prefix = max((p for p in paths if name.startswith(p)), key=len)
+                diff = get_diff_for_mutant(name, path=f"src/tfdata_operator/{paths[prefix]}.py")
+                keys[name] = key(name, diff)
+    finally:
+        os.chdir(here)
+    return keys
+
+
 def measure(modules: list[str], max_children: int) -> tuple[Statuses, Statuses]:
     """(statuses with every unit test, statuses without the golden-file tests) of each module's mutants."""
     prepare(modules)
@@ -180,19 +230,32 @@ def share(killed: int | None, count: int) -> str:
     return "-" if killed is None else f"{100 * killed / count if count else 0.0:.1f}%"
 
 
-def report(measured: tuple[Statuses, Statuses] | None, equivalent: dict[str, str]) -> int:
+def commit() -> str:
+    """The commit measured, `+changes` when the working tree differs from it."""
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "operator", "tests"], cwd=ROOT, capture_output=True)
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def report(measured: tuple[Statuses, Statuses, Keys] | None, equivalent: dict[str, str]) -> int:
     """Print and keep each module's figures; ``measured`` replaces those modules' kept results."""
     kept = json.loads(RESULT.read_text()) if RESULT.exists() else {}
+    now = commit()
     statuses: Statuses = {**kept.get("statuses", {}), **(measured[0] if measured else {})}
     # Results kept from before the figure without the golden tests existed have none.
     without: Statuses = {**kept.get("statuses_without_golden", {}), **(measured[1] if measured else {})}
+    keys: Keys = {**kept.get("keys", {}), **(measured[2] if measured else {})}
+    measured_at = {**kept.get("commits", {}), **dict.fromkeys(measured[0] if measured else (), now)}
     statuses = {m: statuses[m] for m in MODULES if m in statuses}
     without = {m: without[m] for m in statuses if m in without}
     rows: list[tuple[str, int, int | None, int, int]] = []
     unexplained: list[str] = []
     for module, by_name in statuses.items():
-        listed = sum(1 for n, s in by_name.items() if s not in KILLED and n in equivalent)
-        unexplained += [f"{n}: {s}" for n, s in sorted(by_name.items()) if s not in KILLED and n not in equivalent]
+        survivors = sorted(n for n, s in by_name.items() if s not in KILLED)
+        if any(n not in keys for n in survivors):
+            sys.exit(f"{RESULT.relative_to(ROOT)} has no content keys for {module}'s survivors: measure it again")
+        listed = sum(1 for n in survivors if keys[n] in equivalent)
+        unexplained += [n for n in survivors if keys[n] not in equivalent]
         bare = kills(without[module]) if module in without else None
         rows.append((module, kills(by_name), bare, listed, len(by_name)))
     whole = None if any(r[2] is None for r in rows) else sum(r[2] or 0 for r in rows)
@@ -200,34 +263,41 @@ def report(measured: tuple[Statuses, Statuses] | None, equivalent: dict[str, str
     print("\nkilled: by the unit tests; w/o golden: by them without the golden-file tests")
     print(
         f"{'module':<14}{'killed':>8}{'w/o golden':>12}{'total':>8}{'killed %':>10}{'w/o golden %':>14}"
-        f"{'equivalent':>12}{'left':>6}"
+        f"{'equivalent':>12}{'left':>6}  commit"
     )
     for module, killed, bare, listed, count in rows:
         print(
             f"{module:<14}{killed:>8}{'-' if bare is None else bare:>12}{count:>8}{share(killed, count):>10}"
-            f"{share(bare, count):>14}{listed:>12}{count - killed - listed:>6}"
+            f"{share(bare, count):>14}{listed:>12}{count - killed - listed:>6}  {measured_at.get(module, '')}"
         )
-    seen = {n for by_name in statuses.values() for n in by_name}
-    stale = sorted(n for n in equivalent if any(n.startswith(PREFIXES[m]) for m in statuses) and n not in seen)
-    killed_now = sorted(n for by in statuses.values() for n, s in by.items() if n in equivalent and s == "killed")
-    for name in stale:
-        print(f"listed as equivalent but no longer a mutant: {name}")
-    for name in killed_now:
-        print(f"listed as equivalent but killed: {name} (remove it from the list)")
+    # A listed key of a measured module that no survivor has: its mutant is killed now, or its code
+    # (the mutated line or the three on each side) changed, and whether it is equivalent is a new question.
+    surviving = {keys[n] for by_name in statuses.values() for n, s in by_name.items() if s not in KILLED}
+    prefixes = tuple(p for m in statuses for p in PREFIXES[m])
+    stale = sorted(k for k in equivalent if k.startswith(prefixes) and k not in surviving)
+    for entry in stale:
+        print(f"listed as equivalent but no survivor has this content now (killed, or its code changed): {entry}")
     if unexplained:
         print("\nsurvivors neither killed nor listed as equivalent (`cd .local/mutation && mutmut show NAME`):")
-        print("\n".join(f"  {line}" for line in unexplained))
+        print("\n".join(f"  {keys[n]}  {n}: {statuses_of(statuses, n)}" for n in unexplained))
     out = {
         "modules": {
-            m: {"killed": k, "killed_without_golden": b, "equivalent": e, "total": t} for m, k, b, e, t in rows
+            m: {"killed": k, "killed_without_golden": b, "equivalent": e, "total": t, "commit": measured_at.get(m)}
+            for m, k, b, e, t in rows
         },
-        "survivors": unexplained,
+        "survivors": [f"{keys[n]} {n}" for n in unexplained],
         "statuses": statuses,
         "statuses_without_golden": without,
+        "keys": keys,
+        "commits": measured_at,
     }
     RESULT.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     print(f"\nmeasured now: {', '.join(measured[0]) if measured else 'nothing'}; result: {RESULT.relative_to(ROOT)}")
-    return 1 if unexplained or killed_now else 0
+    return 1 if unexplained or stale else 0
+
+
+def statuses_of(statuses: Statuses, name: str) -> str:
+    return next(by_name[name] for by_name in statuses.values() if name in by_name)
 
 
 def main() -> None:
@@ -237,10 +307,11 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="print the table of the last results again")
     args = parser.parse_args()
     modules = args.module or list(MODULES)
-    equivalent = read_equivalent()
+    equivalent = read_equivalent(EQUIVALENT.read_text())
     if args.report_only:
         sys.exit(report(None, equivalent))
-    sys.exit(report(measure(modules, args.max_children), equivalent))
+    statuses, without = measure(modules, args.max_children)
+    sys.exit(report((statuses, without, survivor_keys(statuses)), equivalent))
 
 
 if __name__ == "__main__":

@@ -275,6 +275,8 @@ def test_only_the_live_pod_zero_on_the_current_revision_counts_as_started() -> N
     assert not scaling.started_on_current_revision(
         {**sts, "metadata": {"name": "x-dispatcher"}, "status": {}}, [running]
     )
+    # Without metadata (no generation: 1 assumed) and not yet observed: not started, and no error.
+    assert not scaling.started_on_current_revision({"status": {}}, [running])
 
 
 def test_a_new_statefulset_without_replicas_scales_from_zero() -> None:
