@@ -1,6 +1,7 @@
 """TFDataServices admitted through Kueue (issue 39, item 3): Kueue v0.19.2, built here from its Go
 module (kind/kueue.sh), installed for this module only, and the chart's operator with kueue.enabled
-(kind/cluster.sh).
+(kind/cluster.sh), which the module turns off before it uninstalls Kueue, as docs/training-runs.md
+says to.
 
 A ClusterQueue with room for one service: the first is admitted and no pod of it exists before
 its admission, carrying the flavor's node labels and toleration; the second waits, no pod, until
@@ -15,13 +16,14 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kindpods import SERVER_IMAGE, wait_ready
+from podhealth import OPERATOR_NAMESPACE
 
 from tfdata_operator.api import kueue, spec
 from tfdata_operator.api.quantity import parse_quantity
@@ -108,6 +110,21 @@ def requests_of(name: str, namespace: str) -> dict[str, float]:
     return total
 
 
+def operator_with_kueue(kubectl: Kubectl, enabled: bool) -> None:
+    """The in-cluster operator's release (kind/cluster.sh) upgraded with ``kueue.enabled``, its other
+    values kept, and rolled out."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [str(kubectl.binary.parent / "helm"), "upgrade", "tfdata-operator", str(ROOT / "charts" / "tfdata-operator"),
+         "-n", OPERATOR_NAMESPACE, "--reuse-values", "--set", f"kueue.enabled={str(enabled).lower()}",
+         "--wait", "--timeout", "3m"],
+        env=kubectl.env, capture_output=True, text=True, timeout=200, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, f"helm upgrade with kueue.enabled={enabled} failed:\n{result.stderr[-4000:]}"
+    kubectl.run("rollout", "status", "deployment", "-n", OPERATOR_NAMESPACE, "--timeout=180s", timeout=190)
+    print(f"\nthe operator with kueue.enabled={enabled}: rolled out in {time.monotonic() - started:.0f}s")
+
+
 def kueue_sh(*args: str, config: Path | None = None) -> None:
     env = {**os.environ}
     if config is not None:
@@ -130,6 +147,7 @@ def queue(kubectl: Kubectl, namespace: str, tmp_path_factory: pytest.TempPathFac
         "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": KUEUE_READS_SERVICES})
     )
     kueue_sh("install", config=config)
+    operator_with_kueue(kubectl, enabled=True)  # as kind/cluster.sh installs it (an earlier run turned it off)
     one = requests_of("probe", namespace)
     quota = {r: _quantity(1.5 * v, r) for r, v in one.items()}
     objects = [
@@ -173,6 +191,9 @@ def queue(kubectl: Kubectl, namespace: str, tmp_path_factory: pytest.TempPathFac
         kubectl.run(
             "delete", kind, name, "-n", namespace, "--ignore-not-found", "--wait=true", "--timeout=60s", check=False
         )
+    # As docs/training-runs.md says: the operator stops watching Workloads before Kueue's CRDs go. A
+    # watched kind's CRD deleted under kopf stops the whole operator (its watch refused, 404), once.
+    operator_with_kueue(kubectl, enabled=False)
     kueue_sh("uninstall")
     kubectl.run(
         "delete",
@@ -293,26 +314,40 @@ def test_a_queued_service_starts_only_once_admitted_and_a_second_waits_for_the_f
     print(f"\nsecond: Ready {time.monotonic() - deleted:.1f}s after the first was deleted")
 
 
+def journal_claim(kubectl: Kubectl, namespace: str, name: str) -> str:
+    """The uid of the service's dispatcher journal claim."""
+    claims = kubectl.json("get", "pvc", "-n", namespace)["items"]
+    (claim,) = [c for c in claims if c["metadata"]["name"].startswith(f"journal-{name}-dispatcher")]
+    return str(claim["metadata"]["uid"])
+
+
+def admission_released(
+    kubectl: Kubectl, namespace: str, name: str, reason: str, status: str
+) -> Callable[[], dict[str, Any] | None]:
+    """A check for ``wait_for``: the service's Workload, once Kueue took its admission away (its
+    condition ``reason`` has ``status``: QuotaReserved False after an eviction, Preempted True after
+    a preemption), no pod of the service is left and the admission is cleared (the quota released)."""
+
+    def check() -> dict[str, Any] | None:
+        wl = workload(kubectl, namespace, name)
+        free = wl is not None and "admission" not in (wl.get("status") or {})
+        gone = not pods_of(kubectl, namespace, name)
+        return wl if free and gone and condition(wl, reason).get("status") == status else None
+
+    return check
+
+
 def test_an_eviction_suspends_the_service_and_its_readmission_resumes_it_on_the_same_journal(
     kubectl: Kubectl, queue: str
 ) -> None:
     namespace = queue
     wait_ready(kubectl, namespace, "second", TIMEOUT)
-    claims = kubectl.json("get", "pvc", "-n", namespace)["items"]
-    (claim,) = [c for c in claims if "second-dispatcher" in c["metadata"]["name"]]
-    uid = claim["metadata"]["uid"]
+    claim = journal_claim(kubectl, namespace, "second")
 
     stopped = time.monotonic()
     kubectl.run("patch", "clusterqueue", CLUSTER_QUEUE, "--type=merge", "-p", '{"spec":{"stopPolicy":"HoldAndDrain"}}')
-
-    def released() -> dict[str, Any] | None:
-        wl = workload(kubectl, namespace, "second")
-        gone = not pods_of(kubectl, namespace, "second")
-        free = wl is not None and "admission" not in (wl.get("status") or {})
-        return wl if gone and free and condition(wl, "QuotaReserved").get("status") == "False" else None
-
     wl = wait_for(
-        released,
+        admission_released(kubectl, namespace, "second", "QuotaReserved", "False"),
         TIMEOUT,
         "the evicted service's pods gone and its quota released",
         interval=1,
@@ -326,29 +361,13 @@ def test_an_eviction_suspends_the_service_and_its_readmission_resumes_it_on_the_
     assert body["status"]["kueue"]["state"] == "Evicted"
     assert next(c for c in body["status"]["conditions"] if c["type"] == "Ready")["reason"] == "KueueEvicted"
     print(f"\nevicted: pods gone and quota released {time.monotonic() - stopped:.1f}s after the ClusterQueue stopped")
-    assert [
-        c["metadata"]["uid"]
-        for c in kubectl.json("get", "pvc", "-n", namespace)["items"]
-        if c["metadata"]["name"] == claim["metadata"]["name"]
-    ] == [uid]
+    assert journal_claim(kubectl, namespace, "second") == claim, "the evicted service's journal claim must stay"
 
     restarted = time.monotonic()
     kubectl.run("patch", "clusterqueue", CLUSTER_QUEUE, "--type=merge", "-p", '{"spec":{"stopPolicy":"None"}}')
     wait_ready(kubectl, namespace, "second", TIMEOUT)
-    after = [
-        c["metadata"]["uid"]
-        for c in kubectl.json("get", "pvc", "-n", namespace)["items"]
-        if c["metadata"]["name"] == claim["metadata"]["name"]
-    ]
-    assert after == [uid], "the dispatcher must start again on the same journal claim"
+    assert journal_claim(kubectl, namespace, "second") == claim, "the dispatcher must start again on its journal"
     print(f"\nadmitted again and Ready {time.monotonic() - restarted:.1f}s after the ClusterQueue started again")
-
-
-def journal_claim(kubectl: Kubectl, namespace: str, name: str) -> str:
-    """The uid of the service's dispatcher journal claim."""
-    claims = kubectl.json("get", "pvc", "-n", namespace)["items"]
-    (claim,) = [c for c in claims if c["metadata"]["name"].startswith(f"journal-{name}-dispatcher")]
-    return str(claim["metadata"]["uid"])
 
 
 def test_a_higher_priority_service_preempts_a_lower_one_which_resumes_on_its_journal_once_it_goes(
@@ -385,14 +404,8 @@ def test_a_higher_priority_service_preempts_a_lower_one_which_resumes_on_its_jou
         started = time.monotonic()
         kubectl.run("apply", "-n", namespace, "-f", "-", input=json.dumps(prioritised("high", "tfdata-high")))
 
-        def preempted() -> dict[str, Any] | None:
-            wl = workload(kubectl, namespace, "low")
-            free = wl is not None and "admission" not in (wl.get("status") or {})
-            gone = not pods_of(kubectl, namespace, "low")
-            return wl if free and gone and condition(wl, "Preempted").get("status") == "True" else None
-
         wl = wait_for(
-            preempted,
+            admission_released(kubectl, namespace, "low", "Preempted", "True"),
             TIMEOUT,
             "the low-priority service preempted: its pods gone and its quota released",
             interval=1,
