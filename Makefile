@@ -357,7 +357,7 @@ MODULES ?=
 MUTATION_CHILDREN ?= 2
 
 .PHONY: mutation
-mutation: venv ## Mutants of the pure modules (spec diff builders scaling status plan serverconfig) the unit tests kill, per module, with and without the golden-file tests (mutmut; all take ~1.75 h on 2 cores, so MODULES=...; JSON: .local/mutation.json).
+mutation: venv ## Mutants of the pure modules (spec diff builders scaling status plan serverconfig) the unit tests kill, per module, with and without the golden-file tests (mutmut; all take ~2.5 h on 2 cores, so MODULES=...; JSON: .local/mutation.json).
 	nice -n 10 $(PY) hack/mutation.py $(foreach m,$(MODULES),--module $(m)) --max-children $(MUTATION_CHILDREN)
 
 .PHONY: bench
