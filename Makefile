@@ -357,8 +357,8 @@ MODULES ?=
 MUTATION_CHILDREN ?= 2
 
 .PHONY: mutation
-mutation: venv ## Mutants of the pure modules (spec diff builders scaling status plan serverconfig) the unit tests kill, per module, with and without the golden-file tests (mutmut; all take ~2.5 h on 2 cores, so MODULES=...; JSON: .local/mutation.json).
-	nice -n 10 $(PY) hack/mutation.py $(foreach m,$(MODULES),--module $(m)) --max-children $(MUTATION_CHILDREN)
+mutation: venv ## Mutants of the pure modules (spec diff builders scaling status plan serverconfig) the unit tests kill, per module, with and without the golden-file tests (mutmut; all take ~2.5 h on 2 cores, so MODULES=...; MUTATION_ARGS=--recheck tests only the last survivors again, in minutes; JSON: .local/mutation.json).
+	nice -n 10 $(PY) hack/mutation.py $(foreach m,$(MODULES),--module $(m)) --max-children $(MUTATION_CHILDREN) $(MUTATION_ARGS)
 
 .PHONY: bench
 bench: venv binaries ## Benchmarks (figures, not tests; ~25 min): the operator at 200 and 1,000 services whose pods turn Ready on kwok nodes, beside the API server's ceiling (throughput, latency, RSS, idle requests by verb), then on a cluster with its node: apply -> Ready, idle static rescales, client throughput vs servers started by hand (JSON: .local/bench/last.json, node-last.json).

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
+from tfdata_operator.api import reasons
 from tfdata_operator.plan import desired as plan
+from tfdata_operator.plan import drain
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
 
@@ -173,3 +176,30 @@ def test_objects_and_pods_without_optional_fields() -> None:
     assert not plan.owned_by({}, "uid-1")
     assert plan.Children(name="demo", objects={}, pods=[{"metadata": {"name": "p"}}]).pods_of("worker") == []
     assert plan.needs_apply([1], None) and plan.needs_apply([1], [1, 2]) and not plan.needs_apply([1], [1])
+
+
+def _budget(max_unavailable: int) -> dict[str, Any]:
+    svc = parse(shardingPolicy="FILE")
+    desired = plan.desired_children(svc, BuildSettings(), NONE, max_unavailable=max_unavailable)
+    return next(m for m in desired.apply if m["kind"] == "PodDisruptionBudget")
+
+
+# What the drain decision says while a client reads (plan/drain.py writes such sentences).
+HELD = drain.DrainDecision(0, message="Drains wait: a client reads.", detail="1 clients attached to jobs")
+
+
+def test_a_change_of_the_disruption_budget_is_told_with_why_drains_wait() -> None:
+    assert plan.change_events(_budget(0), _budget(1), HELD) == (
+        reasons.DRAINS_HELD,
+        "PodDisruptionBudget demo-worker: maxUnavailable 0. Drains wait: a client reads. (1 clients attached to jobs)",
+    )
+
+
+def test_a_budget_whose_max_unavailable_stays_is_a_plain_update_whatever_the_drains() -> None:
+    # A budget written before unhealthyPodEvictionPolicy was set: the update names that field.
+    live = _budget(0)
+    live["spec"] = {k: v for k, v in live["spec"].items() if k != "unhealthyPodEvictionPolicy"}
+    assert plan.change_events(_budget(0), live, HELD) == (
+        reasons.UPDATED,
+        "Updated PodDisruptionBudget demo-worker (spec.unhealthyPodEvictionPolicy)",
+    )

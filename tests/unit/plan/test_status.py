@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from tfdata_operator.api import reasons
-from tfdata_operator.plan import hold, status
+from tfdata_operator.plan import drain, hold, status
 from tfdata_operator.plan.diagnose import Finding
 from tfdata_operator.render import builders
 from tfdata_operator.render.builders import BuildSettings
@@ -310,7 +313,10 @@ def test_an_unparsable_spec_keeps_what_the_status_said_and_counts_what_runs() ->
 
 
 def test_a_condition_that_keeps_its_status_keeps_its_transition_time_even_when_it_had_none() -> None:
-    old = [{"type": "Ready", "status": "True"}, {"type": "WorkersReady", "status": "True", "lastTransitionTime": "T0"}]
+    old: list[Mapping[str, Any]] = [
+        {"type": "Ready", "status": "True"},
+        {"type": "WorkersReady", "status": "True", "lastTransitionTime": "T0"},
+    ]
     merged = status.merge_conditions(
         old, [status.Condition("Ready", True, "Ready", "m"), status.Condition("WorkersReady", True, "R", "m")], 7, "T1"
     )
@@ -366,3 +372,80 @@ def test_a_worker_kept_for_a_snapshot_is_said_while_its_statefulset_still_counts
     said = conditions(status.compute_status(parse(), body(), servers, SETTINGS, "T1"))
     assert (said["WorkersReady"]["status"], said["WorkersReady"]["reason"]) == ("False", "KeptForSnapshot")
     assert said["Ready"]["status"] == "False"
+
+
+# --- Kueue: while it lets no pod run, every condition says so ---------------------------------------
+
+EVICTED = (
+    "Kueue evicted Workload tfdataservice-demo-1a2b3 (Preempted: to admit a higher priority Workload): every pod "
+    "stops; the Services, address and journal claim stay, and the service starts again on its journal when Kueue "
+    "admits it again."
+)
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "observed", "old", "kept"),
+    [
+        (reasons.KUEUE_QUEUED, "Workload tfdataservice-demo-1a2b3 waits for quota in LocalQueue team-a.",
+         status.Servers(None, None), {}, []),
+        (reasons.KUEUE_EVICTED, EVICTED, status.Servers(sts(1, 1), sts(2, 2)), {}, []),
+        # A service suspended once keeps its Suspended condition: Kueue's gate is not the user's suspend.
+        (reasons.KUEUE_QUEUED, "Workload tfdataservice-demo-1a2b3 waits for quota in LocalQueue team-a.",
+         status.Servers(stopped(0, None), stopped(0, None)), {"conditions": [{"type": "Suspended", "status": "True"}]},
+         [("Suspended", "False", "Resumed", "The service was resumed: spec.suspend is false.")]),
+    ],
+)  # fmt: skip
+def test_a_service_kueue_does_not_admit_says_why_in_every_condition(
+    reason: str, message: str, observed: status.Servers, old: dict[str, Any], kept: list[tuple[str, ...]]
+) -> None:
+    queued = status.Condition(reasons.READY, False, reason, message)
+    st = status.compute_status(parse(), {**body(), "status": old}, observed, SETTINGS, "T", queued=queued)
+    assert triples(st) == [
+        ("Ready", "False", reason, message),
+        ("DispatcherReady", "False", reason, "Not admitted by Kueue: no dispatcher runs."),
+        ("WorkersReady", "False", reason, "Not admitted by Kueue: no worker runs."),
+        *kept,
+    ]
+
+
+def test_an_invalid_spec_is_said_before_kueues_queue() -> None:
+    queued = status.Condition(reasons.READY, False, reasons.KUEUE_QUEUED, "Workload w waits for quota.")
+    st = status.compute_status(
+        parse(), body(), status.Servers(None, None), SETTINGS, "T", invalid="bad: x", queued=queued
+    )
+    assert triples(st)[0] == ("Ready", "False", "InvalidSpec", "bad: x")
+
+
+# --- Drains: readers that hold the workers' budget show in WorkersReady and status.drains ------------
+
+READERS_HOLD = "Drains wait: a client reads this static service."
+UNKNOWN_HOLDS = "Drains wait: whether a client reads this static service is unknown."
+FORCED = "Drains go ahead although a client reads: they waited rescaleMaxWaitSeconds (600 s)."
+
+
+def test_drains_held_by_readers_are_said_in_workers_ready_and_remembered_since_they_began() -> None:
+    svc, servers = parse(shardingPolicy="FILE"), status.Servers(sts(1, 1), sts(2, 2))
+
+    def later(before: dict[str, Any], now: str, drains: drain.DrainDecision | None) -> dict[str, Any]:
+        return status.compute_status(svc, {**body(), "status": before}, servers, SETTINGS, now, drains=drains)
+
+    held = later({}, "T1", drain.DrainDecision(0, READERS_HOLD, waiting=True))
+    assert triples(held) == [
+        ("Ready", "True", "Ready", SERVES),
+        ("DispatcherReady", "True", "DispatcherReady", "The dispatcher serves requests."),
+        ("WorkersReady", "True", "WorkersReady", f"2/2 workers are ready. {READERS_HOLD}"),
+    ]
+    assert held["drains"] == {"maxUnavailable": 0, "since": "T1", "unreadableSince": None, "message": READERS_HOLD}
+    # What holds them can no longer be read: since when is kept apart, and kept while it lasts.
+    unknown = later(held, "T2", drain.DrainDecision(0, UNKNOWN_HOLDS, waiting=True, unreadable=True))
+    assert unknown["drains"] == {"maxUnavailable": 0, "since": "T1", "unreadableSince": "T2", "message": UNKNOWN_HOLDS}
+    still = later(unknown, "T3", drain.DrainDecision(0, UNKNOWN_HOLDS, waiting=True, unreadable=True))
+    assert still["drains"] == unknown["drains"]
+    # Read again: only the wait remains.
+    read = later(still, "T4", drain.DrainDecision(0, READERS_HOLD, waiting=True))
+    assert read["drains"] == held["drains"]
+    # Past the wait drains go ahead: status.drains still says since when, WorkersReady no longer waits.
+    forced = later(read, "T5", drain.DrainDecision(1, FORCED, waiting=True, forced=True))
+    assert forced["drains"] == {"maxUnavailable": 1, "since": "T1", "unreadableSince": None, "message": FORCED}
+    assert conditions(forced)["WorkersReady"]["message"] == "2/2 workers are ready."
+    assert later(forced, "T6", drain.DrainDecision(1))["drains"] is None

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tfdata_operator.api import identity, spec
+from tfdata_operator.api import identity, kueue, spec
 from tfdata_operator.api import snapshot as snapshotapi
 from tfdata_operator.client import snapshots as client_snapshots
 from tfdata_operator.plan import children
@@ -16,7 +16,7 @@ from tfdata_operator.render.builders import BuildSettings
 from tfdata_operator.wire import serverconfig
 from tfdata_operator.wire import snapshots as wire_snapshots
 
-from fixtures.cases import body, parse
+from fixtures.cases import IMAGE, OWNER, body, parse
 from fixtures.manifests import API_VERSION
 
 
@@ -35,16 +35,7 @@ def test_names_labels_and_owner(settings: BuildSettings) -> None:
     assert sts["metadata"]["name"] == "demo-worker"
     assert sts["metadata"]["namespace"] == "ml"
     assert sts["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tfdata-operator"
-    assert sts["metadata"]["ownerReferences"] == [
-        {
-            "apiVersion": API_VERSION,
-            "kind": "TFDataService",
-            "name": "demo",
-            "uid": "uid-1",
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
+    assert sts["metadata"]["ownerReferences"] == [OWNER]
     selector = sts["spec"]["selector"]["matchLabels"]
     assert selector.items() <= sts["spec"]["template"]["metadata"]["labels"].items()
     assert builders.worker_selector(svc) == ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
@@ -93,6 +84,25 @@ def test_dynamic_policies_give_the_dispatcher_no_worker_list(policy: str, settin
     b = builders.build_dispatcher_statefulset(svc, settings, 5)
     assert a == b, "the worker count must not restart a dispatcher that has no worker list"
     assert "worker_addresses" not in builders.read_config(a)  # type: ignore[operator]
+
+
+def test_a_queued_services_pod_sets_run_its_statefulsets_pod_templates_at_the_pod_sets_counts() -> None:
+    doc = body(shardingPolicy="FILE", workers={"replicas": 3})
+    doc["metadata"]["labels"] = {kueue.QUEUE_LABEL: "team-a"}
+    svc = spec.parse(doc, IMAGE)
+    settings = BuildSettings(cluster_domain="corp.example")
+    dispatcher, workers = builders.render_workload(svc, settings)["spec"]["podSets"]
+    for pod_set, sts in [
+        (dispatcher, builders.build_dispatcher_statefulset(svc, settings, 3)),
+        (workers, builders.build_worker_statefulset(svc, settings, 3)),
+    ]:
+        template = sts["spec"]["template"]
+        assert pod_set["template"]["spec"] == template["spec"]
+        assert pod_set["template"]["metadata"]["annotations"] == template["metadata"]["annotations"]
+    # The static dispatcher admitted with the workers pod set lists each of its 3 workers, in this cluster.
+    config = builders.read_config({"spec": {"template": dispatcher["template"]}})
+    assert config is not None and len(config["worker_addresses"]) == 3
+    assert config["worker_addresses"][2] == "demo-worker-2.demo-worker.ml.svc.corp.example:5051"
 
 
 def test_static_count_change_rolls_the_dispatcher_through_its_config_hash(settings: BuildSettings) -> None:

@@ -209,6 +209,10 @@ def _refusal(text: str, kind: str) -> str:
          "preload_modules: 'tensorflow-io' is not a Python module name (like tensorflow_text)"),
         (dispatcher_json(preload_op_libraries=["/opt/ops/a.so", "ops/b.so"]), "dispatcher",
          "preload_op_libraries: 'ops/b.so' must be an absolute path to a shared library"),
+        (dispatcher_json(work_dir="/j", owner_marker="/j/tfdata-owner"), "dispatcher",
+         "owner and owner_marker are set together or not at all"),
+        (dispatcher_json(owner="ns/svc", owner_marker="/j/tfdata-owner"), "dispatcher",
+         "owner_marker needs work_dir: the marker is in the journal's location"),
     ],
 )  # fmt: skip
 def test_each_refusal_is_one_whole_sentence(text: str, kind: str, message: str) -> None:
@@ -227,6 +231,25 @@ def test_the_edges_of_every_range_are_accepted() -> None:
     for work_dir in ("/3-workers/x", "/j/2-workers-g1/X", "/j/2-workers-g1X"):
         refusal = _refusal(dispatcher_json(prune_old_journals=True, work_dir=work_dir), "dispatcher")
         assert "static journal name" in refusal, work_dir
+
+
+@pytest.mark.parametrize(
+    ("work_dir", "owner_marker"),
+    [
+        ("/j/2-workers-g1", "/j/2-workers-g1/tfdata-owner"),
+        ("/j/2-workers-g1/", "/j/2-workers-g1/tfdata-owner"),
+        ("/j/2-workers-g1", "/j/tfdata-owner"),
+        ("/j/2-workers-g1/", "/j/tfdata-owner"),
+        # Only slashes are trimmed from work_dir's end: a last component ending in X is kept.
+        ("/j/X", "/j/X/tfdata-owner"),
+    ],
+)
+def test_the_owner_marker_is_accepted_in_work_dir_or_its_parent_with_or_without_a_trailing_slash(
+    work_dir: str, owner_marker: str
+) -> None:
+    text = dispatcher_json(work_dir=work_dir, owner="ns/svc", owner_marker=owner_marker)
+    config = serverconfig.from_json(text, "dispatcher")
+    assert isinstance(config, DispatcherServerConfig) and config.owner_marker == owner_marker
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,8 @@ class Reader:
         self.problems.append(f"{self.path}.{key} {message}")
 
     def has(self, key: str) -> bool:
+        """Whether ``key`` is set: null is unset, as the API server has it (a known field either way)."""
+        self.seen.add(key)
         return self.data.get(key) is not None
 
     def integer(self, key: str, default: int | None, lo: int, hi: int) -> int | None:
@@ -94,8 +96,9 @@ class Reader:
             self.fail(key, f"must be 1 to {max_length} characters long, got {len(value)}")
             return default
         if pattern is not None and not pattern.match(value):
-            what = PATTERN_NAMES.get(pattern, f"match {pattern.pattern}")
-            self.fail(key, f"has an invalid value {value!r}: it must be {what}")
+            what = PATTERN_NAMES.get(pattern)
+            must = f"it must be {what}" if what else f"it must match {pattern.pattern}"
+            self.fail(key, f"has an invalid value {value!r}: {must}")
             return default
         return value
 

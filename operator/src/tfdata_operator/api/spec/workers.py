@@ -81,7 +81,6 @@ def _cross_trainer_cache(r: Reader, pod: PodSettings) -> int | None:
     """spec.workers.crossTrainerCacheSize in bytes, refused when it cannot fit in a worker's memory."""
     key = "crossTrainerCacheSize"
     if not r.has(key):
-        r.raw(key)  # seen: an explicit null is unset
         return None
     value = r.quantity(key, "")
     if not value:
@@ -95,7 +94,7 @@ def _cross_trainer_cache(r: Reader, pod: PodSettings) -> int | None:
             "each worker keeps in memory for each job read through the cross-trainer cache",
         )
         return None
-    where, memory = _memory_bound(pod)
+    where, written, memory = _memory_bound(pod)
     margin = quantity_bytes(CACHE_MEMORY_MARGIN)
     if memory is None:
         r.fail(
@@ -110,23 +109,26 @@ def _cross_trainer_cache(r: Reader, pod: PodSettings) -> int | None:
         r.fail(
             key,
             f"({value}) does not fit in the workers' memory: {r.path}.resources.{where}.memory is "
-            f"{_bytes_text(memory)}, and a worker needs the cache plus about {CACHE_MEMORY_MARGIN} for TensorFlow "
-            f"itself. Set crossTrainerCacheSize to at most {_bytes_text(memory - margin)}, or "
+            f"{written}, and a worker needs the cache plus about {CACHE_MEMORY_MARGIN} for TensorFlow "
+            f"itself. Set crossTrainerCacheSize to at most {_bytes_text(memory - margin, up=False)}, or "
             f"{r.path}.resources.{where}.memory to at least {_bytes_text(size + margin)}",
         )
         return None
     return size
 
 
-def _memory_bound(pod: PodSettings) -> tuple[str, int | None]:
-    """The memory a worker container may count on: its limit, else its request (None: neither set)."""
+def _memory_bound(pod: PodSettings) -> tuple[str, str, int | None]:
+    """The memory a worker container may count on: its limit, else its request, as written and in bytes
+    (None: neither set)."""
     for where in ("limits", "requests"):
         amount = pod.resources.get(where, {}).get("memory")
         if amount is not None:
-            return where, quantity_bytes(amount)
-    return "limits", None
+            return where, str(amount), quantity_bytes(amount)
+    return "limits", "", None
 
 
-def _bytes_text(size: int) -> str:
-    """``size`` as the quantity people write: ``1536Mi``, ``2Gi`` (rounded up to a whole Mi)."""
-    return canonical_quantity(f"{-(-size // 2**20)}Mi")
+def _bytes_text(size: int, up: bool = True) -> str:
+    """``size`` as the quantity people write, ``1536Mi``, ``2Gi``: a whole Mi, rounded up for a least
+    (so that it is enough), down for a most (so that it fits)."""
+    mi = -(-size // 2**20) if up else size // 2**20
+    return canonical_quantity(f"{mi}Mi")
