@@ -213,14 +213,19 @@ def measure(modules: list[str], max_children: int) -> tuple[Statuses, Statuses]:
     measured = {m: dict(by_name) for m, by_name in without.items()}
     if survivors:
         print(f"\n{len(survivors)} mutants survived the unit tests without the golden files; again, with them:")
-        write_config(modules, ())
-        # A fresh stats run: the last one never ran the golden tests, so no mutant would get them.
-        (WORKSPACE / "mutants" / "mutmut-stats.json").unlink()
-        run_mutmut(max_children, sorted(survivors))
-        again = collect(modules)
+        again = with_golden(modules, max_children, survivors)
         for module, by_name in measured.items():
             by_name.update({n: again[module][n] for n in by_name if n in survivors})
     return measured, without
+
+
+def with_golden(modules: list[str], max_children: int, names: set[str]) -> Statuses:
+    """``names`` tested again with every unit test, the golden-file tests too (after a run without them)."""
+    write_config(modules, ())
+    # A fresh stats run: the last one never ran the golden tests, so no mutant would get them.
+    (WORKSPACE / "mutants" / "mutmut-stats.json").unlink()
+    run_mutmut(max_children, sorted(names))
+    return collect(modules)
 
 
 def recheck(modules: list[str], max_children: int) -> tuple[Statuses, Statuses]:
@@ -247,12 +252,8 @@ def recheck(modules: list[str], max_children: int) -> tuple[Statuses, Statuses]:
     bare = collect(modules)
     for module in modules:
         without[module].update({n: bare[module][n] for n in without[module] if n in survivors})
-    left = sorted(n for n in survivors if not any(bare[m].get(n) in KILLED for m in modules))
-    if left:
-        write_config(modules, ())
-        (WORKSPACE / "mutants" / "mutmut-stats.json").unlink()
-        run_mutmut(max_children, left)
-    again = collect(modules)
+    left = {n for n in survivors if not any(bare[m].get(n) in KILLED for m in modules)}
+    again = with_golden(modules, max_children, left) if left else bare
     for module in modules:
         statuses[module].update({n: again[module][n] for n in statuses[module] if n in survivors})
     return statuses, without
