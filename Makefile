@@ -233,9 +233,10 @@ test: ## The full suite (what CI runs), in two lanes side by side (the kind clus
 # runs the tiers that need no control plane (unit, then the EARLY_TIERS below while the build runs),
 # then waits for it (the build's lock; untimed: the total has it) before lint (helm lints the chart)
 # and the cluster tiers.
-# The kind lane builds the images, then the node image's parts that compile no Kubernetes and
-# metrics-server, beside that build, then waits for it (one Go cache: Kubernetes' packages are
-# compiled once, for both) and finishes the node image. Warm, each build finds its outputs and takes
+# The kind lane builds the images, then the node image's parts that share no compiled package with
+# Kubernetes, metrics-server and Kueue, beside that build, then waits for it and finishes the node
+# image: kubelet, kubeadm and kube-proxy, and the parts built aligned with Kubernetes
+# (devcluster/go-align.sh; one Go cache: the packages they share are compiled once, for all). Warm, each build finds its outputs and takes
 # seconds. The builds' own logs: $(BUILD_LOG), $(KIND_LANE_LOG).
 #
 # SHARED_TIERS need neither lane's cluster: a lane takes those not yet taken, one at a time (a

@@ -14,12 +14,16 @@
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.34.4}"
-ETCD_VERSION="${ETCD_VERSION:-v3.5.35}"
+# The etcd kubeadm names for Kubernetes v1.34 (kind/versions.sh's ETCD_VERSION): the kind node's
+# etcd is this build, copied (kind/build-binaries.sh), not a second one.
+ETCD_VERSION="${ETCD_VERSION:-v3.6.5}"
 HELM_VERSION="${HELM_VERSION:-v3.19.5}"
 
 CACHE="${TFDATA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdata-operator}"
 BIN="$CACHE/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-helm-$HELM_VERSION/bin"
 GOCACHE_DIR="$CACHE/go"
+# shellcheck source=go-align.sh
+. "$(dirname "${BASH_SOURCE[0]}")/go-align.sh"
 
 log() { printf '[k8s-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -53,10 +57,11 @@ download_all() {
     try_download "https://dl.k8s.io/release/$K8S_VERSION/bin/$OS/$ARCH/$b" "$tmp/$b" || return 1
     install -m 0755 "$tmp/$b" "$BIN/$b"
   done
-  if ! have etcd; then
+  if ! have etcd || ! have etcdctl; then
     try_download "https://github.com/etcd-io/etcd/releases/download/$ETCD_VERSION/etcd-$ETCD_VERSION-$OS-$ARCH.tar.gz" "$tmp/etcd.tgz" || return 1
     tar -xzf "$tmp/etcd.tgz" -C "$tmp"
     install -m 0755 "$tmp/etcd-$ETCD_VERSION-$OS-$ARCH/etcd" "$BIN/etcd"
+    install -m 0755 "$tmp/etcd-$ETCD_VERSION-$OS-$ARCH/etcdctl" "$BIN/etcdctl"
   fi
   if ! have helm; then
     try_download "https://get.helm.sh/helm-$HELM_VERSION-$OS-$ARCH.tar.gz" "$tmp/helm.tgz" || return 1
@@ -129,30 +134,27 @@ EOF
   )
 }
 
+# etcd and etcdctl (the kind node's etcd image holds both), after Kubernetes: aligned with its
+# build (devcluster/go-align.sh), so the libraries both use (grpc, protobuf, otel, prometheus,
+# etcd's client) are compiled once.
 build_etcd() {
-  local work="$CACHE/build/etcd-$ETCD_VERSION"
+  local work="$CACHE/build/etcd-$ETCD_VERSION" modules="$CACHE/build/kubernetes-$K8S_VERSION.modules"
   mkdir -p "$work"
   log "building etcd $ETCD_VERSION from the Go module proxy"
   (
     cd "$work"
-    cat > go.mod <<EOF
-module tfdata.dev/etcdbuild
-
-go 1.23
-
-require go.etcd.io/etcd/server/v3 $ETCD_VERSION
-EOF
-    cat > tools.go <<'EOF'
-//go:build tools
-
-package tools
-
-import _ "go.etcd.io/etcd/server/v3"
-EOF
+    printf 'module tfdata.dev/etcdbuild\n\ngo 1.24\n\nrequire (\n\tgo.etcd.io/etcd/server/v3 %s\n\tgo.etcd.io/etcd/etcdctl/v3 %s\n)\n' \
+      "$ETCD_VERSION" "$ETCD_VERSION" > go.mod
+    printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "go.etcd.io/etcd/etcdctl/v3"\n\t_ "go.etcd.io/etcd/server/v3"\n)\n' > tools.go
     go mod tidy -e >&2 2>/dev/null || true
-    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2
-    local sha="${ETCD_VERSION#v}"
-    go build -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$sha" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3
+    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" "go.etcd.io/etcd/etcdctl/v3@$ETCD_VERSION" >&2
+    if kubernetes_modules "$CACHE/build/kubernetes-$K8S_VERSION" "$modules"; then
+      log "etcd: $(align_to_kubernetes "$modules") modules moved to the Kubernetes build's versions"
+    fi
+    local ld="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION#v}"
+    go build -ldflags "$ld" -o "$BIN/etcdctl.tmp" go.etcd.io/etcd/etcdctl/v3
+    go build -ldflags "$ld" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3
+    mv "$BIN/etcdctl.tmp" "$BIN/etcdctl"
     mv "$BIN/etcd.tmp" "$BIN/etcd"
   )
 }
@@ -172,7 +174,7 @@ build_helm() {
 }
 
 all_present() {
-  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm; do
+  for b in etcd etcdctl kube-apiserver kube-controller-manager kube-scheduler kubectl helm; do
     have "$b" || return 1
   done
 }
@@ -192,16 +194,17 @@ if ! all_present; then
   else
     command -v go > /dev/null || { log "Go is required to build the binaries from source"; exit 1; }
     goenv
-    have etcd || build_etcd
-    have helm || build_helm
+    # Kubernetes first: etcd's build is aligned with it, and the kind node's parts wait for it.
     build_kubernetes
+    have etcd && have etcdctl || build_etcd
+    have helm || build_helm
   fi
 fi
 
 # kwok is always built from source (its own script pins the module hash), under the same lock.
 "$(dirname "${BASH_SOURCE[0]}")/kwok-binary.sh" "$BIN"
 
-for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm kwok; do
+for b in etcd etcdctl kube-apiserver kube-controller-manager kube-scheduler kubectl helm kwok; do
   have "$b" || { log "missing $BIN/$b after build"; exit 1; }
 done
 log "binaries ready in $BIN ($("$BIN/kube-apiserver" --version), $("$BIN/etcd" --version | head -1), helm $("$BIN/helm" version --short))"

@@ -11,7 +11,10 @@
 # cni-plugins kube-network-policies flannel.
 #
 # Go: the module and build caches are devcluster/k8s-binaries.sh's ($CACHE/go), so
-# Kubernetes' dependencies are downloaded and compiled once for both. Kubernetes and
+# Kubernetes' dependencies are downloaded and compiled once for both; local-path-provisioner
+# and kube-network-policies are built aligned with its Kubernetes build (devcluster/go-align.sh)
+# after it, so the client libraries they share with Kubernetes are not compiled again, and
+# etcd is its build, copied. Kubernetes and
 # etcd are built from throwaway main modules (their go.mod replace staging modules and
 # `go install` refuses them); containerd and runc have `exclude` directives in go.mod,
 # so they are built inside a writable copy of their module instead.
@@ -19,6 +22,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.sh
 . "$HERE/versions.sh"
+# shellcheck source=../devcluster/go-align.sh
+. "$HERE/../devcluster/go-align.sh"
 
 OUT="$KIND_PARTS/bin"
 WORK="$KIND_CACHE/build"
@@ -40,6 +45,18 @@ stamp() { echo "$2" >"$OUT/.version-$1"; }
 
 mod_dir() { go mod download -json "$1" | sed -nE 's/^\s*"Dir": "(.*)",?$/\1/p'; }
 mod_gomod() { go mod download -json "$1" | sed -nE 's/^\s*"GoMod": "(.*)",?$/\1/p'; }
+
+# In a module copy: its requirements moved to devcluster/k8s-binaries.sh's Kubernetes build's
+# versions (devcluster/go-align.sh). Without that build (its binaries were downloaded), as is.
+align() {  # component
+  local dev_build="$CACHE/build/kubernetes-$K8S_VERSION"
+  if [[ ! -f "$dev_build/go.mod" ]]; then
+    log "$1: no Kubernetes build to align with (its binaries were downloaded); built with its own versions"
+    return 0
+  fi
+  kubernetes_modules "$dev_build" "$dev_build.modules"
+  log "$1: $(align_to_kubernetes "$dev_build.modules") modules moved to the Kubernetes build's versions"
+}
 
 # A writable copy of a module's source (for modules whose go.mod go install refuses).
 module_copy() {  # module@version dest
@@ -126,8 +143,18 @@ build_kubernetes() {
 
 # --- etcd ---------------------------------------------------------------------------
 
+# devcluster/k8s-binaries.sh's etcd and etcdctl, built at this version after Kubernetes and aligned
+# with it: copied. Built here (the same way) only when the dev cluster's are another version.
 build_etcd() {
-  [[ -x "$OUT/etcd" && -x "$OUT/etcdctl" ]] && stamped etcd "$ETCD_VERSION" && return
+  local dev want="$ETCD_VERSION aligned" b
+  [[ -x "$OUT/etcd" && -x "$OUT/etcdctl" ]] && stamped etcd "$want" && return
+  dev="$("$HERE/../devcluster/k8s-binaries.sh" --print)"
+  if [[ -x "$dev/etcd" && -x "$dev/etcdctl" && "$("$dev/etcd" --version 2>/dev/null | head -n 1)" == "etcd Version: ${ETCD_VERSION#v}" ]]; then
+    log "etcd $ETCD_VERSION: the dev cluster's ($dev)"
+    for b in etcd etcdctl; do install -m 0755 "$dev/$b" "$OUT/$b"; done
+    stamp etcd "$want"
+    return
+  fi
   local dir="$WORK/etcd-$ETCD_VERSION"
   mkdir -p "$dir"
   log "building etcd $ETCD_VERSION"
@@ -138,11 +165,12 @@ build_etcd() {
     printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "go.etcd.io/etcd/server/v3"\n\t_ "go.etcd.io/etcd/etcdctl/v3"\n)\n' >tools.go
     go mod tidy -e >/dev/null 2>&1 || true
     go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" "go.etcd.io/etcd/etcdctl/v3@$ETCD_VERSION" >&2
+    align etcd
     local ld="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION#v}"
     go build -ldflags "$ld" -o "$OUT/etcd.tmp" go.etcd.io/etcd/server/v3 && mv "$OUT/etcd.tmp" "$OUT/etcd"
     go build -ldflags "$ld" -o "$OUT/etcdctl.tmp" go.etcd.io/etcd/etcdctl/v3 && mv "$OUT/etcdctl.tmp" "$OUT/etcdctl"
   )
-  stamp etcd "$ETCD_VERSION"
+  stamp etcd "$want"
 }
 
 # --- coredns, local-path-provisioner, CNI plugins ---------------------------------------
@@ -179,13 +207,14 @@ build_coredns() {
 }
 
 build_local_path_provisioner() {
-  [[ -x "$OUT/local-path-provisioner" ]] && stamped local-path-provisioner "$LPP_VERSION" && return
+  local want="$LPP_VERSION aligned"
+  [[ -x "$OUT/local-path-provisioner" ]] && stamped local-path-provisioner "$want" && return
   local dir="$WORK/local-path-provisioner-$LPP_VERSION"
   log "building local-path-provisioner $LPP_VERSION"
   module_copy "github.com/rancher/local-path-provisioner@$LPP_VERSION" "$dir"
-  (cd "$dir" && go build -ldflags "-s -w -X main.VERSION=$LPP_VERSION" -o "$OUT/local-path-provisioner.tmp" .)
+  (cd "$dir" && align local-path-provisioner && go build -ldflags "-s -w -X main.VERSION=$LPP_VERSION" -o "$OUT/local-path-provisioner.tmp" .)
   mv "$OUT/local-path-provisioner.tmp" "$OUT/local-path-provisioner"
-  stamp local-path-provisioner "$LPP_VERSION"
+  stamp local-path-provisioner "$want"
 }
 
 build_cni_plugins() {
@@ -235,9 +264,9 @@ build_flannel() {
 # (this workplace's) refuse nftables' own queue expression.
 build_kube_network_policies() {
   local module="sigs.k8s.io/kube-network-policies" patch="$HERE/kube-network-policies-xt-nfqueue.patch" want sum dir
-  want="$KNP_VERSION+$(sha256sum "$patch" | cut -c1-12)"
+  want="$KNP_VERSION+$(sha256sum "$patch" | cut -c1-12) aligned"
   [[ -x "$OUT/kube-network-policies" ]] && stamped kube-network-policies "$want" && return
-  dir="$WORK/kube-network-policies-$want"
+  dir="$WORK/kube-network-policies-${want% aligned}"
   log "building kube-network-policies $KNP_VERSION with $(basename "$patch")"
   sum="$(GONOSUMDB="$module" go mod download -json "$module@$KNP_VERSION" | sed -nE 's/^\s*"Sum": "(.*)",?$/\1/p')"
   [[ "$sum" == "$KNP_MODULE_SUM" ]] || die "$module@$KNP_VERSION has hash '$sum', pinned: $KNP_MODULE_SUM"
@@ -246,7 +275,7 @@ build_kube_network_policies() {
     patch -d "$dir" -p1 --forward --quiet <"$patch" || die "$(basename "$patch") does not apply to $module@$KNP_VERSION"
     touch "$dir/.patched"
   fi
-  (cd "$dir" && go build -ldflags "-s -w" -o "$OUT/kube-network-policies.tmp" ./cmd)
+  (cd "$dir" && align kube-network-policies && go build -ldflags "-s -w" -o "$OUT/kube-network-policies.tmp" ./cmd)
   mv "$OUT/kube-network-policies.tmp" "$OUT/kube-network-policies"
   stamp kube-network-policies "$want"
 }
@@ -305,11 +334,13 @@ build_pause() {
 ALL=(kind kubernetes etcd coredns local-path-provisioner pause containerd runc cni-plugins kube-network-policies flannel)
 targets=("$@")
 ((${#targets[@]})) || targets=("${ALL[@]}")
-# `--not-kubernetes`: every part that does not compile Kubernetes, which `make test` builds beside
-# devcluster/k8s-binaries.sh (the same packages, one Go cache: compiled once, after it).
+# `--not-kubernetes`: every part that shares no compiled package with Kubernetes, which `make test`
+# builds beside devcluster/k8s-binaries.sh; AFTER_KUBERNETES share its packages (one Go cache:
+# compiled once), so they are built after it.
+AFTER_KUBERNETES=" kubernetes etcd local-path-provisioner kube-network-policies "
 if [[ "${targets[*]}" == --not-kubernetes ]]; then
   targets=()
-  for t in "${ALL[@]}"; do [[ "$t" == kubernetes ]] || targets+=("$t"); done
+  for t in "${ALL[@]}"; do [[ "$AFTER_KUBERNETES" == *" $t "* ]] || targets+=("$t"); done
 fi
 
 exec 8>"$KIND_CACHE/.binaries.lock"

@@ -4,8 +4,8 @@
 #
 #   kind/node-image.sh           ensure the image (pull or build), print its name
 #   kind/node-image.sh --print   print the name that would be used, do nothing
-#   kind/node-image.sh --parts   where it would be built: its parts that need no Kubernetes
-#                                compiled (`make test` builds them beside the dev binaries)
+#   kind/node-image.sh --parts   where it would be built: its parts that share no compiled package
+#                                with Kubernetes (`make test` builds them beside the dev binaries)
 #
 # Where the published node image can be pulled (users with internet, CI) it is used
 # as is: $KIND_PUBLISHED_NODE_IMAGE. Otherwise the image is assembled here, offline
