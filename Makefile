@@ -239,18 +239,20 @@ test: ## The full suite (what CI runs), in two lanes side by side (the kind clus
 # (devcluster/go-align.sh; one Go cache: the packages they share are compiled once, for all). Warm, each build finds its outputs and takes
 # seconds. The builds' own logs: $(BUILD_LOG), $(KIND_LANE_LOG).
 #
-# SHARED_TIERS need neither lane's cluster: a lane takes those not yet taken, one at a time (a
-# directory made atomically claims one), once its own tiers passed. A lane that failed takes none,
+# SHARED_TIERS need neither lane's cluster (the hostile and node agent tiers start dev clusters of
+# their own): a lane takes those not yet taken, one at a time (a directory made atomically claims
+# one), once its own tiers passed. A lane that failed takes none,
 # so the other one still runs them. EARLY_TIERS (the server tiers: real TensorFlow processes, no
 # control plane) are shared too, and the dev lane takes them first only while the Kubernetes binaries
 # are still building (cold: it would otherwise wait for them, idle). Warm, the binaries are there at
 # once: the dev lane goes straight to its cluster tiers, and the kind lane, done first (its tier is
-# shorter than integration + e2e + hostile), takes the server tiers beside the e2e tier's last
-# minutes; the dev lane takes whatever is left when it is done.
+# shorter than integration + e2e), takes the server tiers beside the e2e tier's last minutes; the
+# dev lane takes whatever is left when it is done. Cold, the dev lane's cluster tiers start late
+# (the binaries), and whichever lane is free first takes the hostile tier.
 KIND_LANE_LOG := $(ROOT)/.local/test-kind-lane.log
 BUILD_LOG := $(ROOT)/.local/test-binaries.log
 EARLY_TIERS := test-server test-server-oldest
-SHARED_TIERS := $(EARLY_TIERS) test-nodeagent test-images
+SHARED_TIERS := $(EARLY_TIERS) test-hostile test-nodeagent test-images
 
 .PHONY: test-tiers
 test-tiers:
@@ -291,7 +293,7 @@ test-dev-lane:
 	@echo "== the tiers that need a control plane wait for the Kubernetes binaries (log: $(BUILD_LOG))"
 	@$(MAKE) --no-print-directory binaries
 	@$(TIMED) lint $(MAKE) --no-print-directory lint
-	@$(MAKE) --no-print-directory -o images test-integration test-e2e test-hostile
+	@$(MAKE) --no-print-directory -o images test-integration test-e2e
 	@$(MAKE) --no-print-directory test-shared-tiers LANE=dev
 
 # Runs the SHARED_TIERS (or TIERS) that no other lane took (all of them without TIER_CLAIMS).
