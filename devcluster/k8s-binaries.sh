@@ -148,9 +148,8 @@ build_etcd() {
     printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "go.etcd.io/etcd/etcdctl/v3"\n\t_ "go.etcd.io/etcd/server/v3"\n)\n' > tools.go
     go mod tidy -e >&2 2>/dev/null || true
     go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" "go.etcd.io/etcd/etcdctl/v3@$ETCD_VERSION" >&2
-    if kubernetes_modules "$CACHE/build/kubernetes-$K8S_VERSION" "$modules"; then
-      log "etcd: $(align_to_kubernetes "$modules") modules moved to the Kubernetes build's versions"
-    fi
+    kubernetes_modules "$CACHE/build/kubernetes-$K8S_VERSION" "$modules"  # built just before
+    log "etcd: $(align_to_kubernetes "$modules") modules moved to the Kubernetes build's versions"
     local ld="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION#v}"
     go build -ldflags "$ld" -o "$BIN/etcdctl.tmp" go.etcd.io/etcd/etcdctl/v3
     go build -ldflags "$ld" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3

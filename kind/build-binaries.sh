@@ -14,9 +14,8 @@
 # Kubernetes' dependencies are downloaded and compiled once for both; local-path-provisioner
 # and kube-network-policies are built aligned with its Kubernetes build (devcluster/go-align.sh)
 # after it, so the client libraries they share with Kubernetes are not compiled again, and
-# etcd is its build, copied. Kubernetes and
-# etcd are built from throwaway main modules (their go.mod replace staging modules and
-# `go install` refuses them); containerd and runc have `exclude` directives in go.mod,
+# etcd is its build, copied. Kubernetes is built from a throwaway main module (its go.mod
+# replaces staging modules and `go install` refuses it); containerd and runc have `exclude` directives in go.mod,
 # so they are built inside a writable copy of their module instead.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -50,11 +49,10 @@ mod_gomod() { go mod download -json "$1" | sed -nE 's/^\s*"GoMod": "(.*)",?$/\1/
 # versions (devcluster/go-align.sh). Without that build (its binaries were downloaded), as is.
 align() {  # component
   local dev_build="$CACHE/build/kubernetes-$K8S_VERSION"
-  if [[ ! -f "$dev_build/go.mod" ]]; then
+  if ! kubernetes_modules "$dev_build" "$dev_build.modules" 2>/dev/null; then
     log "$1: no Kubernetes build to align with (its binaries were downloaded); built with its own versions"
     return 0
   fi
-  kubernetes_modules "$dev_build" "$dev_build.modules"
   log "$1: $(align_to_kubernetes "$dev_build.modules") modules moved to the Kubernetes build's versions"
 }
 
@@ -143,33 +141,14 @@ build_kubernetes() {
 
 # --- etcd ---------------------------------------------------------------------------
 
-# devcluster/k8s-binaries.sh's etcd and etcdctl, built at this version after Kubernetes and aligned
-# with it: copied. Built here (the same way) only when the dev cluster's are another version.
+# devcluster/k8s-binaries.sh's etcd and etcdctl at this version (built after Kubernetes and aligned
+# with it, or downloaded), provided by that script if it has not yet, and copied: one etcd build.
 build_etcd() {
-  local dev want="$ETCD_VERSION aligned" b
+  local want="$ETCD_VERSION, the dev cluster's" dev b
   [[ -x "$OUT/etcd" && -x "$OUT/etcdctl" ]] && stamped etcd "$want" && return
-  dev="$("$HERE/../devcluster/k8s-binaries.sh" --print)"
-  if [[ -x "$dev/etcd" && -x "$dev/etcdctl" && "$("$dev/etcd" --version 2>/dev/null | head -n 1)" == "etcd Version: ${ETCD_VERSION#v}" ]]; then
-    log "etcd $ETCD_VERSION: the dev cluster's ($dev)"
-    for b in etcd etcdctl; do install -m 0755 "$dev/$b" "$OUT/$b"; done
-    stamp etcd "$want"
-    return
-  fi
-  local dir="$WORK/etcd-$ETCD_VERSION"
-  mkdir -p "$dir"
-  log "building etcd $ETCD_VERSION"
-  (
-    cd "$dir"
-    printf 'module tfdata.dev/kindetcdbuild\n\ngo 1.24\n\nrequire (\n\tgo.etcd.io/etcd/server/v3 %s\n\tgo.etcd.io/etcd/etcdctl/v3 %s\n)\n' \
-      "$ETCD_VERSION" "$ETCD_VERSION" >go.mod
-    printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "go.etcd.io/etcd/server/v3"\n\t_ "go.etcd.io/etcd/etcdctl/v3"\n)\n' >tools.go
-    go mod tidy -e >/dev/null 2>&1 || true
-    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" "go.etcd.io/etcd/etcdctl/v3@$ETCD_VERSION" >&2
-    align etcd
-    local ld="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION#v}"
-    go build -ldflags "$ld" -o "$OUT/etcd.tmp" go.etcd.io/etcd/server/v3 && mv "$OUT/etcd.tmp" "$OUT/etcd"
-    go build -ldflags "$ld" -o "$OUT/etcdctl.tmp" go.etcd.io/etcd/etcdctl/v3 && mv "$OUT/etcdctl.tmp" "$OUT/etcdctl"
-  )
+  dev="$(ETCD_VERSION="$ETCD_VERSION" "$HERE/../devcluster/k8s-binaries.sh" | tail -n 1)"
+  log "etcd $ETCD_VERSION: the dev cluster's ($dev)"
+  for b in etcd etcdctl; do install -m 0755 "$dev/$b" "$OUT/$b"; done
   stamp etcd "$want"
 }
 
