@@ -15,6 +15,8 @@ KIND_WITH_INTEGRATION ?= 1
 # kind clusters: a control plane and two worker nodes (the multi-node tests need 3; 1 also works).
 KIND_NODES ?= 3
 export KIND_NODES
+# make test-integration: control planes at once (pytest-xdist processes, each a dev cluster of its own).
+INTEGRATION_PROCESSES ?= 2
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 ##@ General
@@ -215,7 +217,7 @@ export TFDATA_TEST_RESULTS := $(TEST_RESULTS)
 TIMED := $(ROOT)/hack/timed.sh
 
 .PHONY: test
-test: ## The full suite (what CI runs), in two lanes side by side (the kind cluster's and the dev clusters'); on kind: readiness, storage, the fault case and NetworkPolicy. Ends with one line per step, its time and its budget (tests/budgets.toml); a step or the whole over budget fails it.
+test: ## The full suite (what CI runs), in three lanes side by side (the kind cluster's, the dev clusters' and the shared tiers'); on kind: readiness, storage, the fault case and NetworkPolicy. Ends with one line per step, its time and its budget (tests/budgets.toml); a step or the whole over budget fails it.
 	@rm -rf $(TEST_RESULTS); rc=0; started=$$(date +%s); \
 	  $(MAKE) --no-print-directory test-tiers || rc=$$?; \
 	  py=$(PY); [ -x $$py ] || py=$(PYTHON_BOOTSTRAP); \
@@ -223,40 +225,38 @@ test: ## The full suite (what CI runs), in two lanes side by side (the kind clus
 	  exit $$rc
 
 # Most of the suite's time is waiting (servers starting, holds sampled over time, node loss), so
-# the kind lane (its node image, its cluster, its tests: a kubelet per node, in Docker) runs beside
-# the dev clusters' lane (the tiers on control planes of their own). Its log is printed when both
-# are done; each lane stops at its own first failure, and `make test` waits for both.
+# `make test` runs three lanes side by side: the kind lane (its node image, its cluster, its tests: a
+# kubelet per node, in Docker), the dev clusters' lane (integration, on two control planes at once,
+# then e2e) and the shared lane (the tiers that need neither lane's cluster: the server tiers, real
+# TensorFlow processes with no control plane, then the hostile and node agent tiers, which start dev
+# clusters of their own). Warm, the CPUs were 40 to 60% idle with two lanes. The kind lane's log is
+# printed when all are done; each lane stops at its own first failure, and `make test` waits for all.
 #
 # Cold (a fresh machine: nothing cached), builds are a third of the run; each starts as soon as what
 # it needs is there, beside tiers that do not need it. Only the venvs come first. The Kubernetes
 # binaries (devcluster/k8s-binaries.sh) build in the background from the start, while the dev lane
-# runs the tiers that need no control plane (unit, then the EARLY_TIERS below while the build runs),
-# then waits for it (the build's lock; untimed: the total has it) before lint (helm lints the chart)
-# and the cluster tiers.
+# runs unit and the shared lane the server tiers; both then wait for the build (its lock; untimed:
+# the total has it) before the tiers that need a control plane (and lint: helm lints the chart).
 # The kind lane builds the images, then the node image's parts that share no compiled package with
 # Kubernetes, metrics-server and Kueue, beside that build, then waits for it and finishes the node
 # image: kubelet, kubeadm and kube-proxy, and the parts built aligned with Kubernetes
 # (devcluster/go-align.sh; one Go cache: the packages they share are compiled once, for all). Warm, each build finds its outputs and takes
-# seconds. The builds' own logs: $(BUILD_LOG), $(KIND_LANE_LOG).
+# seconds. The logs of the builds and of the two lanes in the background: $(BUILD_LOG),
+# $(KIND_LANE_LOG), $(SHARED_LANE_LOG).
 #
-# SHARED_TIERS need neither lane's cluster (the hostile and node agent tiers start dev clusters of
-# their own): a lane takes those not yet taken, one at a time (a directory made atomically claims
-# one), once its own tiers passed. A lane that failed takes none,
-# so the other one still runs them. EARLY_TIERS (the server tiers: real TensorFlow processes, no
-# control plane) are shared too, and the dev lane takes them first only while the Kubernetes binaries
-# are still building (cold: it would otherwise wait for them, idle). Warm, the binaries are there at
-# once: the dev lane goes straight to its cluster tiers, and the kind lane, done first (its tier is
-# shorter than integration + e2e), takes the server tiers beside the e2e tier's last minutes; the
-# dev lane takes whatever is left when it is done. Cold, the dev lane's cluster tiers start late
-# (the binaries), and whichever lane is free first takes the hostile tier.
+# A lane takes the SHARED_TIERS not yet taken, one at a time (a directory made atomically claims
+# one): the shared lane all but the images tier (the kind lane builds the images it runs) from the
+# start, the other two once their own tiers passed. A lane that failed takes none, so another one
+# still runs them.
 KIND_LANE_LOG := $(ROOT)/.local/test-kind-lane.log
+SHARED_LANE_LOG := $(ROOT)/.local/test-shared-lane.log
 BUILD_LOG := $(ROOT)/.local/test-binaries.log
-EARLY_TIERS := test-server test-server-oldest
-SHARED_TIERS := $(EARLY_TIERS) test-hostile test-nodeagent test-images
+SHARED_LANE_TIERS := test-server test-server-oldest test-hostile test-nodeagent
+SHARED_TIERS := $(SHARED_LANE_TIERS) test-images
 
 .PHONY: test-tiers
 test-tiers:
-	@$(TIMED) setup $(MAKE) --no-print-directory venv venv-oldest
+	@$(TIMED) setup $(MAKE) --no-print-directory -j2 venv venv-oldest
 	@claims=$$(mktemp -d); export TIER_CLAIMS=$$claims; mkdir -p $(ROOT)/.local; \
 	  echo "== the Kubernetes binaries build beside the tiers that need none; its log: $(BUILD_LOG)"; \
 	  $(TIMED) binaries $(MAKE) --no-print-directory binaries > $(BUILD_LOG) 2>&1 & bins=$$!; \
@@ -265,11 +265,15 @@ test-tiers:
 	    $(TIMED) kind_image $(MAKE) --no-print-directory kind-image-after-binaries && \
 	    $(MAKE) --no-print-directory -o images test-e2e-kind KIND_WITH_INTEGRATION=0 && \
 	    $(MAKE) --no-print-directory test-shared-tiers LANE=kind ) > $(KIND_LANE_LOG) 2>&1 & kind=$$!; \
+	  echo "== the shared lane runs beside the others; its log: $(SHARED_LANE_LOG)"; \
+	  $(MAKE) --no-print-directory test-shared-tiers LANE=shared TIERS="$(SHARED_LANE_TIERS)" \
+	    > $(SHARED_LANE_LOG) 2>&1 & shared=$$!; \
 	  rc=0; $(MAKE) --no-print-directory test-dev-lane || rc=$$?; \
 	  wait $$bins || { echo "== the Kubernetes binaries' build failed; its log:"; cat $(BUILD_LOG); [ $$rc -ne 0 ] || rc=1; }; \
-	  echo "== the dev clusters' lane is done (exit $$rc); waiting for the kind lane"; \
+	  echo "== the dev clusters' lane is done (exit $$rc); waiting for the other two"; \
+	  wait $$shared || rc=$$?; echo "== the shared lane's log"; cat $(SHARED_LANE_LOG); \
 	  wait $$kind || rc=$$?; echo "== the kind lane's log"; cat $(KIND_LANE_LOG); \
-	  for t in $(SHARED_TIERS); do [ -d $$claims/$$t ] || { echo "== $$t ran in neither lane"; [ $$rc -ne 0 ] || rc=1; }; done; \
+	  for t in $(SHARED_TIERS); do [ -d $$claims/$$t ] || { echo "== $$t ran in no lane"; [ $$rc -ne 0 ] || rc=1; }; done; \
 	  rm -rf $$claims; exit $$rc
 
 # The node image, its non-Kubernetes parts first, beside the binaries' build (see test-tiers), and
@@ -286,10 +290,6 @@ kind-image-after-binaries:
 .PHONY: test-dev-lane
 test-dev-lane:
 	@$(MAKE) --no-print-directory -o images test-unit
-	@if ! devcluster/k8s-binaries.sh --ready; then \
-	  echo "== the Kubernetes binaries are still building: the server tiers run meanwhile"; \
-	  $(MAKE) --no-print-directory test-shared-tiers LANE=dev TIERS="$(EARLY_TIERS)"; \
-	fi
 	@echo "== the tiers that need a control plane wait for the Kubernetes binaries (log: $(BUILD_LOG))"
 	@$(MAKE) --no-print-directory binaries
 	@$(TIMED) lint $(MAKE) --no-print-directory lint
@@ -334,8 +334,8 @@ test-server-oldest: venv venv-oldest ## tests/server's servers and tf.data clien
 	TFDATA_TEST_SERVER_PYTHON=$(VENV_OLDEST)/bin/python $(PYTEST) -q tests/server/test_server_program.py tests/server/test_snapshots.py -k "not proto"
 
 .PHONY: test-integration
-test-integration: venv binaries ## Integration tests against a real control plane built from source (always the tier's own: a TFDATA_TEST_KUBECONFIG in the environment is ignored here; test-e2e-kind's KIND_WITH_INTEGRATION runs them on kind).
-	env -u TFDATA_TEST_KUBECONFIG $(PYTEST) -q tests/integration
+test-integration: venv binaries ## Integration tests against a real control plane built from source (always the tier's own: a TFDATA_TEST_KUBECONFIG in the environment is ignored here; test-e2e-kind's KIND_WITH_INTEGRATION runs them on kind), on INTEGRATION_PROCESSES control planes at once, a module at a time each.
+	env -u TFDATA_TEST_KUBECONFIG $(PYTEST) -q -n $(INTEGRATION_PROCESSES) --dist loadfile --no-loadscope-reorder tests/integration
 
 .PHONY: test-nodeagent
 test-nodeagent: venv binaries ## The dev cluster's node agent against a real control plane (needs root).
