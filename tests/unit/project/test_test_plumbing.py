@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from fixtures.cases import ROOT
+from fixtures.tiers import TIERS
 
 TESTS = ROOT / "tests"
 TIER_PATHS = [
@@ -67,6 +68,20 @@ def test_every_tier_collects_in_one_run_in_any_order_with_its_marker() -> None:
     assert set(collected(backward)) < set(collected(forward))
     assert {nodeid.split("/")[1] for nodeid in deselected} == {"kind", "nodeagent"}, deselected
     assert not any(nodeid.split("/")[1] in ("kind", "nodeagent") for nodeid in collected(backward))
+    # Each tier's tests stay together, its longest modules first (Tier.longest_first), in that order.
+    for run in (forward, backward):
+        modules = list(dict.fromkeys(nodeid.split("::")[0] for nodeid in collected(run)))
+        order = [m.split("/")[1] for m in modules]
+        assert order == sorted(order, key=order.index), order  # contiguous: every tier a single run of modules
+        for name, tier in TIERS.items():
+            mine = [Path(m).name for m in modules if m.split("/")[1] == name]
+            assert mine[: len(tier.longest_first)] == list(tier.longest_first), (name, mine)
+
+
+def test_every_module_a_tier_runs_first_is_there() -> None:
+    for name, tier in TIERS.items():
+        missing = [m for m in tier.longest_first if not (ROOT / "tests" / name / m).is_file()]
+        assert not missing, f"TIERS[{name!r}].longest_first names modules that are not in tests/{name}: {missing}"
 
 
 def test_no_test_module_imports_a_conftest() -> None:
