@@ -57,7 +57,18 @@ module_dir() {
   sed -nE 's/^\s*"Dir": "(.*)",?$/\1/p' <<<"$json"
 }
 
+# `make test` builds the image in the background, beside the node image and the cluster
+# (make kueue-image-background); the kind tier's install waits here for that build rather than
+# starting a second one.
 image() {
+  mkdir -p "$OUT"
+  exec 6>"$OUT/.lock"
+  flock -n 6 || { log "another build of $KUEUE_IMAGE is running; waiting for it"; flock 6; }
+  build_image
+  exec 6>&-
+}
+
+build_image() {
   eval "$("$REPO/images/docker-daemon.sh" up)"
   if [[ "$("$DOCKER" image inspect --format "{{ index .Config.Labels \"$LABEL\" }}" "$KUEUE_IMAGE" 2>/dev/null)" == "$KUEUE_MODULE_SUM" ]]; then
     echo "$KUEUE_IMAGE"
@@ -65,7 +76,6 @@ image() {
   fi
   local dir started
   dir="$(module_dir)"
-  mkdir -p "$OUT"
   if [[ ! -x "$OUT/manager" ]]; then
     started="$(date +%s)"
     log "building $KUEUE_MODULE $KUEUE_VERSION (cold Go cache: 9 min of CPU, 44 min on 2 cores shared with other builds; warm: a link, under a minute)"
