@@ -315,10 +315,17 @@ def test_a_cpu_limit_is_enforced_and_its_cgroup_goes_with_the_pod(
             for line in log_of(state_dir, namespace, name).splitlines()
             if line.startswith("cores used:")
         ]
-    print(f"\ncores used by the same loop with a 200m limit and without: {used}")
-    # Held to 200m, about 0.2 of a core; the same loop unlimited gets most of one on an idle machine.
+    stat = dict(line.split() for line in (cgroup / "cpu.stat").read_text().splitlines())
+    print(f"\ncores used by the same loop with a 200m limit and without: {used}; its cgroup's cpu.stat: {stat}")
+    # Held to 200m, about 0.2 of a core: the kernel stopped the loop for the rest of a period when it
+    # had used its 20 ms (throttled), whatever else the machine ran.
     assert used["limited"] < 0.3, f"the loop used {used['limited']} cores under a 200m limit"
-    assert used["limited"] / used["unlimited"] < 0.6, f"cores used: {used}: the limit made no difference"
+    assert int(stat["nr_throttled"]) > 0 and int(stat["throttled_time"]) > 0, f"never throttled: {stat}; {used}"
+    # The same loop unlimited gets most of a core on a machine with one to spare: then the limit shows
+    # in what each got. Beside make test's other lanes it may get less than the limit (0.155 of a
+    # core on 2026-11-30), and the comparison would say nothing; the throttling above still does.
+    if used["unlimited"] >= 0.5:
+        assert used["limited"] / used["unlimited"] < 0.6, f"cores used: {used}: the limit made no difference"
 
     kubectl.run("delete", "pod", "limited", "unlimited", "-n", namespace)
     wait_for(lambda: not cgroup.parent.exists(), 30, f"{cgroup.parent} to be removed with the pod")
