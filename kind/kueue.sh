@@ -58,7 +58,7 @@ module_dir() {
 }
 
 # `make test` builds the image in the background, beside the node image and the cluster
-# (make kueue-image-background); the kind tier's install waits here for that build rather than
+# (the Makefile's kind-image-after-binaries); the kind tier's install waits here for that build rather than
 # starting a second one.
 image() {
   mkdir -p "$OUT"
